@@ -1,0 +1,224 @@
+"""Keeps the registry of event schemas by (type, version) and the chain of pure upcasters.
+
+Old events are never rewritten: on read, a payload recorded at version v is brought to the
+current version by applying upcasters v→v+1→…→current. The chain is checked when a
+catalogue is sealed (at import for the default one): every type's versions run 1..current
+without a gap, each version below current has exactly one upcaster, and the current one has
+none (so no cycle can exist).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ledger import limits
+from ledger.codec import canonical_bytes, normalise
+from ledger.errors import LimitExceeded, SchemaError, UnknownEventType
+from ledger.events import ALL_EVENTS_V1, Event
+from ledger.fields import is_arena_id, is_digest, is_local_id
+
+__all__ = [
+    "CATALOGUE",
+    "Catalogue",
+    "CatalogueError",
+    "Upcaster",
+    "check_stream_name",
+    "stream_category",
+]
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+_STREAM_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9._-]+)?$")
+_CATEGORY_ID_CHECK: Mapping[str, Callable[[str], bool]] = {
+    "arena": is_arena_id,
+    "submission": is_digest,
+    "attempt": is_local_id,
+    "payment": is_local_id,
+    "credit": is_local_id,
+}
+
+
+class CatalogueError(Exception):
+    """Reports a broken catalogue (gap or cycle in versions); a programming error."""
+
+
+def stream_category(stream: str) -> str:
+    """Returns the category of a stream name: the part before the first dash."""
+    return stream.split("-", 1)[0]
+
+
+def check_stream_name(stream: str, where: str = "stream") -> None:
+    """Refuses a stream name that is too long or not of the form ``category-id``."""
+    if not isinstance(stream, str) or not stream:
+        raise SchemaError(f"{where} must be a non-empty string", path=where)
+    if len(stream) > limits.stream_name_chars_max:
+        raise LimitExceeded(
+            f"{where} is longer than {limits.stream_name_chars_max} characters",
+            path=where,
+            stream=stream[:64],
+        )
+    if _STREAM_NAME.match(stream) is None:
+        raise SchemaError(
+            f"{where} {stream!r} is not a valid stream name (category-id, lowercase)",
+            path=where,
+            stream=stream,
+        )
+    category, _, ident = stream.partition("-")
+    check = _CATEGORY_ID_CHECK.get(category)
+    if check is not None and not check(ident):
+        raise SchemaError(
+            f"{where} {stream!r} does not carry a valid {category} id", path=where, stream=stream
+        )
+    if category == "settlement" and ident:
+        raise SchemaError(f"{where} must be exactly 'settlement'", path=where, stream=stream)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    model: type[Event]
+    version: int
+
+
+class Catalogue:
+    """Registers event models and upcasters; validates and upcasts payloads."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, int], type[Event]] = {}
+        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        self._current: dict[str, int] = {}
+        self._sealed = False
+
+    def register(self, model: type[Event]) -> None:
+        """Adds one (type, version) model; its type's current version is the highest one."""
+        key = (model.event_type, model.schema_version)
+        if key in self._models:
+            raise CatalogueError(f"{key} is registered twice")
+        self._models[key] = model
+        self._current[model.event_type] = max(
+            self._current.get(model.event_type, 0), model.schema_version
+        )
+        self._sealed = False
+
+    def register_upcaster(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:
+        """Adds the pure function that lifts ``event_type`` from ``from_version`` to the next."""
+        key = (event_type, from_version)
+        if key in self._upcasters:
+            raise CatalogueError(f"upcaster {key} is registered twice")
+        self._upcasters[key] = upcaster
+        self._sealed = False
+
+    def seal(self) -> Catalogue:
+        """Checks every type's version chain (no gap, no cycle, ends at current) and freezes."""
+        for event_type, current in self._current.items():
+            for version in range(1, current + 1):
+                if (event_type, version) not in self._models:
+                    raise CatalogueError(f"{event_type} has no schema version {version}")
+                has_up = (event_type, version) in self._upcasters
+                if version < current and not has_up:
+                    raise CatalogueError(f"{event_type} v{version} has no upcaster to v{version + 1}")
+                if version == current and has_up:
+                    raise CatalogueError(f"{event_type} v{current} is current but has an upcaster")
+        for event_type, version in self._upcasters:
+            if event_type not in self._current:
+                raise CatalogueError(f"upcaster for unknown type {event_type}")
+        self._sealed = True
+        return self
+
+    @property
+    def types(self) -> dict[str, int]:
+        """Maps each event type to its current schema version."""
+        return dict(self._current)
+
+    def model(self, event_type: str, version: int | None = None) -> type[Event]:
+        """Returns the model of ``event_type`` at ``version`` (current when None)."""
+        current = self._current.get(event_type)
+        if current is None:
+            raise UnknownEventType(f"unknown event type {event_type!r}", type=event_type)
+        version = current if version is None else version
+        model = self._models.get((event_type, version))
+        if model is None:
+            raise UnknownEventType(
+                f"{event_type} has no schema version {version} (current is {current})",
+                type=event_type,
+                schema_version=version,
+            )
+        return model
+
+    def current_version(self, event_type: str) -> int:
+        """Returns the current schema version of ``event_type``."""
+        return self.model(event_type).schema_version
+
+    def validate(
+        self, event_type: str, version: int, payload: Any, stream: str | None = None
+    ) -> bytes:
+        """Checks a payload against its schema and returns its canonical bytes, or raises."""
+        model = self.model(event_type, version)
+        if not isinstance(payload, dict):
+            raise SchemaError(f"payload of {event_type} must be a JSON object", path="$.payload")
+        document = normalise(payload, "$.payload")
+        try:
+            model.model_validate(document)
+        except ValidationError as exc:
+            raise _schema_error(event_type, version, exc) from None
+        if stream is not None and model.category is not None:
+            if stream_category(stream) != model.category:
+                raise SchemaError(
+                    f"{event_type} belongs to a {model.category}-… stream, not {stream!r}",
+                    path="$.stream",
+                    stream=stream,
+                    type=event_type,
+                )
+        data = canonical_bytes(document)
+        if len(data) > limits.payload_bytes_max:
+            raise LimitExceeded(
+                f"payload of {event_type} is {len(data)} bytes; the limit is "
+                f"{limits.payload_bytes_max}",
+                path="$.payload",
+                size_bytes=len(data),
+            )
+        return data
+
+    def upcast(self, event_type: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
+        """Lifts a recorded payload to the current version through the upcaster chain."""
+        current = self.current_version(event_type)
+        if version > current or version < 1:
+            raise UnknownEventType(
+                f"{event_type} has no schema version {version}", type=event_type
+            )
+        while version < current:
+            payload = self._upcasters[(event_type, version)](dict(payload))
+            version += 1
+        return payload
+
+    def decode(self, event_type: str, version: int, payload: dict[str, Any]) -> Event:
+        """Returns the event as a model of the current version (upcasting on the way)."""
+        lifted = self.upcast(event_type, version, payload)
+        return self.model(event_type).model_validate(lifted)
+
+
+def _schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaError:
+    first = exc.errors()[0]
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+    path = f"$.payload{loc}"
+    return SchemaError(
+        f"{event_type} v{version}: {path}: {first['msg']}",
+        path=path,
+        type=event_type,
+        errors=len(exc.errors()),
+    )
+
+
+def _default_catalogue() -> Catalogue:
+    catalogue = Catalogue()
+    for model in ALL_EVENTS_V1:
+        catalogue.register(model)
+    return catalogue.seal()
+
+
+#: The catalogue of every shipped event type and version.
+CATALOGUE = _default_catalogue()

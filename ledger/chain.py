@@ -1,0 +1,59 @@
+"""Builds each event's canonical envelope and chains entry hashes (DOMAIN §2.6).
+
+entry_hash(n) = SHA-256(entry_hash(n-1) as 32 raw bytes ‖ canonical envelope bytes of n),
+with 32 zero bytes before position 1. The envelope is the canonical JSON object
+``{"actor", "payload", "position", "recorded_at", "schema_version", "stream", "type",
+"version"}``; the payload's stored canonical bytes are spliced in as they are, so
+verification never re-serialises a payload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+__all__ = ["GENESIS_HASH", "envelope_bytes", "entry_hash", "next_entry_hash"]
+
+#: The hash "before" position 1, as 64 hex characters.
+GENESIS_HASH = "0" * 64
+
+_ENVELOPE = (
+    b'{"actor":%b,"payload":%b,"position":%d,"recorded_at":%b,'
+    b'"schema_version":%d,"stream":%b,"type":%b,"version":%d}'
+)
+_dumps = orjson.dumps
+_sha256 = hashlib.sha256
+
+
+def envelope_bytes(
+    position: int,
+    stream: str,
+    version: int,
+    event_type: str,
+    schema_version: int,
+    payload: bytes,
+    recorded_at: str,
+    actor: str,
+) -> bytes:
+    """Returns the canonical JSON envelope of one recorded event, keys in sorted order."""
+    return _ENVELOPE % (
+        _dumps(actor),
+        payload,
+        position,
+        _dumps(recorded_at),
+        schema_version,
+        _dumps(stream),
+        _dumps(event_type),
+        version,
+    )
+
+
+def next_entry_hash(previous: bytes, envelope: bytes) -> bytes:
+    """Returns the raw 32-byte entry hash that follows ``previous`` for ``envelope``."""
+    return _sha256(previous + envelope).digest()
+
+
+def entry_hash(previous_hex: str, envelope: bytes) -> str:
+    """Returns the entry hash as hex, given the previous one as hex."""
+    return next_entry_hash(bytes.fromhex(previous_hex), envelope).hex()

@@ -1,0 +1,176 @@
+"""Defines the one exception tree of arena-ledger; every misuse or fault raises from it.
+
+Expected business outcomes (a FAIL verdict, a refused transition, a rejected intake) are
+*data*, not exceptions. Exceptions are for misuse and faults. Each class has a stable
+``code`` (never renamed, never reused), a message a person can act on, and its context as
+attributes. The CLI maps each subtree to a documented exit code.
+
+    LedgerError                          code            exit
+    ├── InvalidInput                     invalid_input      1
+    │   ├── CanonicalFormError           non_canonical      1
+    │   ├── SchemaError                  schema_invalid     1
+    │   ├── UnknownEventType             unknown_event_type 1
+    │   ├── LimitExceeded                limit_exceeded     1
+    │   └── IdempotencyKeyReused         idempotency_key_reused 1
+    ├── Refused                          refused            1   (a machine said no; carries a Refusal)
+    ├── NotFound                         not_found          1
+    ├── ConcurrencyConflict              concurrency_conflict 3
+    ├── IntegrityError                   integrity_failure  4
+    │   └── SignatureInvalid             signature_invalid  4
+    ├── StoreError                       store_error        5
+    │   ├── SchemaNotInitialised         store_not_initialised 5
+    │   └── StoreUnavailable             store_unavailable  5
+    └── EngineFault                      engine_fault       6   (maps to InfrastructureFault codes)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CanonicalFormError",
+    "ConcurrencyConflict",
+    "EngineFault",
+    "IdempotencyKeyReused",
+    "IntegrityError",
+    "InvalidInput",
+    "LedgerError",
+    "LimitExceeded",
+    "NotFound",
+    "Refused",
+    "SchemaError",
+    "SchemaNotInitialised",
+    "SignatureInvalid",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownEventType",
+]
+
+
+class LedgerError(Exception):
+    """Is the root of every error arena-ledger raises on purpose."""
+
+    code: str = "ledger_error"
+    exit_code: int = 1
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context: dict[str, Any] = context
+        for key, value in context.items():
+            setattr(self, key, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the error as a JSON-ready object (code, message, context)."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "context": {k: _jsonable(v) for k, v in self.context.items()},
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+class InvalidInput(LedgerError):
+    """Reports input that is malformed; nothing was written."""
+
+    code = "invalid_input"
+
+
+class CanonicalFormError(InvalidInput):
+    """Reports a value that has no canonical JSON form (float, NaN, non-canonical decimal...)."""
+
+    code = "non_canonical"
+
+
+class SchemaError(InvalidInput):
+    """Reports a payload that does not match its event schema."""
+
+    code = "schema_invalid"
+
+
+class UnknownEventType(InvalidInput):
+    """Reports an event type or schema version the catalogue does not know."""
+
+    code = "unknown_event_type"
+
+
+class LimitExceeded(InvalidInput):
+    """Reports an input over one of the named limits in ``ledger.limits``."""
+
+    code = "limit_exceeded"
+
+
+class IdempotencyKeyReused(InvalidInput):
+    """Reports an idempotency key repeated with different content."""
+
+    code = "idempotency_key_reused"
+
+
+class Refused(LedgerError):
+    """Carries a machine's refusal of an event (state, event, stable reason code)."""
+
+    code = "refused"
+
+
+class NotFound(LedgerError):
+    """Reports a stream, position, submission or attempt that does not exist."""
+
+    code = "not_found"
+
+
+class ConcurrencyConflict(LedgerError):
+    """Reports an expected stream version that did not match; nothing was written."""
+
+    code = "concurrency_conflict"
+    exit_code = 3
+
+
+class IntegrityError(LedgerError):
+    """Reports a broken hash chain, Merkle root, proof or bundle."""
+
+    code = "integrity_failure"
+    exit_code = 4
+
+
+class SignatureInvalid(IntegrityError):
+    """Reports a signed note whose signature does not verify."""
+
+    code = "signature_invalid"
+
+
+class StoreError(LedgerError):
+    """Reports a database fault that is not the caller's input."""
+
+    code = "store_error"
+    exit_code = 5
+
+
+class SchemaNotInitialised(StoreError):
+    """Reports a database whose tables have not been created (run `arena-ledger init`)."""
+
+    code = "store_not_initialised"
+
+
+class StoreUnavailable(StoreError):
+    """Reports a database that cannot be reached, is read-only or is full."""
+
+    code = "store_unavailable"
+
+
+class EngineFault(LedgerError):
+    """Reports an engine failure; ``fault_code`` is one of DOMAIN §4's InfrastructureFault codes."""
+
+    code = "engine_fault"
+    exit_code = 6
+
+    def __init__(self, message: str, *, fault_code: str, stage: str, **context: Any) -> None:
+        super().__init__(message, fault_code=fault_code, stage=stage, **context)

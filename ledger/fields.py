@@ -1,0 +1,81 @@
+"""Declares the constrained field types the event catalogue is written in (DOMAIN §3)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, StringConstraints
+
+from ledger.codec import is_canonical_decimal, is_fixed6
+
+__all__ = [
+    "ArenaId",
+    "Block",
+    "DecimalStr",
+    "Digest",
+    "Fixed6",
+    "Hotkey",
+    "LocalId",
+    "NonNegInt",
+    "PositiveInt",
+    "Rao",
+    "Reason",
+    "is_arena_id",
+    "is_digest",
+    "is_hotkey",
+    "is_local_id",
+]
+
+_ARENA_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_LOCAL_ID = re.compile(r"^[a-z0-9._-]{1,64}$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_HOTKEY = re.compile(r"^[\x21-\x7e]{1,64}$")
+
+
+def is_arena_id(text: str) -> bool:
+    """Tells whether ``text`` is an arena slug ``[a-z0-9][a-z0-9-]{0,62}``."""
+    return _ARENA_ID.match(text) is not None
+
+
+def is_local_id(text: str) -> bool:
+    """Tells whether ``text`` is an appender-chosen id (1–64 of ``[a-z0-9._-]``)."""
+    return _LOCAL_ID.match(text) is not None
+
+
+def is_digest(text: str) -> bool:
+    """Tells whether ``text`` is 64 lowercase hex characters."""
+    return _DIGEST.match(text) is not None
+
+
+def is_hotkey(text: str) -> bool:
+    """Tells whether ``text`` is 1–64 printable non-space ASCII characters."""
+    return _HOTKEY.match(text) is not None
+
+
+def _check_decimal(text: str) -> str:
+    if not is_canonical_decimal(text):
+        raise ValueError(
+            f"{text!r} is not a decimal in canonical spelling (plain notation, no exponent, "
+            "no '+', no trailing zeros after the point, '0' for zero)"
+        )
+    return text
+
+
+def _check_fixed6(text: str) -> str:
+    if not is_fixed6(text):
+        raise ValueError(f"{text!r} is not a result with exactly 6 decimal places")
+    return text
+
+
+DecimalStr = Annotated[str, AfterValidator(_check_decimal)]
+Fixed6 = Annotated[str, AfterValidator(_check_fixed6)]
+ArenaId = Annotated[str, StringConstraints(pattern=_ARENA_ID.pattern)]
+LocalId = Annotated[str, StringConstraints(pattern=_LOCAL_ID.pattern)]
+Digest = Annotated[str, StringConstraints(pattern=_DIGEST.pattern)]
+Hotkey = Annotated[str, StringConstraints(pattern=_HOTKEY.pattern)]
+Reason = Annotated[str, StringConstraints(max_length=256)]
+NonNegInt = Annotated[int, Field(ge=0, le=2**53 - 1)]
+PositiveInt = Annotated[int, Field(ge=1, le=2**53 - 1)]
+Block = NonNegInt
+Rao = NonNegInt

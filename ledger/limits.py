@@ -1,0 +1,41 @@
+"""Holds every bound the ledger enforces, as named constants with the unit last.
+
+Each limit is checked where input enters (the codec, the catalogue, the store's append
+boundary, the CLI reader) so that bad input is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "actor_chars_max",
+    "batch_events_max",
+    "digest_hex_chars",
+    "idempotency_key_chars_max",
+    "json_depth_max",
+    "json_integer_abs_max",
+    "payload_bytes_max",
+    "read_page_events",
+    "stream_name_chars_max",
+    "type_name_chars_max",
+]
+
+#: Largest canonical payload, in bytes, of one event.
+payload_bytes_max = 65_536
+#: Most events one atomic append may carry.
+batch_events_max = 10_000
+#: Longest stream name, in characters (`submission-` + 64 hex fits with room).
+stream_name_chars_max = 128
+#: Longest event type name, in characters.
+type_name_chars_max = 64
+#: Longest actor string, in characters.
+actor_chars_max = 128
+#: Longest idempotency key, in characters.
+idempotency_key_chars_max = 128
+#: Deepest nesting of arrays and objects in a payload.
+json_depth_max = 32
+#: Largest magnitude of a JSON integer: 2**53 - 1, the interoperable range of RFC 8785 / I-JSON.
+json_integer_abs_max = 2**53 - 1
+#: Length of a digest in lowercase hex characters (SHA-256).
+digest_hex_chars = 64
+#: Events fetched per page by streaming reads; memory of a read is bounded by this.
+read_page_events = 2_000

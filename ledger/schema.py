@@ -1,0 +1,69 @@
+"""Declares the store's tables (SQLAlchemy Core) with a naming convention for constraints.
+
+The tables are created and evolved only by the Alembic revisions in ``migrations/``; this
+metadata is what ``alembic check`` compares the database against.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+__all__ = ["NAMING_CONVENTION", "events", "idempotency_keys", "ledger_head", "metadata"]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+events = Table(
+    "events",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("stream", String(128), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("recorded_at", String(32), nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("entry_hash", String(64), nullable=False),
+    UniqueConstraint("stream", "version"),
+    CheckConstraint("position >= 1", name="position_positive"),
+    CheckConstraint("version >= 1", name="version_positive"),
+)
+Index("ix_events_type_position", events.c.type, events.c.position)
+Index("ix_events_recorded_at", events.c.recorded_at)
+
+ledger_head = Table(
+    "ledger_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("position", BigInteger, nullable=False),
+    Column("entry_hash", String(64), nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("key", String(128), primary_key=True),
+    Column("content_digest", String(64), nullable=False),
+    Column("first_position", BigInteger, nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+)

@@ -1,0 +1,603 @@
+"""Stores events append-only on SQLite or PostgreSQL through one SQLAlchemy Core implementation.
+
+Positions are gapless and in commit order by construction: every append locks the single
+``ledger_head`` row (``SELECT … FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite)
+before it reads the tip, so appends are serialised and a tailing reader that reads positions
+in order can never skip one that commits later. Everything an append writes — events, the
+new head, the idempotency key — commits in one transaction or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
+
+from ledger import limits
+from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
+from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
+from ledger.codec import canonical_bytes
+from ledger.errors import (
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    InvalidInput,
+    LedgerError,
+    LimitExceeded,
+    NotFound,
+    SchemaError,
+    SchemaNotInitialised,
+    StoreError,
+    StoreUnavailable,
+)
+from ledger.log import get_logger
+from ledger.model import (
+    ANY,
+    NO_STREAM,
+    AppendResult,
+    EventDraft,
+    ExpectedVersion,
+    Head,
+    RecordedEvent,
+    StreamState,
+    VerifyReport,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "AppendGuard",
+    "EventStore",
+    "PreparedEvent",
+    "parse_expected_version",
+]
+
+#: The embedded default database: a SQLite file in the working directory.
+DEFAULT_URL = "sqlite:///arena-ledger.db"
+#: How long a SQLite writer waits for the write lock before giving up, in milliseconds.
+sqlite_busy_timeout_ms = 30_000
+
+_COLUMNS = "position, stream, version, type, schema_version, payload, recorded_at, actor, entry_hash"
+_log = get_logger("arena_ledger.store")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """Is a validated draft: canonical payload bytes, ready for a position and a hash."""
+
+    stream: str
+    type: str
+    schema_version: int
+    payload_bytes: bytes
+    expected_version: ExpectedVersion
+
+
+class AppendGuard(Protocol):
+    """Checks a batch inside the append transaction; raises ``Refused`` to write nothing."""
+
+    def __call__(self, store: EventStore, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
+        """Raises to refuse the batch; returns to let it be written."""
+
+
+def parse_expected_version(value: Any, where: str = "expected_version") -> ExpectedVersion:
+    """Turns ``"any"``, ``"no_stream"`` or a non-negative integer into an expectation."""
+    if value is None or value == "any":
+        return ANY
+    if value == "no_stream":
+        return NO_STREAM
+    if isinstance(value, StreamState):
+        return value
+    if type(value) is int and value >= 0:
+        return value
+    raise SchemaError(
+        f"{where} must be \"any\", \"no_stream\" or a non-negative integer, not {value!r}",
+        path=where,
+    )
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Autocommit at the driver level: SQLAlchemy's "begin" hook below emits BEGIN itself, so
+    # writers can take the write lock up front (IMMEDIATE) instead of upgrading mid-way.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {sqlite_busy_timeout_ms}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = FULL")  # money: a committed append survives power loss
+    cursor.close()
+
+
+def _on_sqlite_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """Creates a SQLAlchemy engine configured for the ledger's backend (WAL, busy timeout)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise InvalidInput(f"database URL {url!r} is not valid: {exc}", url=url) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(url, **kwargs)
+        event.listen(engine, "connect", _on_sqlite_connect)
+        event.listen(engine, "begin", _on_sqlite_begin)
+        return engine
+    if backend == "postgresql":
+        if parsed.drivername == "postgresql":
+            url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        return create_engine(url, pool_pre_ping=True, **kwargs)
+    raise InvalidInput(
+        f"database backend {backend!r} is not supported (use sqlite:/// or postgresql://)", url=url
+    )
+
+
+class EventStore:
+    """Appends and reads hash-chained events; one implementation for SQLite and PostgreSQL."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        catalogue: Catalogue = CATALOGUE,
+        clock: Callable[[], str] = _utc_now,
+        guard: AppendGuard | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        self.url = url
+        self.engine = engine if engine is not None else make_engine(url)
+        self.catalogue = catalogue
+        self.clock = clock
+        self.guard = guard
+        self.backend = self.engine.dialect.name
+        self._param = "?" if self.backend == "sqlite" else "%s"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Releases the connection pool."""
+        self.engine.dispose()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def is_initialised(self) -> bool:
+        """Tells whether the ledger's tables exist in the database."""
+        try:
+            with self.engine.connect() as conn:
+                return bool(inspect(conn).has_table("ledger_head"))
+        except OperationalError as exc:
+            raise StoreUnavailable(f"cannot open the database: {exc.orig}", url=self.url) from None
+
+    def require_initialised(self) -> None:
+        """Raises SchemaNotInitialised with a hint when the tables are missing."""
+        if not self.is_initialised():
+            raise SchemaNotInitialised(
+                "the ledger's tables do not exist; run `arena-ledger init` (or `db upgrade`)",
+                url=self.url,
+            )
+
+    # -- append ----------------------------------------------------------------------------
+
+    def prepare(self, drafts: Sequence[EventDraft]) -> list[PreparedEvent]:
+        """Validates drafts against the catalogue and limits, returning canonical payloads."""
+        if not drafts:
+            raise InvalidInput("an append needs at least one event", path="$")
+        if len(drafts) > limits.batch_events_max:
+            raise LimitExceeded(
+                f"a batch holds at most {limits.batch_events_max} events, not {len(drafts)}",
+                path="$",
+            )
+        return [self._prepare_one(i, d) for i, d in enumerate(drafts)]
+
+    def _prepare_one(self, index: int, draft: EventDraft) -> PreparedEvent:
+        try:
+            check_stream_name(draft.stream)
+            version = draft.schema_version
+            if version is None:
+                version = self.catalogue.current_version(draft.type)
+            data = self.catalogue.validate(draft.type, version, draft.payload, draft.stream)
+            expected = parse_expected_version(draft.expected_version)
+        except LedgerError as exc:
+            exc.context.setdefault("index", index)
+            exc.index = index  # type: ignore[attr-defined]
+            raise
+        return PreparedEvent(draft.stream, draft.type, version, data, expected)
+
+    def append(
+        self,
+        drafts: Sequence[EventDraft],
+        *,
+        idempotency_key: str | None = None,
+        actor: str = "local",
+    ) -> AppendResult:
+        """Appends a batch atomically across its streams and returns the positions written.
+
+        Each draft's ``expected_version`` is checked against its stream's version just before
+        that event (so two events of one stream in a batch expect n and n+1, or ANY). A
+        mismatch raises ConcurrencyConflict and writes nothing. With ``idempotency_key``, a
+        repeat with the same content returns the original positions (``already_recorded``);
+        with other content it raises IdempotencyKeyReused.
+        """
+        _check_actor_and_key(actor, idempotency_key)
+        batch = self.prepare(drafts)
+        content = _batch_digest(batch) if idempotency_key is not None else ""
+        started = time.perf_counter()
+        try:
+            result = self._append_tx(batch, idempotency_key, content, actor)
+        except SQLAlchemyError as exc:
+            raise _store_error(exc, self.url) from None
+        _log.info(
+            "append_batch",
+            first_position=result.first,
+            last_position=result.last,
+            events=len(batch),
+            streams=sorted({p.stream for p in batch})[:8],
+            already_recorded=result.already_recorded,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return result
+
+    def _append_tx(
+        self, batch: list[PreparedEvent], key: str | None, content: str, actor: str
+    ) -> AppendResult:
+        with self._write_connection() as conn, conn.begin():
+            head = self._lock_head(conn)
+            if key is not None:
+                found = self._lookup_key(conn, key, content)
+                if found is not None:
+                    return found
+            versions = self._check_versions(conn, batch)
+            if self.guard is not None:
+                self.guard(self, conn, batch)
+            rows, tip = self._build_rows(batch, versions, head, actor)
+            self._insert(conn, rows)
+            conn.execute(
+                text("UPDATE ledger_head SET position = :p, entry_hash = :h WHERE id = 1"),
+                {"p": rows[-1][0], "h": tip},
+            )
+            if key is not None:
+                conn.execute(
+                    text(
+                        "INSERT INTO idempotency_keys (key, content_digest, first_position, "
+                        "last_position) VALUES (:k, :d, :f, :l)"
+                    ),
+                    {"k": key, "d": content, "f": rows[0][0], "l": rows[-1][0]},
+                )
+        return AppendResult(
+            positions=tuple(r[0] for r in rows), entry_hashes=tuple(r[8] for r in rows)
+        )
+
+    def _write_connection(self) -> Connection:
+        conn = self.engine.connect()
+        if self.backend == "sqlite":
+            return conn.execution_options(sqlite_begin="IMMEDIATE")
+        return conn
+
+    def _lock_head(self, conn: Connection) -> Head:
+        suffix = "" if self.backend == "sqlite" else " FOR UPDATE"
+        try:
+            row = conn.execute(
+                text(f"SELECT position, entry_hash FROM ledger_head WHERE id = 1{suffix}")
+            ).first()
+        except (OperationalError, DBAPIError) as exc:
+            if "ledger_head" in str(exc.orig):
+                raise SchemaNotInitialised(
+                    "the ledger's tables do not exist; run `arena-ledger init`", url=self.url
+                ) from None
+            raise
+        if row is None:
+            raise StoreError("the ledger_head row is missing; the database is damaged")
+        return Head(int(row[0]), str(row[1]))
+
+    def _lookup_key(self, conn: Connection, key: str, content: str) -> AppendResult | None:
+        row = conn.execute(
+            text(
+                "SELECT content_digest, first_position, last_position FROM idempotency_keys "
+                "WHERE key = :k"
+            ),
+            {"k": key},
+        ).first()
+        if row is None:
+            return None
+        if row[0] != content:
+            raise IdempotencyKeyReused(
+                f"idempotency key {key!r} was used for other content (positions "
+                f"{row[1]}..{row[2]}); nothing was written",
+                key=key,
+                first_position=int(row[1]),
+            )
+        hashes = conn.execute(
+            text("SELECT entry_hash FROM events WHERE position BETWEEN :f AND :l ORDER BY position"),
+            {"f": row[1], "l": row[2]},
+        ).scalars()
+        return AppendResult(
+            positions=tuple(range(int(row[1]), int(row[2]) + 1)),
+            already_recorded=True,
+            entry_hashes=tuple(str(h) for h in hashes),
+        )
+
+    def _check_versions(self, conn: Connection, batch: list[PreparedEvent]) -> dict[str, int]:
+        streams = sorted({p.stream for p in batch})
+        current = {s: 0 for s in streams}
+        marks = ", ".join(f":s{i}" for i in range(len(streams)))
+        rows = conn.execute(
+            text(f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream"),
+            {f"s{i}": s for i, s in enumerate(streams)},
+        )
+        for stream, version in rows:
+            current[str(stream)] = int(version)
+        running = dict(current)
+        for index, prepared in enumerate(batch):
+            _expect(prepared, running[prepared.stream], index)
+            running[prepared.stream] += 1
+        return current
+
+    def _build_rows(
+        self, batch: list[PreparedEvent], versions: dict[str, int], head: Head, actor: str
+    ) -> tuple[list[tuple[Any, ...]], str]:
+        recorded_at = self.clock()
+        previous = bytes.fromhex(head.entry_hash)
+        running = dict(versions)
+        position = head.position
+        rows: list[tuple[Any, ...]] = []
+        for p in batch:
+            position += 1
+            running[p.stream] += 1
+            version = running[p.stream]
+            envelope = envelope_bytes(
+                position, p.stream, version, p.type, p.schema_version, p.payload_bytes,
+                recorded_at, actor,
+            )
+            previous = next_entry_hash(previous, envelope)
+            rows.append(
+                (position, p.stream, version, p.type, p.schema_version, p.payload_bytes,
+                 recorded_at, actor, previous.hex())
+            )
+        return rows, previous.hex()
+
+    def _insert(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+        if self.backend == "postgresql" and len(rows) >= _copy_threshold_rows:
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            with cursor.copy(f"COPY events ({_COLUMNS}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        marks = ", ".join([self._param] * 9)
+        conn.exec_driver_sql(f"INSERT INTO events ({_COLUMNS}) VALUES ({marks})", rows)
+
+    # -- read ------------------------------------------------------------------------------
+
+    def head(self) -> Head:
+        """Returns the last position (0 when empty) and its entry hash."""
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    text("SELECT position, entry_hash FROM ledger_head WHERE id = 1")
+                ).first()
+        except SQLAlchemyError as exc:
+            raise _store_error(exc, self.url) from None
+        if row is None:
+            raise StoreError("the ledger_head row is missing; the database is damaged")
+        return Head(int(row[0]), str(row[1]))
+
+    def stream_version(self, stream: str, conn: Connection | None = None) -> int:
+        """Returns the stream's current version (0 when it does not exist)."""
+        sql = text("SELECT MAX(version) FROM events WHERE stream = :s")
+        if conn is not None:
+            value = conn.execute(sql, {"s": stream}).scalar()
+        else:
+            with self.engine.connect() as own:
+                value = own.execute(sql, {"s": stream}).scalar()
+        return int(value or 0)
+
+    def read_stream(
+        self, stream: str, from_version: int = 1, conn: Connection | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Yields a stream's events in version order, a page at a time (constant memory)."""
+        return self._paged(
+            "stream = :s AND version >= :lo", {"s": stream}, "version", from_version, conn
+        )
+
+    def read_all(
+        self,
+        from_position: int = 1,
+        limit: int | None = None,
+        *,
+        to_position: int | None = None,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+        stream: str | None = None,
+        recorded_from: str | None = None,
+        recorded_to: str | None = None,
+    ) -> Iterator[RecordedEvent]:
+        """Yields events in position order with optional filters, a page at a time."""
+        where = ["position >= :lo"]
+        params: dict[str, Any] = {}
+        if to_position is not None:
+            where.append("position <= :hi")
+            params["hi"] = to_position
+        if types is not None:
+            names = sorted(set(types))
+            where.append("type IN (" + ", ".join(f":t{i}" for i in range(len(names))) + ")")
+            params.update({f"t{i}": n for i, n in enumerate(names)})
+        if stream is not None:
+            where.append("stream = :stream")
+            params["stream"] = stream
+        if stream_prefix is not None:
+            # A range, not LIKE: it uses the (stream, version) index and needs no escaping.
+            where.append("stream >= :sp_lo AND stream < :sp_hi")
+            params.update({"sp_lo": stream_prefix, "sp_hi": stream_prefix + "\U0010ffff"})
+        if recorded_from is not None:
+            where.append("recorded_at >= :ra_lo")
+            params["ra_lo"] = recorded_from
+        if recorded_to is not None:
+            where.append("recorded_at < :ra_hi")
+            params["ra_hi"] = recorded_to
+        rows = self._paged(" AND ".join(where), params, "position", from_position, None)
+        if limit is None:
+            return rows
+        return _take(rows, limit)
+
+    def get(self, position: int) -> RecordedEvent:
+        """Returns the event at ``position`` or raises NotFound."""
+        for recorded in self.read_all(position, 1, to_position=position):
+            return recorded
+        raise NotFound(f"no event at position {position}", position=position)
+
+    def _paged(
+        self,
+        where: str,
+        params: dict[str, Any],
+        key: str,
+        start: int,
+        conn: Connection | None,
+    ) -> Iterator[RecordedEvent]:
+        page = limits.read_page_events
+        sql = text(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY {key} LIMIT {page}")
+        cursor = start
+        while True:
+            try:
+                rows = self._fetch(sql, {**params, "lo": cursor}, conn)
+            except SQLAlchemyError as exc:
+                raise _store_error(exc, self.url) from None
+            for row in rows:
+                yield RecordedEvent(
+                    int(row[0]), row[1], int(row[2]), row[3], int(row[4]), bytes(row[5]),
+                    row[6], row[7], row[8],
+                )
+            if len(rows) < page:
+                return
+            cursor = int(rows[-1][0 if key == "position" else 2]) + 1
+
+    def _fetch(self, sql: Any, params: dict[str, Any], conn: Connection | None) -> list[Any]:
+        if conn is not None:
+            return list(conn.execute(sql, params))
+        with self.engine.connect() as own:
+            return list(own.execute(sql, params))
+
+    # -- verify ----------------------------------------------------------------------------
+
+    def verify(self, from_position: int = 1, to_position: int | None = None) -> VerifyReport:
+        """Streams the ledger, recomputes every entry hash, and names the first bad position."""
+        from ledger.verify import verify_chain
+
+        started = time.perf_counter()
+        report = verify_chain(self, from_position, to_position)
+        _log.info(
+            "verify",
+            ok=report.ok,
+            checked=report.checked,
+            from_position=report.from_position,
+            to_position=report.to_position,
+            first_bad_position=report.first_bad_position,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return report
+
+    def entry_hash_at(self, position: int) -> str:
+        """Returns the recorded entry hash at ``position`` (genesis hash for 0)."""
+        if position == 0:
+            return GENESIS_HASH
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                text("SELECT entry_hash FROM events WHERE position = :p"), {"p": position}
+            ).scalar()
+        if value is None:
+            raise NotFound(f"no event at position {position}", position=position)
+        return str(value)
+
+
+_copy_threshold_rows = 64
+
+
+def _take(rows: Iterator[RecordedEvent], limit: int) -> Iterator[RecordedEvent]:
+    for index, recorded in enumerate(rows):
+        if index >= limit:
+            return
+        yield recorded
+
+
+def _expect(prepared: PreparedEvent, actual: int, index: int) -> None:
+    expected = prepared.expected_version
+    if expected is ANY:
+        return
+    if expected is NO_STREAM:
+        ok = actual == 0
+        wanted: Any = "no_stream"
+    else:
+        ok = actual == expected
+        wanted = expected
+    if not ok:
+        raise ConcurrencyConflict(
+            f"stream {prepared.stream!r} is at version {actual}, expected {wanted}; "
+            "nothing was written",
+            stream=prepared.stream,
+            expected=wanted,
+            actual=actual,
+            index=index,
+        )
+
+
+def _check_actor_and_key(actor: str, key: str | None) -> None:
+    if not isinstance(actor, str) or not 1 <= len(actor) <= limits.actor_chars_max:
+        raise InvalidInput(
+            f"actor must be 1..{limits.actor_chars_max} characters", path="actor"
+        )
+    if not actor.isprintable():
+        raise InvalidInput("actor must be printable text", path="actor")
+    if key is not None:
+        if not isinstance(key, str) or not 1 <= len(key) <= limits.idempotency_key_chars_max:
+            raise InvalidInput(
+                f"idempotency_key must be 1..{limits.idempotency_key_chars_max} characters",
+                path="idempotency_key",
+            )
+        if not key.isprintable():
+            raise InvalidInput("idempotency_key must be printable text", path="idempotency_key")
+
+
+def _batch_digest(batch: list[PreparedEvent]) -> str:
+    h = hashlib.sha256()
+    for p in batch:
+        expected = p.expected_version
+        marker: Any = expected.value if isinstance(expected, StreamState) else expected
+        h.update(canonical_bytes([p.stream, p.type, p.schema_version, marker]))
+        h.update(len(p.payload_bytes).to_bytes(8, "big"))
+        h.update(p.payload_bytes)
+    return h.hexdigest()
+
+
+def _store_error(exc: SQLAlchemyError, url: str) -> LedgerError:
+    orig = getattr(exc, "orig", None)
+    message = str(orig if orig is not None else exc).strip().splitlines()[0]
+    lowered = message.lower()
+    if "no such table" in lowered or "does not exist" in lowered and "relation" in lowered:
+        return SchemaNotInitialised(
+            "the ledger's tables do not exist; run `arena-ledger init`", url=_safe(url)
+        )
+    if "append-only" in lowered:
+        return StoreError(f"the database refused a change to recorded events: {message}")
+    unavailable = ("locked", "readonly", "read-only", "disk", "full", "connect", "unable to open")
+    if any(word in lowered for word in unavailable):
+        return StoreUnavailable(f"the database is unavailable: {message}", url=_safe(url))
+    return StoreError(f"database error: {message}", url=_safe(url))
+
+
+def _safe(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<invalid url>"
+

@@ -1,0 +1,101 @@
+"""Verifies the hash chain by streaming stored rows and recomputing every entry hash.
+
+The check reads raw rows a page at a time (memory stays flat as the ledger grows), splices
+the stored payload bytes into the envelope, and compares each recomputed hash with the
+stored one. It names the first bad position: a changed byte, a swapped or missing row, or
+a head that disagrees with the last event (a truncated tail).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+
+from ledger import limits
+from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
+from ledger.model import VerifyReport
+
+if TYPE_CHECKING:
+    from ledger.store import EventStore
+
+__all__ = ["verify_chain"]
+
+_SQL = (
+    "SELECT position, stream, version, type, schema_version, payload, recorded_at, actor, "
+    "entry_hash FROM events WHERE position >= :lo AND position <= :hi ORDER BY position "
+    f"LIMIT {limits.read_page_events}"
+)
+
+
+def verify_chain(
+    store: EventStore, from_position: int = 1, to_position: int | None = None
+) -> VerifyReport:
+    """Recomputes entry hashes from ``from_position`` to ``to_position`` (default: head)."""
+    head = store.head()
+    last = head.position if to_position is None else min(to_position, head.position)
+    start = max(1, from_position)
+    previous_hex = GENESIS_HASH if start == 1 else _stored_hash(store, start - 1)
+    if previous_hex is None:
+        return _bad(start, start - 1, last, 0, GENESIS_HASH, "gap",
+                    f"position {start - 1} (the one before the range) is missing")
+    previous = bytes.fromhex(previous_hex)
+    expected_position = start
+    checked = 0
+    sql = text(_SQL)
+    while expected_position <= last:
+        with store.engine.connect() as conn:
+            rows = conn.execute(sql, {"lo": expected_position, "hi": last}).all()
+        if not rows:
+            break
+        for row in rows:
+            position = int(row[0])
+            if position != expected_position:
+                return _bad(start, expected_position, last, checked, previous.hex(), "gap",
+                            f"position {expected_position} is missing (next stored is {position})")
+            envelope = envelope_bytes(
+                position, row[1], int(row[2]), row[3], int(row[4]), bytes(row[5]), row[6], row[7]
+            )
+            previous = next_entry_hash(previous, envelope)
+            if previous.hex() != row[8]:
+                return _bad(start, position, last, checked, previous.hex(), "hash_mismatch",
+                            f"entry hash at position {position} does not match its content "
+                            "and the chain before it")
+            checked += 1
+            expected_position += 1
+    if expected_position <= last:
+        return _bad(start, expected_position, last, checked, previous.hex(), "gap",
+                    f"events end at position {expected_position - 1} but the head says {last}")
+    if to_position is None and last == head.position and last >= start:
+        if previous.hex() != head.entry_hash:
+            return _bad(start, last, last, checked, previous.hex(), "head_mismatch",
+                        "the ledger head's hash differs from the last event's hash")
+    if to_position is None:
+        beyond = _max_position(store)
+        if beyond > head.position:
+            return _bad(start, head.position + 1, last, checked, previous.hex(), "head_mismatch",
+                        f"events exist past the head (up to position {beyond})")
+    return VerifyReport(True, checked, start, last, previous.hex())
+
+
+def _bad(
+    start: int, position: int, last: int, checked: int, head_hash: str, kind: str, problem: str
+) -> VerifyReport:
+    return VerifyReport(
+        False, checked, start, last, head_hash, first_bad_position=position, problem=problem,
+        kind=kind,  # type: ignore[arg-type]
+    )
+
+
+def _stored_hash(store: EventStore, position: int) -> str | None:
+    with store.engine.connect() as conn:
+        value = conn.execute(
+            text("SELECT entry_hash FROM events WHERE position = :p"), {"p": position}
+        ).scalar()
+    return None if value is None else str(value)
+
+
+def _max_position(store: EventStore) -> int:
+    with store.engine.connect() as conn:
+        value = conn.execute(text("SELECT MAX(position) FROM events")).scalar()
+    return int(value or 0)

@@ -1,0 +1,825 @@
+"""Computes `settlement-rules.v1` settlements (DOMAIN §7) from plain, frozen inputs.
+
+The module is pure: it reads no clock, store or randomness, uses integers for money, blocks
+and weights, and ``decimal.Decimal`` in one fixed context (precision 34, ROUND_HALF_EVEN)
+for speedups. A projection of the ledger as of a position fills the input dataclasses;
+:func:`compute_settlement` turns them into claims, a weight vector that sums to exactly
+1,000,000 ppm, a fee summary and the ``settlement_digest``; :func:`settlement_payload`
+renders the ``SettlementComputed`` payload that replay recomputes and compares field by
+field. docs/settlement.md states the rules with a worked example.
+
+Choices this module makes where DOMAIN §7 is silent (also in docs/settlement.md):
+
+- A submission's reward group is (arena, the arena's incumbent_digest current at its
+  arrival). The group is fixed when the submission enters the queue, so it never depends
+  on when evaluation finished.
+- Blocking is arena-wide and by arrival key: an ARRIVED, QUEUED, QUALIFYING or HELD
+  submission blocks every later PASS of its arena, whatever their group. A pending PASS
+  therefore makes every later PASS of its arena pending too (whatever blocks it arrived
+  earlier than they did), so assessed PASSes always form a prefix of the arrival order.
+- A credit is never negative (a PASS whose speedup_ppm is below 1,000,000 earns 0), and a
+  settlement block before a claim's arrival block is refused.
+- Weights of zero are left out of ``weights_ppm``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import (
+    ROUND_FLOOR,
+    ROUND_HALF_EVEN,
+    Context,
+    Decimal,
+    DivisionByZero,
+    InvalidOperation,
+    Overflow,
+)
+from typing import Any, Final, Literal
+
+from ledger.codec import (
+    canonical_bytes,
+    canonical_decimal,
+    digest,
+    is_canonical_decimal,
+    is_fixed6,
+)
+from ledger.errors import InvalidInput
+from ledger.events import EmissionPolicySet
+from ledger.fields import is_arena_id, is_digest, is_hotkey, is_local_id
+
+__all__ = [
+    "BLOCKING_STATUSES",
+    "RULES_VERSION",
+    "SETTLEMENT_DOMAIN",
+    "SUBMISSION_STATUSES",
+    "TERMINAL_STATUSES",
+    "ArenaFees",
+    "ArenaInput",
+    "Claim",
+    "CreditRecord",
+    "EmissionPolicy",
+    "FeeRecords",
+    "FeeSummary",
+    "PaymentRecord",
+    "RewardAssessment",
+    "RewardStatus",
+    "Settlement",
+    "SettlementInput",
+    "SubmissionInput",
+    "assess_rewards",
+    "build_claims",
+    "check_settlement_digest",
+    "claim_credit",
+    "compute_settlement",
+    "compute_weights",
+    "diff_settlement_payload",
+    "explain_rewards",
+    "largest_remainder",
+    "settlement_digest",
+    "settlement_document",
+    "settlement_payload",
+    "speedup_scale_ppm",
+    "speedup_to_ppm",
+    "summarize_fees",
+    "weights_total_ppm",
+]
+
+#: Rules version hashed into every settlement digest.
+RULES_VERSION: Final = "settlement-rules.v1"
+#: Digest domain of the settlement document (DOMAIN §2.5).
+SETTLEMENT_DOMAIN: Final = "arena-ledger.settlement"
+#: The weight vector always sums to this many parts per million.
+weights_total_ppm: Final = 1_000_000
+#: One whole speedup expressed in ppm (speedup_ppm = floor(S * speedup_scale_ppm)).
+speedup_scale_ppm: Final = 1_000_000
+
+#: Submission states of DOMAIN §5, spelled as the submission machine names them.
+SUBMISSION_STATUSES: Final = (
+    "ARRIVED",
+    "QUEUED",
+    "QUALIFYING",
+    "QUALIFIED",
+    "FAILED",
+    "NO_DECISION",
+    "HELD",
+    "REJECTED",
+    "EXPIRED",
+)
+#: States that absorb nothing (DOMAIN §5).
+TERMINAL_STATUSES: Final = ("REJECTED", "QUALIFIED", "FAILED", "EXPIRED")
+#: States of an earlier arrival that keep a later PASS from being assessed (DOMAIN §7).
+#: A completed NO_DECISION is parked, not blocking; everything else here may still PASS.
+BLOCKING_STATUSES: Final = ("ARRIVED", "QUEUED", "QUALIFYING", "HELD")
+_VERDICTS: Final = ("PASS", "FAIL", "NO_DECISION")
+
+RewardStatus = Literal["rewarded", "lost_potential", "pending"]
+
+# Every speedup comparison runs in this one context; traps turn a bad value into an error
+# instead of a silent NaN, so every platform reproduces every digit or fails loudly.
+_DECIMAL: Final = Context(
+    prec=34, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation, DivisionByZero, Overflow]
+)
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+
+def _refuse(message: str, reason: str, **context: Any) -> InvalidInput:
+    return InvalidInput(message, reason=reason, **context)
+
+
+def _check_int(value: object, name: str, low: int = 0, high: int = 2**53 - 1) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise _refuse(
+            f"{name} must be an integer in [{low}, {high}], got {value!r}",
+            "settlement_input_invalid",
+            field=name,
+        )
+
+
+def _check_text(value: object, name: str, valid: bool, kind: str) -> None:
+    if not isinstance(value, str) or not valid:
+        raise _refuse(
+            f"{name} must be {kind}, got {value!r}", "settlement_input_invalid", field=name
+        )
+
+
+def _parse_decimal(text: object, name: str) -> Decimal:
+    """Parses a non-negative decimal written canonically or in the fixed 6-place form."""
+    ok = isinstance(text, str) and (is_canonical_decimal(text) or is_fixed6(text))
+    if not ok or str(text).startswith("-"):
+        raise _refuse(
+            f"{name} must be a non-negative decimal string such as '1.019129', got {text!r}",
+            "settlement_input_invalid",
+            field=name,
+        )
+    return Decimal(str(text))
+
+
+def _first_duplicate(keys: Iterable[str]) -> str | None:
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
+
+
+def _as_tuple(owner: object, name: str) -> None:
+    # Frozen dataclasses forbid plain assignment; converting once here lets a projection
+    # pass lists while the stored value stays immutable and hashable.
+    object.__setattr__(owner, name, tuple(getattr(owner, name)))
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmissionInput:
+    """Describes one submission of an arena as the ledger stands at the settlement position.
+
+    ``block``, ``event_index``, ``event_subindex``, ``hotkey`` and ``content_hash`` are the
+    arrival key of DOMAIN §3. ``status`` is the DOMAIN §5 state name. ``verdict`` is the
+    latest SubmissionResolved verdict (None before any); ``speedup`` is the recorded
+    speedup of the deciding look of a PASS (e.g. "1.019129"). ``incumbent_digest`` is the
+    arena's incumbent at the submission's arrival, which names its reward group.
+    """
+
+    submission_id: str
+    hotkey: str
+    content_hash: str
+    block: int
+    event_index: int
+    event_subindex: int
+    status: str
+    incumbent_digest: str
+    verdict: str | None = None
+    speedup: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_text(self.submission_id, "submission_id", is_digest(self.submission_id), "a digest")
+        _check_text(self.hotkey, "hotkey", is_hotkey(self.hotkey), "a hotkey")
+        _check_text(self.content_hash, "content_hash", is_digest(self.content_hash), "a digest")
+        digest_ok = is_digest(self.incumbent_digest)
+        _check_text(self.incumbent_digest, "incumbent_digest", digest_ok, "a digest")
+        for name in ("block", "event_index", "event_subindex"):
+            _check_int(getattr(self, name), name)
+        if self.status not in SUBMISSION_STATUSES:
+            raise _refuse(
+                f"status {self.status!r} of {self.submission_id} is not one of "
+                f"{', '.join(SUBMISSION_STATUSES)}",
+                "settlement_input_invalid",
+                field="status",
+            )
+        self._check_outcome()
+
+    def _check_outcome(self) -> None:
+        if self.verdict is not None and self.verdict not in _VERDICTS:
+            raise _refuse(
+                f"verdict {self.verdict!r} of {self.submission_id} is not PASS, FAIL or "
+                "NO_DECISION",
+                "settlement_input_invalid",
+                field="verdict",
+            )
+        if (self.status == "QUALIFIED") != (self.verdict == "PASS"):
+            raise _refuse(
+                f"submission {self.submission_id} is {self.status} with verdict "
+                f"{self.verdict}: a PASS is exactly a QUALIFIED submission",
+                "settlement_input_invalid",
+                field="verdict",
+            )
+        if self.status == "QUALIFIED":
+            _parse_decimal(self.speedup, "speedup")
+
+    @property
+    def arrival_key(self) -> tuple[int, int, int, str, str]:
+        """Returns the DOMAIN §3 arrival key (block, event_index, event_subindex, hotkey, hash)."""
+        return (self.block, self.event_index, self.event_subindex, self.hotkey, self.content_hash)
+
+    @property
+    def is_pass(self) -> bool:
+        """Tells whether the submission qualified with a PASS."""
+        return self.status == "QUALIFIED"
+
+
+@dataclass(frozen=True)
+class ArenaInput:
+    """Describes one arena: its emission share, its reward margin and its submissions.
+
+    ``reward_margin`` is the sealed policy's decimal string (e.g. "0.015"). Submissions may
+    come in any order; they are assessed in arrival-key order.
+    """
+
+    arena_id: str
+    emission_share_ppm: int
+    reward_margin: str
+    submissions: Sequence[SubmissionInput] = ()
+
+    def __post_init__(self) -> None:
+        _check_text(self.arena_id, "arena_id", is_arena_id(self.arena_id), "an arena slug")
+        _check_int(self.emission_share_ppm, "emission_share_ppm", 0, weights_total_ppm)
+        _parse_decimal(self.reward_margin, "reward_margin")
+        _as_tuple(self, "submissions")
+        for sub in self.submissions:
+            if not isinstance(sub, SubmissionInput):
+                raise _refuse(
+                    f"arena {self.arena_id} lists {sub!r}, not a SubmissionInput",
+                    "settlement_input_invalid",
+                    field="submissions",
+                )
+        dup = _first_duplicate(s.submission_id for s in self.submissions)
+        if dup is not None:
+            raise _refuse(
+                f"submission {dup} appears twice in arena {self.arena_id}",
+                "duplicate_submission",
+                submission_id=dup,
+            )
+
+
+@dataclass(frozen=True)
+class EmissionPolicy:
+    """Holds the emission policy in force: half-life in blocks and the burn hotkey.
+
+    ``validator_hotkey`` names the validator the policy was set for; settlement-rules.v1
+    gives it no weight.
+    """
+
+    half_life_blocks: int
+    burn_hotkey: str
+    validator_hotkey: str
+
+    def __post_init__(self) -> None:
+        _check_int(self.half_life_blocks, "half_life_blocks", 1)
+        _check_text(self.burn_hotkey, "burn_hotkey", is_hotkey(self.burn_hotkey), "a hotkey")
+        valid = is_hotkey(self.validator_hotkey)
+        _check_text(self.validator_hotkey, "validator_hotkey", valid, "a hotkey")
+
+    @classmethod
+    def from_event(cls, event: EmissionPolicySet) -> EmissionPolicy:
+        """Builds the policy from the latest EmissionPolicySet event."""
+        return cls(event.half_life_blocks, event.burn_hotkey, event.validator_hotkey)
+
+
+@dataclass(frozen=True)
+class PaymentRecord:
+    """Describes one consumed payment; ``released`` is True once PaymentReleased refunded it."""
+
+    arena_id: str
+    payment_ref: str
+    amount_rao: int
+    released: bool = False
+
+    def __post_init__(self) -> None:
+        _check_text(self.arena_id, "arena_id", is_arena_id(self.arena_id), "an arena slug")
+        ref_ok = is_local_id(self.payment_ref)
+        _check_text(self.payment_ref, "payment_ref", ref_ok, "a local id")
+        _check_int(self.amount_rao, "amount_rao")
+        if type(self.released) is not bool:
+            raise _refuse("released must be a bool", "settlement_input_invalid", field="released")
+
+
+@dataclass(frozen=True)
+class CreditRecord:
+    """Describes one spent credit: the arena of the submission it paid and its amount."""
+
+    arena_id: str
+    credit_id: str
+    amount_rao: int
+
+    def __post_init__(self) -> None:
+        _check_text(self.arena_id, "arena_id", is_arena_id(self.arena_id), "an arena slug")
+        _check_text(self.credit_id, "credit_id", is_local_id(self.credit_id), "a local id")
+        _check_int(self.amount_rao, "amount_rao")
+
+
+@dataclass(frozen=True)
+class FeeRecords:
+    """Holds every consumed payment and every spent credit as of the settlement position."""
+
+    payments: Sequence[PaymentRecord] = ()
+    credits: Sequence[CreditRecord] = ()
+
+    def __post_init__(self) -> None:
+        _as_tuple(self, "payments")
+        _as_tuple(self, "credits")
+        refs = (p.payment_ref for p in self.payments)
+        ids = (c.credit_id for c in self.credits)
+        for kind, keys in (("payment_ref", refs), ("credit_id", ids)):
+            dup = _first_duplicate(keys)
+            if dup is not None:
+                raise _refuse(
+                    f"{kind} {dup} is recorded twice; a payment or credit pays once",
+                    "duplicate_fee_record",
+                    field=kind,
+                    key=dup,
+                )
+
+
+@dataclass(frozen=True)
+class SettlementInput:
+    """Gathers everything a settlement reads: block, position, policy, arenas and fees.
+
+    ``block`` is the finalized chain block the settlement is computed at (the age of every
+    claim is measured to it); ``as_of_position`` is the ledger position the inputs were
+    projected as of.
+    """
+
+    block: int
+    as_of_position: int
+    policy: EmissionPolicy
+    arenas: Sequence[ArenaInput] = ()
+    fees: FeeRecords = field(default_factory=FeeRecords)
+
+    def __post_init__(self) -> None:
+        _check_int(self.block, "block")
+        _check_int(self.as_of_position, "as_of_position")
+        _as_tuple(self, "arenas")
+        arena = _first_duplicate(a.arena_id for a in self.arenas)
+        if arena is not None:
+            raise _refuse(f"arena {arena} is listed twice", "duplicate_arena", arena_id=arena)
+        sub = _first_duplicate(s.submission_id for a in self.arenas for s in a.submissions)
+        if sub is not None:
+            raise _refuse(
+                f"submission {sub} is listed under two arenas",
+                "duplicate_submission",
+                submission_id=sub,
+            )
+        _check_shares({a.arena_id: a.emission_share_ppm for a in self.arenas})
+
+
+def _check_shares(shares: Mapping[str, int]) -> None:
+    total = sum(shares.values())
+    if total > weights_total_ppm:
+        raise _refuse(
+            f"emission shares sum to {total} ppm, more than {weights_total_ppm}; "
+            "lower an arena's emission_share_ppm before settling",
+            "emission_shares_exceed_total",
+            total_ppm=total,
+            shares=dict(sorted(shares.items())),
+        )
+
+
+# --- reward assessment ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RewardAssessment:
+    """Explains one PASS: its group, the best before it, its status and what blocks it.
+
+    ``best_before_id`` and ``best_before`` name the group's best rewarded PASS among those
+    assessed before this one (None for the first); ``required_speedup`` is
+    best * (1 + reward_margin), the speedup this PASS needed. ``blocked_by`` lists, in
+    arrival order, the earlier submissions of the arena whose state keeps it ``pending``.
+    """
+
+    arena_id: str
+    incumbent_digest: str
+    submission_id: str
+    hotkey: str
+    block: int
+    speedup: str
+    status: RewardStatus
+    best_before_id: str | None
+    best_before: str | None
+    required_speedup: str | None
+    blocked_by: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the assessment as a JSON-ready object."""
+        return {
+            "arena_id": self.arena_id,
+            "incumbent_digest": self.incumbent_digest,
+            "submission_id": self.submission_id,
+            "hotkey": self.hotkey,
+            "block": self.block,
+            "speedup": self.speedup,
+            "status": self.status,
+            "best_before": None
+            if self.best_before_id is None
+            else {"submission_id": self.best_before_id, "speedup": self.best_before},
+            "required_speedup": self.required_speedup,
+            "blocked_by": list(self.blocked_by),
+        }
+
+
+def _arrival_order(sub: SubmissionInput) -> tuple[tuple[int, int, int, str, str], str]:
+    # submission_id only breaks ties a well-formed ledger never has (equal arrival keys).
+    return (sub.arrival_key, sub.submission_id)
+
+
+def _judge(
+    sub: SubmissionInput,
+    arena: ArenaInput,
+    best: dict[str, tuple[Decimal, SubmissionInput]],
+    blockers: tuple[str, ...],
+) -> RewardAssessment:
+    speedup = Decimal(str(sub.speedup))
+    prior = best.get(sub.incumbent_digest)
+    required: Decimal | None = None
+    if prior is not None:
+        factor = _DECIMAL.add(Decimal(1), Decimal(arena.reward_margin))
+        required = _DECIMAL.multiply(prior[0], factor)
+    status: RewardStatus
+    if blockers:
+        status = "pending"
+    elif required is None or speedup >= required:
+        status = "rewarded"
+        best[sub.incumbent_digest] = (speedup, sub)
+    else:
+        status = "lost_potential"
+    return RewardAssessment(
+        arena_id=arena.arena_id,
+        incumbent_digest=sub.incumbent_digest,
+        submission_id=sub.submission_id,
+        hotkey=sub.hotkey,
+        block=sub.block,
+        speedup=str(sub.speedup),
+        status=status,
+        best_before_id=None if prior is None else prior[1].submission_id,
+        best_before=None if prior is None else str(prior[1].speedup),
+        required_speedup=None if required is None else canonical_decimal(required),
+        blocked_by=blockers,
+    )
+
+
+def _assess_arena(arena: ArenaInput) -> list[RewardAssessment]:
+    best: dict[str, tuple[Decimal, SubmissionInput]] = {}
+    blockers: list[str] = []
+    results: list[RewardAssessment] = []
+    for sub in sorted(arena.submissions, key=_arrival_order):
+        if sub.is_pass:
+            results.append(_judge(sub, arena, best, tuple(blockers)))
+        # Blockers only accumulate, so once one PASS is pending every later one is too.
+        if sub.status in BLOCKING_STATUSES:
+            blockers.append(sub.submission_id)
+    return results
+
+
+def assess_rewards(arenas: Iterable[ArenaInput]) -> tuple[RewardAssessment, ...]:
+    """Assesses every PASS: by arena id, then in arrival-key order within each arena."""
+    results: list[RewardAssessment] = []
+    for arena in sorted(arenas, key=lambda a: a.arena_id):
+        results.extend(_assess_arena(arena))
+    return tuple(results)
+
+
+def explain_rewards(arenas: Iterable[ArenaInput]) -> list[dict[str, Any]]:
+    """Returns every PASS as a JSON-ready explanation (group, best before, status, blockers)."""
+    return [a.to_dict() for a in assess_rewards(arenas)]
+
+
+# --- claims ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Records a rewarded PASS and the credit it earns at the settlement block."""
+
+    arena_id: str
+    incumbent_digest: str
+    submission_id: str
+    hotkey: str
+    speedup_ppm: int
+    block: int
+    credit: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the claim as the object written into the settlement document."""
+        return {
+            "arena_id": self.arena_id,
+            "block": self.block,
+            "credit": self.credit,
+            "hotkey": self.hotkey,
+            "incumbent_digest": self.incumbent_digest,
+            "speedup_ppm": self.speedup_ppm,
+            "submission_id": self.submission_id,
+        }
+
+    @property
+    def sort_key(self) -> tuple[str, int, str]:
+        """Returns the claim's place in the document: (arena_id, block, submission_id)."""
+        return (self.arena_id, self.block, self.submission_id)
+
+
+def speedup_to_ppm(speedup: str) -> int:
+    """Converts a recorded speedup to floor(S * 10^6), e.g. "1.019129" → 1019129."""
+    value = _parse_decimal(speedup, "speedup")
+    scaled = _DECIMAL.multiply(value, Decimal(speedup_scale_ppm))
+    return int(scaled.to_integral_value(rounding=ROUND_FLOOR, context=_DECIMAL))
+
+
+def claim_credit(
+    speedup_ppm: int, claim_block: int, settlement_block: int, half_life_blocks: int
+) -> int:
+    """Returns floor((speedup_ppm - 10^6) * h / (h + age)), never below 0, in integers.
+
+    ``age`` is settlement_block - claim_block; a settlement block before the claim's
+    arrival block is refused, since the claim could not have existed then.
+    """
+    _check_int(speedup_ppm, "speedup_ppm", 0, 2**63)
+    _check_int(half_life_blocks, "half_life_blocks", 1)
+    _check_int(claim_block, "claim_block")
+    _check_int(settlement_block, "settlement_block")
+    if settlement_block < claim_block:
+        raise _refuse(
+            f"settlement block {settlement_block} is before claim block {claim_block}; "
+            "settle at a block no earlier than every arrival in the ledger",
+            "settlement_block_before_claim",
+            settlement_block=settlement_block,
+            claim_block=claim_block,
+        )
+    gain = max(0, speedup_ppm - speedup_scale_ppm)
+    return gain * half_life_blocks // (half_life_blocks + settlement_block - claim_block)
+
+
+def build_claims(
+    assessments: Iterable[RewardAssessment], settlement_block: int, half_life_blocks: int
+) -> tuple[Claim, ...]:
+    """Turns every rewarded assessment into a claim, sorted by (arena_id, block, id)."""
+    claims = []
+    for a in assessments:
+        if a.status != "rewarded":
+            continue
+        ppm = speedup_to_ppm(a.speedup)
+        try:
+            credit = claim_credit(ppm, a.block, settlement_block, half_life_blocks)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"claim {a.submission_id}: {exc.message}",
+                **exc.context,
+                submission_id=a.submission_id,
+            ) from exc
+        claims.append(
+            Claim(a.arena_id, a.incumbent_digest, a.submission_id, a.hotkey, ppm, a.block, credit)
+        )
+    return tuple(sorted(claims, key=lambda c: c.sort_key))
+
+
+# --- weights --------------------------------------------------------------------------------
+
+
+def largest_remainder(pool_ppm: int, credits: Mapping[str, int]) -> dict[str, int]:
+    """Splits ``pool_ppm`` in proportion to ``credits`` by the largest-remainder method.
+
+    Each hotkey first gets floor(pool * credit / sum(credit)); the ppm left over go one each to
+    the hotkeys with the larger remainders, ties broken by hotkey (ascending). Hotkeys with
+    zero credit get nothing; with no credit at all the result is empty.
+    """
+    _check_int(pool_ppm, "pool_ppm")
+    for hotkey, credit in credits.items():
+        _check_int(credit, f"credit of {hotkey}", 0, 2**63)
+    positive = {h: c for h, c in credits.items() if c > 0}
+    total = sum(positive.values())
+    if total == 0:
+        return {}
+    shares = {h: pool_ppm * c // total for h, c in positive.items()}
+    left = pool_ppm - sum(shares.values())
+    by_remainder = sorted(positive, key=lambda h: (-(pool_ppm * positive[h] % total), h))
+    for hotkey in by_remainder[:left]:
+        shares[hotkey] += 1
+    return shares
+
+
+def compute_weights(
+    claims: Iterable[Claim], shares_ppm: Mapping[str, int], burn_hotkey: str
+) -> dict[str, int]:
+    """Returns the {hotkey: ppm} vector: arena pools split by credit, the rest to burn.
+
+    Every arena in ``shares_ppm`` is a pool; a pool without credit, and the ppm no arena
+    holds, go to ``burn_hotkey``. A hotkey paid by several pools (the burn hotkey included)
+    gets their sum. Zero weights are left out; the values sum to exactly 1,000,000.
+    """
+    _check_shares(shares_ppm)
+    credit_by_arena: dict[str, dict[str, int]] = {a: {} for a in shares_ppm}
+    for claim in claims:
+        if claim.arena_id not in credit_by_arena:
+            raise _refuse(
+                f"claim {claim.submission_id} names arena {claim.arena_id}, which has no "
+                "emission share",
+                "claim_without_arena",
+                arena_id=claim.arena_id,
+            )
+        pool = credit_by_arena[claim.arena_id]
+        pool[claim.hotkey] = pool.get(claim.hotkey, 0) + claim.credit
+    weights: dict[str, int] = {}
+    burned = weights_total_ppm - sum(shares_ppm.values())
+    for arena_id in sorted(shares_ppm):
+        split = largest_remainder(shares_ppm[arena_id], credit_by_arena[arena_id])
+        if not split:
+            burned += shares_ppm[arena_id]
+        for hotkey, ppm in split.items():
+            weights[hotkey] = weights.get(hotkey, 0) + ppm
+    weights[burn_hotkey] = weights.get(burn_hotkey, 0) + burned
+    return {h: weights[h] for h in sorted(weights) if weights[h] > 0}
+
+
+# --- fees -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArenaFees:
+    """Sums one arena's fees in rao: payments consumed and released, credits spent."""
+
+    consumed_rao: int = 0
+    released_rao: int = 0
+    credits_spent_rao: int = 0
+
+    @property
+    def net_rao(self) -> int:
+        """Returns consumed minus released payments: the arena's fee revenue."""
+        return self.consumed_rao - self.released_rao
+
+    def plus(self, other: ArenaFees) -> ArenaFees:
+        """Returns the field-by-field sum of two fee records."""
+        return ArenaFees(
+            self.consumed_rao + other.consumed_rao,
+            self.released_rao + other.released_rao,
+            self.credits_spent_rao + other.credits_spent_rao,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """Returns the fees as the object written into the settlement document."""
+        return {
+            "consumed_rao": self.consumed_rao,
+            "credits_spent_rao": self.credits_spent_rao,
+            "net_rao": self.net_rao,
+            "released_rao": self.released_rao,
+        }
+
+
+@dataclass(frozen=True)
+class FeeSummary:
+    """Holds fees per arena (sorted by arena id) and their total across arenas."""
+
+    arenas: tuple[tuple[str, ArenaFees], ...]
+    total: ArenaFees
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns ``{"arenas": {arena_id: fees}, "total": fees}`` for the document."""
+        return {
+            "arenas": {arena_id: fees.to_dict() for arena_id, fees in self.arenas},
+            "total": self.total.to_dict(),
+        }
+
+
+def summarize_fees(arena_ids: Iterable[str], records: FeeRecords) -> FeeSummary:
+    """Sums payments (consumed minus released) and credits (waived, not revenue) per arena.
+
+    Every arena in ``arena_ids`` appears, with zeros when it has no fee record; an arena
+    that only appears in ``records`` appears too.
+    """
+    per: dict[str, ArenaFees] = {a: ArenaFees() for a in arena_ids}
+    for p in records.payments:
+        released = p.amount_rao if p.released else 0
+        per[p.arena_id] = per.get(p.arena_id, ArenaFees()).plus(
+            ArenaFees(p.amount_rao, released, 0)
+        )
+    for c in records.credits:
+        per[c.arena_id] = per.get(c.arena_id, ArenaFees()).plus(ArenaFees(0, 0, c.amount_rao))
+    total = ArenaFees()
+    for fees in per.values():
+        total = total.plus(fees)
+    return FeeSummary(tuple(sorted(per.items())), total)
+
+
+# --- settlement and its digest --------------------------------------------------------------
+
+
+def settlement_document(
+    block: int,
+    as_of_position: int,
+    claims: Iterable[Claim],
+    weights_ppm: Mapping[str, int],
+    fees: FeeSummary,
+) -> dict[str, Any]:
+    """Returns the exact document ``settlement_digest`` hashes (see docs/settlement.md).
+
+    ``{"as_of_position", "block", "claims": [claim objects sorted by (arena_id, block,
+    submission_id)], "fees": {"arenas", "total"}, "rules_version": "settlement-rules.v1",
+    "weights_ppm": {hotkey: ppm}}``.
+    """
+    return {
+        "as_of_position": as_of_position,
+        "block": block,
+        "claims": [c.to_dict() for c in sorted(claims, key=lambda c: c.sort_key)],
+        "fees": fees.to_dict(),
+        "rules_version": RULES_VERSION,
+        "weights_ppm": {h: weights_ppm[h] for h in sorted(weights_ppm)},
+    }
+
+
+def settlement_digest(document: Mapping[str, Any]) -> str:
+    """Returns digest("arena-ledger.settlement", document) as 64 lowercase hex characters."""
+    return digest(SETTLEMENT_DOMAIN, dict(document))
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """Holds one computed settlement: its claims, weights, fees, digest and explanation."""
+
+    block: int
+    as_of_position: int
+    claims: tuple[Claim, ...]
+    weights_ppm: Mapping[str, int]
+    fees: FeeSummary
+    settlement_digest: str
+    assessments: tuple[RewardAssessment, ...]
+
+    def document(self) -> dict[str, Any]:
+        """Returns the document the settlement digest covers."""
+        return settlement_document(
+            self.block, self.as_of_position, self.claims, self.weights_ppm, self.fees
+        )
+
+
+def compute_settlement(inputs: SettlementInput) -> Settlement:
+    """Computes the settlement of ``inputs``: assess, claim, weigh, sum fees, hash."""
+    assessments = assess_rewards(inputs.arenas)
+    claims = build_claims(assessments, inputs.block, inputs.policy.half_life_blocks)
+    shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
+    weights = compute_weights(claims, shares, inputs.policy.burn_hotkey)
+    fees = summarize_fees(shares, inputs.fees)
+    document = settlement_document(inputs.block, inputs.as_of_position, claims, weights, fees)
+    return Settlement(
+        block=inputs.block,
+        as_of_position=inputs.as_of_position,
+        claims=claims,
+        weights_ppm=weights,
+        fees=fees,
+        settlement_digest=settlement_digest(document),
+        assessments=assessments,
+    )
+
+
+def settlement_payload(settlement: Settlement) -> dict[str, Any]:
+    """Returns the SettlementComputed payload: the document less rules_version, plus digest."""
+    payload = settlement.document()
+    del payload["rules_version"]
+    payload["settlement_digest"] = settlement.settlement_digest
+    return payload
+
+
+def check_settlement_digest(payload: Mapping[str, Any]) -> bool:
+    """Tells whether a SettlementComputed payload's digest matches its own fields."""
+    document = {k: v for k, v in payload.items() if k != "settlement_digest"}
+    document["rules_version"] = RULES_VERSION
+    return settlement_digest(document) == payload.get("settlement_digest")
+
+
+def diff_settlement_payload(
+    expected: Mapping[str, Any], recorded: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """Names, sorted, the payload fields whose canonical bytes differ between two payloads.
+
+    Replay recomputes ``expected`` from the ledger and compares it with the ``recorded``
+    SettlementComputed payload; an empty result means they agree byte for byte.
+    """
+    names = sorted(set(expected) | set(recorded))
+    return tuple(
+        n
+        for n in names
+        if n not in expected
+        or n not in recorded
+        or canonical_bytes(expected[n]) != canonical_bytes(recorded[n])
+    )

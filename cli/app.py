@@ -1,0 +1,215 @@
+"""Defines the ``arena-ledger`` command line: thin commands over the library."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import IO
+
+import typer
+
+from cli.common import EXIT_CODES, console, emit_json, emit_jsonl, handle_errors, state
+from cli.db import db_app
+from cli.reader import DraftLine, read_drafts
+from ledger import migrate
+from ledger.errors import InvalidInput, LedgerError
+from ledger.log import configure_logging
+from ledger.model import AppendResult, RecordedEvent
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="arena-ledger",
+    help="The system of record for inference-kernel arenas: an append-only, hash-chained, "
+    "verifiable event ledger.\n\nExit codes: "
+    + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db_app, name="db")
+
+
+@app.callback()
+def _global(
+    db: str = typer.Option(
+        state.db_url, "--db", envvar="ARENA_LEDGER_DB", help="Database URL (sqlite:///… or "
+        "postgresql+psycopg://…)."
+    ),
+    log_level: str = typer.Option("WARNING", "--log-level", help="Log level for structured logs "
+                                  "on stderr (DEBUG, INFO, WARNING)."),
+) -> None:
+    state.db_url = db
+    configure_logging(log_level)
+
+
+@app.command()
+@handle_errors
+def init() -> None:
+    """Creates (or upgrades) the ledger's tables at --db."""
+    migrate.upgrade(state.db_url)
+    with state.store() as store:
+        head = store.head()
+    console.print(f"ledger ready at {state.db_url} (head {head.position}, "
+                  f"revision {migrate.current(state.db_url)})")
+
+
+def _batches(lines: list[DraftLine], size: int | None) -> list[list[DraftLine]]:
+    if size is None:
+        return [lines] if lines else []
+    return [lines[i : i + size] for i in range(0, len(lines), size)]
+
+
+def _batch_key(batch: list[DraftLine]) -> str | None:
+    keys = {line.idempotency_key for line in batch if line.idempotency_key is not None}
+    if len(keys) > 1:
+        second = next(line for line in batch if line.idempotency_key not in (None, min(keys)))
+        raise InvalidInput(
+            "one batch carries one idempotency key; split the file with --batch",
+            line=second.line,
+            path="$.idempotency_key",
+        )
+    return keys.pop() if keys else None
+
+
+def _open_input(path: str) -> IO[bytes]:
+    if path == "-":
+        return sys.stdin.buffer
+    file = Path(path)
+    if not file.is_file():
+        raise InvalidInput(f"input file {path} does not exist", path=path)
+    return file.open("rb")
+
+
+@app.command()
+@handle_errors
+def append(
+    file: str = typer.Argument(..., help="JSON Lines of event drafts, or - for stdin."),
+    batch: int | None = typer.Option(None, "--batch", min=1, help="Append in batches of N "
+                                     "lines (default: the whole file as one atomic batch)."),
+    actor: str = typer.Option("cli", "--actor", help="Who appends (recorded with each event)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per batch."),
+) -> None:
+    """Appends events from JSON Lines drafts; the file (or each --batch) is one atomic append."""
+    with _open_input(file) as source:
+        lines = list(read_drafts(source))
+    if not lines:
+        raise InvalidInput("the input holds no events", path=file)
+    with state.store() as store:
+        for chunk in _batches(lines, batch):
+            result = _append_chunk(store, chunk, actor)
+            _report_append(chunk, result, as_json)
+
+
+def _append_chunk(store: object, chunk: list[DraftLine], actor: str) -> AppendResult:
+    from ledger.store import EventStore
+
+    assert isinstance(store, EventStore)
+    key = _batch_key(chunk)
+    try:
+        return store.append([line.draft for line in chunk], idempotency_key=key, actor=actor)
+    except LedgerError as exc:
+        index = exc.context.get("index")
+        if isinstance(index, int) and 0 <= index < len(chunk):
+            exc.context["line"] = chunk[index].line
+        raise
+
+
+def _report_append(chunk: list[DraftLine], result: AppendResult, as_json: bool) -> None:
+    if as_json:
+        emit_jsonl([{
+            "first_line": chunk[0].line,
+            "last_line": chunk[-1].line,
+            "positions": list(result.positions),
+            "already_recorded": result.already_recorded,
+        }])
+        return
+    verb = "already recorded at" if result.already_recorded else "appended"
+    console.print(f"{verb} positions {result.first}..{result.last} "
+                  f"({len(result.positions)} events, lines {chunk[0].line}..{chunk[-1].line})")
+
+
+@app.command()
+@handle_errors
+def events(
+    stream: str | None = typer.Option(None, "--stream", help="Only this stream."),
+    stream_prefix: str | None = typer.Option(None, "--stream-prefix", help="Only streams "
+                                             "starting with this, e.g. attempt-."),
+    types: list[str] | None = typer.Option(None, "--type", help="Only this type (repeatable)."),
+    from_position: int = typer.Option(1, "--from-position", min=1),
+    to_position: int | None = typer.Option(None, "--to-position", min=0),
+    as_of: int | None = typer.Option(None, "--as-of", min=0, help="The ledger as of position "
+                                     "N (same as --to-position N)."),
+    since: str | None = typer.Option(None, "--since", help="recorded_at >= this (RFC 3339)."),
+    until: str | None = typer.Option(None, "--until", help="recorded_at < this (RFC 3339)."),
+    limit: int | None = typer.Option(None, "--limit", min=1),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
+) -> None:
+    """Lists recorded events in position order, with filters."""
+    upper = as_of if as_of is not None else to_position
+    with state.store() as store:
+        rows = store.read_all(
+            from_position, limit, to_position=upper, types=types or None, stream=stream,
+            stream_prefix=stream_prefix, recorded_from=since, recorded_to=until,
+        )
+        if as_json:
+            emit_jsonl(r.to_json() for r in rows)
+        else:
+            _print_events(rows)
+
+
+def _print_events(rows: object) -> None:
+    from rich.table import Table
+
+    table = Table("pos", "stream", "ver", "type", "recorded_at", "hash", box=None)
+    count = 0
+    for r in rows:  # type: ignore[attr-defined]
+        assert isinstance(r, RecordedEvent)
+        table.add_row(str(r.position), r.stream, str(r.version),
+                      f"{r.type} v{r.schema_version}", r.recorded_at, r.entry_hash[:16])
+        count += 1
+    console.print(table)
+    console.print(f"{count} events")
+
+
+@app.command()
+@handle_errors
+def head(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Shows the ledger's last position and entry hash."""
+    with state.store() as store:
+        tip = store.head()
+    if as_json:
+        emit_json({"position": tip.position, "entry_hash": tip.entry_hash})
+        return
+    console.print(f"position {tip.position}  entry_hash {tip.entry_hash}")
+
+
+@app.command()
+@handle_errors
+def verify(
+    from_position: int = typer.Option(1, "--from", min=1, help="First position to check."),
+    to_position: int | None = typer.Option(None, "--to", min=1, help="Last position to check."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Recomputes the hash chain; exit 4 names the first bad position."""
+    with state.store() as store:
+        report = store.verify(from_position, to_position)
+    if as_json:
+        emit_json(report.to_json())
+    elif report.ok:
+        console.print(f"ok: {report.checked} events verified "
+                      f"({report.from_position}..{report.to_position}), "
+                      f"head {report.head_hash}")
+    else:
+        console.print(f"FAILED at position {report.first_bad_position}: {report.problem}",
+                      markup=False)
+    if not report.ok:
+        raise typer.Exit(4)
+
+
+def main() -> None:
+    """Runs the CLI (the ``arena-ledger`` console script)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

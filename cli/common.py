@@ -1,0 +1,108 @@
+"""Holds what every CLI command shares: the store URL, error rendering and JSON output."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+
+from ledger.errors import LedgerError
+from ledger.store import DEFAULT_URL, EventStore
+
+__all__ = [
+    "EXIT_CODES",
+    "State",
+    "console",
+    "emit_json",
+    "emit_jsonl",
+    "err_console",
+    "fail",
+    "handle_errors",
+    "state",
+]
+
+#: Documented exit codes of every command.
+EXIT_CODES = {
+    0: "ok",
+    1: "refused or invalid input (nothing was written)",
+    2: "usage error (bad flags or arguments)",
+    3: "concurrency conflict (nothing was written; re-read and retry)",
+    4: "integrity failure (chain, proof, signature or replay mismatch)",
+    5: "store unavailable or not initialised",
+    6: "engine fault",
+}
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass
+class State:
+    """Carries the global options to each command."""
+
+    db_url: str = DEFAULT_URL
+
+    def store(self, *, require: bool = True) -> EventStore:
+        """Opens the store at the configured URL, refusing an uninitialised one by default."""
+        store = EventStore(self.db_url)
+        if require:
+            try:
+                store.require_initialised()
+            except LedgerError:
+                store.close()
+                raise
+        return store
+
+
+state = State(db_url=os.environ.get("ARENA_LEDGER_DB", DEFAULT_URL))
+
+
+def fail(error: LedgerError) -> NoReturn:
+    """Prints one line for an expected error and exits with its documented code."""
+    where = ""
+    for key in ("line", "path"):
+        if key in error.context:
+            where += f" [{key} {error.context[key]}]"
+    message = " ".join(error.message.split())  # one line, whatever the message held
+    sys.stderr.write(f"error[{error.code}]{where}: {message}\n")
+    raise typer.Exit(error.exit_code)
+
+
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turns LedgerError into one stderr line and its exit code; no traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except LedgerError as error:
+            fail(error)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+
+    return wrapper
+
+
+def emit_json(value: Any) -> None:
+    """Writes one JSON document to stdout."""
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def emit_jsonl(values: Iterable[Any]) -> None:
+    """Writes JSON Lines to stdout, one object per line, streaming."""
+    write = sys.stdout.write
+    for value in values:
+        write(orjson.dumps(value).decode() + "\n")

@@ -1,0 +1,76 @@
+"""Reads JSON Lines event drafts for ``arena-ledger append``, naming the line of any error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ledger.codec import loads
+from ledger.errors import InvalidInput, LedgerError, LimitExceeded, SchemaError
+from ledger.model import EventDraft
+from ledger.store import parse_expected_version
+
+__all__ = ["DraftLine", "line_bytes_max", "read_drafts"]
+
+#: Longest accepted input line, in bytes (a payload's limit plus room for the envelope).
+line_bytes_max = 131_072
+_FIELDS = {"stream", "type", "schema_version", "payload", "expected_version", "idempotency_key"}
+
+
+@dataclass(frozen=True, slots=True)
+class DraftLine:
+    """Is one parsed input line: its number, the draft and its idempotency key, if any."""
+
+    line: int
+    draft: EventDraft
+    idempotency_key: str | None
+
+
+def read_drafts(source: IO[bytes]) -> Iterator[DraftLine]:
+    """Parses each non-blank line into a draft, raising an error that names the line."""
+    for number, raw in enumerate(source, start=1):
+        if len(raw) > line_bytes_max:
+            raise LimitExceeded(
+                f"line is {len(raw)} bytes; the limit is {line_bytes_max}", line=number, path="$"
+            )
+        if not raw.strip():
+            continue
+        try:
+            yield _parse(number, raw)
+        except LedgerError as exc:
+            exc.context["line"] = number
+            raise
+
+
+def _parse(number: int, raw: bytes) -> DraftLine:
+    document: Any = loads(raw, where=f"line {number}")
+    if not isinstance(document, dict):
+        raise SchemaError("each line must be a JSON object", path="$")
+    unknown = sorted(set(document) - _FIELDS)
+    if unknown:
+        raise SchemaError(f"unknown field {unknown[0]!r}", path=f"$.{unknown[0]}")
+    for required in ("stream", "type", "payload"):
+        if required not in document:
+            raise SchemaError(f"missing field {required!r}", path=f"$.{required}")
+    stream, event_type = document["stream"], document["type"]
+    if not isinstance(stream, str):
+        raise SchemaError("stream must be a string", path="$.stream")
+    if not isinstance(event_type, str):
+        raise SchemaError("type must be a string", path="$.type")
+    schema_version = document.get("schema_version")
+    if schema_version is not None and (type(schema_version) is not int or schema_version < 1):
+        raise SchemaError("schema_version must be a positive integer", path="$.schema_version")
+    key = document.get("idempotency_key")
+    if key is not None and not isinstance(key, str):
+        raise InvalidInput("idempotency_key must be a string", path="$.idempotency_key")
+    draft = EventDraft(
+        stream=stream,
+        type=event_type,
+        payload=document["payload"],
+        schema_version=schema_version,
+        expected_version=parse_expected_version(
+            document.get("expected_version"), "$.expected_version"
+        ),
+    )
+    return DraftLine(number, draft, key)

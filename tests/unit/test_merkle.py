@@ -1,0 +1,513 @@
+"""Tests the RFC 9162 Merkle tree: published vectors, incremental storage and proofs."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import merkle
+from ledger.errors import InvalidInput, NotFound
+from ledger.merkle import (
+    EMPTY_ROOT,
+    CompactRange,
+    MerkleTree,
+    consistency_proof_from_leaves,
+    inclusion_proof_from_leaves,
+    leaf_hash,
+    node_hash,
+    nodes_for_append,
+    root_from_leaves,
+    verify_consistency,
+    verify_inclusion,
+)
+
+# --------------------------------------------------------------------------------------
+# Reference vectors from Certificate Transparency, as published in
+#   github.com/transparency-dev/merkle, proof/verify_test.go (the same data as
+#   google/certificate-transparency, cpp/merkletree/merkle_tree_test.cc) and
+#   rfc6962/rfc6962_test.go for the hasher.
+# The leaves are raw data, hashed as leaf_hash(data). In the Go file inclusion vectors
+# number leaves from 1; here they are converted to 0-based indexes.
+# --------------------------------------------------------------------------------------
+
+LEAVES = [
+    bytes.fromhex(""),
+    bytes.fromhex("00"),
+    bytes.fromhex("10"),
+    bytes.fromhex("2021"),
+    bytes.fromhex("3031"),
+    bytes.fromhex("40414243"),
+    bytes.fromhex("5051525354555657"),
+    bytes.fromhex("606162636465666768696a6b6c6d6e6f"),
+]
+
+ROOTS = [  # ROOTS[n - 1] is the root of the first n leaves
+    "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+    "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+    "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+    "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+    "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+    "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+    "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
+]
+
+INCLUSION_VECTORS = [  # (0-based leaf index, tree size, proof)
+    (
+        0,
+        8,
+        [
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ],
+    ),
+    (
+        5,
+        8,
+        [
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+            "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
+    (2, 3, ["fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125"]),
+    (
+        1,
+        5,
+        [
+            "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+        ],
+    ),
+    (0, 1, []),
+]
+
+CONSISTENCY_VECTORS = [  # (size1, size2, proof)
+    (1, 1, []),
+    (
+        1,
+        8,
+        [
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ],
+    ),
+    (
+        6,
+        8,
+        [
+            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+            "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
+    (
+        2,
+        5,
+        [
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+        ],
+    ),
+    (
+        6,
+        7,
+        [
+            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+            "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
+]
+
+SOME_HASH = bytes.fromhex("abacaba000000000000000000000000000000000000000000060061e00123456")
+
+
+def _hexes(values: list[str]) -> list[bytes]:
+    return [bytes.fromhex(v) for v in values]
+
+
+def _flip(value: bytes, bit: int) -> bytes:
+    """Returns ``value`` with bit ``bit`` (0 = lowest bit of the first byte) inverted."""
+    out = bytearray(value)
+    out[bit // 8] ^= 1 << (bit % 8)
+    return bytes(out)
+
+
+def _tree(leaves: list[bytes]) -> MerkleTree:
+    tree = MerkleTree()
+    tree.extend(leaves)
+    return tree
+
+
+# ------------------------------------------------------------------------------ hashing
+
+
+def test_hasher_matches_rfc6962_vectors() -> None:
+    assert EMPTY_ROOT.hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert leaf_hash(b"").hex() == (
+        "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
+    )
+    assert leaf_hash(b"L123456").hex() == (
+        "395aa064aa4c29f7010acfe3f25db9485bbd4b91897b6ad7ad547639252b4d56"
+    )
+    assert node_hash(b"N123", b"N456").hex() == (
+        "aa217fe888e47007fa15edab33c2b492a722cb106c64667fc2b044444de66bbb"
+    )
+
+
+def test_leaf_and_node_hashes_are_domain_separated() -> None:
+    left, right = leaf_hash(b"Hello"), leaf_hash(b"World")
+    assert node_hash(left, right) != leaf_hash(left + right)
+    assert node_hash(left, right) != node_hash(right, left)
+
+
+# ---------------------------------------------------------------------- published roots
+
+
+@pytest.mark.parametrize("size", range(1, 9))
+def test_roots_match_published_vectors(size: int) -> None:
+    expected = bytes.fromhex(ROOTS[size - 1])
+    assert root_from_leaves(LEAVES[:size]) == expected
+    assert _tree(LEAVES).root(size) == expected
+    compact = CompactRange()
+    compact.extend(LEAVES[:size])
+    assert compact.root() == expected
+
+
+def test_empty_tree_root_is_hash_of_empty_string() -> None:
+    assert root_from_leaves([]) == EMPTY_ROOT
+    assert MerkleTree().root() == EMPTY_ROOT
+    assert CompactRange().root() == EMPTY_ROOT
+
+
+# ------------------------------------------------------------------- published proofs
+
+
+@pytest.mark.parametrize(("index", "size", "proof_hex"), INCLUSION_VECTORS)
+def test_inclusion_proofs_match_published_vectors(
+    index: int, size: int, proof_hex: list[str]
+) -> None:
+    proof = _hexes(proof_hex)
+    root = bytes.fromhex(ROOTS[size - 1])
+    assert inclusion_proof_from_leaves(index, LEAVES[:size]) == proof
+    assert _tree(LEAVES).inclusion_proof(index, size) == proof
+    assert verify_inclusion(index, size, leaf_hash(LEAVES[index]), proof, root)
+
+
+@pytest.mark.parametrize(("index", "size", "proof_hex"), INCLUSION_VECTORS)
+def test_inclusion_proof_probes_from_ct_suite_fail(
+    index: int, size: int, proof_hex: list[str]
+) -> None:
+    proof = _hexes(proof_hex)
+    root = bytes.fromhex(ROOTS[size - 1])
+    leaf = leaf_hash(LEAVES[index])
+    probes = [
+        (index - 1, size, leaf, proof, root),
+        (index + 1, size, leaf, proof, root),
+        (index ^ 2, size, leaf, proof, root),
+        (index, size * 2, leaf, proof, root),
+        (index, size // 2, leaf, proof, root),
+        (index, size, leaf_hash(b"WrongLeaf"), proof, root),
+        (index, size, leaf, proof, EMPTY_ROOT),
+        (index, size, leaf, proof, SOME_HASH),
+        (index, size, leaf, [*proof, b""], root),
+        (index, size, leaf, [*proof, root], root),
+        (index, size, leaf, [b"", *proof], root),
+        (index, size, leaf, [root, *proof], root),
+    ]
+    if proof:
+        probes.append((index, size, leaf, proof[:-1], root))
+    if len(proof) > 1:
+        probes.append((index, size, leaf, [proof[0], SOME_HASH, *proof[1:]], root))
+    for position in range(len(proof)):
+        for bit in range(256):
+            bad = list(proof)
+            bad[position] = _flip(bad[position], bit)
+            probes.append((index, size, leaf, bad, root))
+    for probe in probes:
+        assert not verify_inclusion(*probe), probe[:2]
+
+
+@pytest.mark.parametrize(("size1", "size2", "proof_hex"), CONSISTENCY_VECTORS)
+def test_consistency_proofs_match_published_vectors(
+    size1: int, size2: int, proof_hex: list[str]
+) -> None:
+    proof = _hexes(proof_hex)
+    root1, root2 = bytes.fromhex(ROOTS[size1 - 1]), bytes.fromhex(ROOTS[size2 - 1])
+    assert consistency_proof_from_leaves(size1, LEAVES[:size2]) == proof
+    assert _tree(LEAVES).consistency_proof(size1, size2) == proof
+    assert verify_consistency(size1, size2, root1, root2, proof)
+
+
+@pytest.mark.parametrize(("size1", "size2", "proof_hex"), CONSISTENCY_VECTORS[1:])
+def test_consistency_proof_probes_from_ct_suite_fail(
+    size1: int, size2: int, proof_hex: list[str]
+) -> None:
+    proof = _hexes(proof_hex)
+    root1, root2 = bytes.fromhex(ROOTS[size1 - 1]), bytes.fromhex(ROOTS[size2 - 1])
+    probes = [
+        (size1 - 1, size2, root1, root2, proof),
+        (size1 + 1, size2, root1, root2, proof),
+        (size1 ^ 2, size2, root1, root2, proof),
+        (size1, size2 * 2, root1, root2, proof),
+        (size1, size2 // 2, root1, root2, proof),
+        (size1, size2, SOME_HASH, root2, proof),
+        (size1, size2, root1, SOME_HASH, proof),
+        (size1, size2, root2, root1, proof),
+        (size1, size2, root1, root2, []),
+        (size1, size2, root1, root2, [*proof, b""]),
+        (size1, size2, root1, root2, [*proof, root1]),
+        (size1, size2, root1, root2, [*proof, root2]),
+        (size1, size2, root1, root2, [b"", *proof]),
+        (size1, size2, root1, root2, [root1, *proof]),
+        (size1, size2, root1, root2, [root2, *proof]),
+        (size1, size2, root1, root2, [proof[0], *proof]),
+        (size1, size2, root1, root2, proof[:-1]),
+    ]
+    for position in range(len(proof)):
+        for bit in range(256):
+            bad = list(proof)
+            bad[position] = _flip(bad[position], bit)
+            probes.append((size1, size2, root1, root2, bad))
+    for probe in probes:
+        assert not verify_consistency(*probe), probe[:2]
+
+
+# ------------------------------------------------------------------- verifier edge cases
+
+
+def test_trivial_consistency_cases_are_decided_strictly() -> None:
+    root = bytes.fromhex(ROOTS[0])
+    assert verify_consistency(0, 0, EMPTY_ROOT, EMPTY_ROOT, [])
+    assert verify_consistency(0, 5, EMPTY_ROOT, SOME_HASH, [])
+    assert verify_consistency(1, 1, root, root, [])
+    assert not verify_consistency(0, 5, SOME_HASH, SOME_HASH, [])  # root1 not the empty root
+    assert not verify_consistency(0, 5, EMPTY_ROOT, SOME_HASH, [EMPTY_ROOT])
+    assert not verify_consistency(1, 1, root, SOME_HASH, [])
+    assert not verify_consistency(1, 1, root, root, [EMPTY_ROOT])
+    assert not verify_consistency(2, 1, root, root, [])
+    assert not verify_consistency(1, 2, root, root, [])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, 0, SOME_HASH, [], SOME_HASH),
+        (1, 0, SOME_HASH, [], SOME_HASH),
+        (2, 1, SOME_HASH, [], SOME_HASH),
+        (-1, 4, SOME_HASH, [], SOME_HASH),
+        (True, 4, SOME_HASH, [], SOME_HASH),
+        (0, 2**64, SOME_HASH, [SOME_HASH], SOME_HASH),
+        (0, 1, SOME_HASH[:31], [], SOME_HASH[:31]),
+        (0, 1, "not bytes", [], "not bytes"),
+        (0, 2, SOME_HASH, None, SOME_HASH),
+        (0, 2, SOME_HASH, SOME_HASH, SOME_HASH),
+        (0, 2, SOME_HASH, [12], SOME_HASH),
+        (0, 2, SOME_HASH, [SOME_HASH.hex()], SOME_HASH),
+    ],
+)
+def test_verify_inclusion_returns_false_and_never_raises_on_garbage(args: tuple[Any, ...]) -> None:
+    assert verify_inclusion(*args) is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (1, 2, SOME_HASH, SOME_HASH, None),
+        (1, 2, SOME_HASH, SOME_HASH, "abc"),
+        (1, 2, SOME_HASH, SOME_HASH, [None]),
+        (1, 2, b"short", SOME_HASH, [SOME_HASH]),
+        (-1, 2, SOME_HASH, SOME_HASH, [SOME_HASH]),
+        (1, 2**64, SOME_HASH, SOME_HASH, [SOME_HASH]),
+        (1.0, 2, SOME_HASH, SOME_HASH, [SOME_HASH]),
+    ],
+)
+def test_verify_consistency_returns_false_and_never_raises_on_garbage(
+    args: tuple[Any, ...],
+) -> None:
+    assert verify_consistency(*args) is False
+
+
+def test_single_leaf_tree_has_its_leaf_hash_as_root() -> None:
+    leaf = leaf_hash(b"data")
+    assert verify_inclusion(0, 1, leaf, [], leaf)
+    assert not verify_inclusion(0, 1, leaf, [], EMPTY_ROOT)
+
+
+# ---------------------------------------------------------------- incremental storage
+
+
+def test_nodes_for_append_emits_leaf_and_every_completed_parent() -> None:
+    store: dict[tuple[int, int], bytes] = {}
+    for index in range(8):
+        nodes = nodes_for_append(index, leaf_hash(LEAVES[index]), lambda lv, ix: store[(lv, ix)])
+        store.update({(level, idx): value for level, idx, value in nodes})
+        # One node for the leaf, one more per trailing one bit of the index.
+        trailing_ones = (index ^ (index + 1)).bit_length() - 1
+        assert [(level, idx) for level, idx, _ in nodes] == [
+            (level, index >> level) for level in range(trailing_ones + 1)
+        ]
+    assert store[(3, 0)] == bytes.fromhex(ROOTS[7])
+    assert merkle.root(6, lambda lv, ix: store[(lv, ix)]) == bytes.fromhex(ROOTS[5])
+
+
+def test_nodes_for_append_checks_its_input() -> None:
+    with pytest.raises(InvalidInput, match="leaf_hash must be 32 bytes"):
+        nodes_for_append(0, b"short", lambda lv, ix: b"")
+    with pytest.raises(InvalidInput, match="tree_size must be an integer"):
+        nodes_for_append(-1, SOME_HASH, lambda lv, ix: b"")
+
+
+def test_batch_appends_through_an_overlay_match_one_by_one_appends() -> None:
+    leaves = [hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(37)]
+    store: dict[tuple[int, int], bytes] = {}
+    reads: list[tuple[int, int]] = []
+
+    def get_node(level: int, index: int) -> bytes:
+        reads.append((level, index))
+        return store[(level, index)]
+
+    for start in range(0, len(leaves), 10):
+        overlay: dict[tuple[int, int], bytes] = {}
+        for offset, leaf in enumerate(leaves[start : start + 10]):
+            nodes_for_append(start + offset, leaf_hash(leaf), get_node, overlay)
+        # Nothing of the batch reached the store before it committed.
+        assert not set(overlay) & set(store)
+        store.update(overlay)
+    assert merkle.root(37, get_node) == root_from_leaves(leaves)
+    assert set(store) == {
+        (level, index)
+        for level in range(6)
+        for index in range(37 >> level)
+        if (index + 1) << level <= 37
+    }
+
+
+def test_range_hash_refuses_a_range_that_is_not_whole_subtrees() -> None:
+    tree = _tree(LEAVES)
+    with pytest.raises(InvalidInput, match="does not start on a multiple of 4"):
+        merkle.range_hash(2, 6, tree.get_node)
+    with pytest.raises(InvalidInput, match="reversed"):
+        merkle.range_hash(5, 4, tree.get_node)
+    assert merkle.range_hash(4, 7, tree.get_node) == root_from_leaves(LEAVES[4:7])
+
+
+def test_proof_builders_refuse_out_of_range_arguments() -> None:
+    tree = _tree(LEAVES)
+    with pytest.raises(InvalidInput, match="leaf index 8 is outside a tree of 8 leaves"):
+        tree.inclusion_proof(8)
+    with pytest.raises(InvalidInput, match=re.escape("old size 9 is outside 0..8")):
+        tree.consistency_proof(9)
+    with pytest.raises(InvalidInput, match=re.escape("size must be an integer in 0..8")):
+        tree.root(9)
+    with pytest.raises(InvalidInput, match="leaf index"):
+        inclusion_proof_from_leaves(0, [])
+    with pytest.raises(NotFound, match="no complete Merkle node at level 3 index 1"):
+        tree.get_node(3, 1)
+
+
+def test_compact_range_resumes_from_stored_nodes() -> None:
+    tree = _tree(LEAVES[:6])
+    resumed = CompactRange.from_tree(6, tree.get_node)
+    assert resumed.nodes() == [(2, 0, tree.get_node(2, 0)), (1, 2, tree.get_node(1, 2))]
+    resumed.extend(LEAVES[6:])
+    assert resumed.size == 8
+    assert resumed.root() == bytes.fromhex(ROOTS[7])
+
+
+# --------------------------------------------------------------------------- properties
+
+_SIZES = st.integers(min_value=1, max_value=300)
+
+
+def _leaves(size: int) -> list[bytes]:
+    # Entry hashes, as the ledger's leaves are; the seed keeps examples reproducible.
+    return [hashlib.sha256(b"entry-%d" % i).digest() for i in range(size)]
+
+
+@settings(deadline=None, max_examples=60)
+@given(size=_SIZES)
+def test_incremental_roots_match_the_reference_at_every_size(size: int) -> None:
+    leaves = _leaves(size)
+    tree, compact = MerkleTree(), CompactRange()
+    store: dict[tuple[int, int], bytes] = {}
+    for index, leaf in enumerate(leaves):
+        tree.append(leaf)
+        compact.append(leaf)
+        for level, idx, value in nodes_for_append(
+            index, leaf_hash(leaf), lambda lv, ix: store[(lv, ix)]
+        ):
+            store[(level, idx)] = value
+    for prefix in {1, size // 3 + 1, size // 2 + 1, size}:
+        assert tree.root(prefix) == root_from_leaves(leaves[:prefix])
+    assert compact.root() == tree.root() == merkle.root(size, lambda lv, ix: store[(lv, ix)])
+    assert compact.nodes() == CompactRange.from_tree(size, tree.get_node).nodes()
+
+
+@settings(deadline=None)
+@given(data=st.data(), size=_SIZES)
+def test_inclusion_proofs_verify_and_any_bit_flip_breaks_them(
+    data: st.DataObject, size: int
+) -> None:
+    leaves = _leaves(size)
+    tree = _tree(leaves)
+    index = data.draw(st.integers(0, size - 1), label="index")
+    proof = tree.inclusion_proof(index)
+    assert proof == inclusion_proof_from_leaves(index, leaves)
+    root, leaf = tree.root(), leaf_hash(leaves[index])
+    assert verify_inclusion(index, size, leaf, proof, root)
+
+    bit = data.draw(st.integers(0, 255), label="bit")
+    assert not verify_inclusion(index, size, _flip(leaf, bit), proof, root)
+    assert not verify_inclusion(index, size, leaf, proof, _flip(root, bit))
+    if proof:
+        position = data.draw(st.integers(0, len(proof) - 1), label="position")
+        bad = list(proof)
+        bad[position] = _flip(bad[position], bit)
+        assert not verify_inclusion(index, size, leaf, bad, root)
+
+
+@settings(deadline=None)
+@given(data=st.data(), size2=_SIZES)
+def test_consistency_proofs_verify_and_any_bit_flip_breaks_them(
+    data: st.DataObject, size2: int
+) -> None:
+    leaves = _leaves(size2)
+    tree = _tree(leaves)
+    size1 = data.draw(st.integers(1, size2), label="size1")
+    proof = tree.consistency_proof(size1)
+    assert proof == consistency_proof_from_leaves(size1, leaves)
+    root1, root2 = tree.root(size1), tree.root()
+    assert verify_consistency(size1, size2, root1, root2, proof)
+
+    bit = data.draw(st.integers(0, 255), label="bit")
+    assert not verify_consistency(size1, size2, _flip(root1, bit), root2, proof)
+    assert not verify_consistency(size1, size2, root1, _flip(root2, bit), proof)
+    if proof:
+        position = data.draw(st.integers(0, len(proof) - 1), label="position")
+        bad = list(proof)
+        bad[position] = _flip(bad[position], bit)
+        assert not verify_consistency(size1, size2, root1, root2, bad)
+
+
+@settings(deadline=None, max_examples=30)
+@given(size=_SIZES)
+def test_every_proof_of_a_tree_verifies(size: int) -> None:
+    leaves = _leaves(size)
+    tree = _tree(leaves)
+    root = tree.root()
+    for index in range(size):
+        proof = tree.inclusion_proof(index)
+        assert verify_inclusion(index, size, leaf_hash(leaves[index]), proof, root)
+    for size1 in range(size + 1):
+        proof = tree.consistency_proof(size1)
+        assert verify_consistency(size1, size, tree.root(size1), root, proof)

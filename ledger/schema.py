@@ -16,10 +16,20 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    SmallInteger,
+    Text,
     UniqueConstraint,
 )
 
-__all__ = ["NAMING_CONVENTION", "events", "idempotency_keys", "ledger_head", "metadata"]
+__all__ = [
+    "NAMING_CONVENTION",
+    "checkpoints",
+    "events",
+    "idempotency_keys",
+    "ledger_head",
+    "merkle_nodes",
+    "metadata",
+]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -56,8 +66,31 @@ ledger_head = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("position", BigInteger, nullable=False),
     Column("entry_hash", String(64), nullable=False),
+    # The Merkle tree's right edge (largest subtree first), see ledger/tree.py.
+    Column("frontier", LargeBinary, nullable=False),
     CheckConstraint("id = 1", name="single_row"),
 )
+
+merkle_nodes = Table(
+    "merkle_nodes",
+    metadata,
+    Column("level", SmallInteger, primary_key=True, autoincrement=False),
+    Column("idx", BigInteger, primary_key=True, autoincrement=False),
+    Column("hash", LargeBinary, nullable=False),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tree_size", BigInteger, nullable=False),
+    Column("root_hash", String(64), nullable=False),
+    Column("origin", String(256), nullable=False),
+    Column("key_name", String(256), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("created_at", String(32), nullable=False),
+)
+Index("ix_checkpoints_tree_size", checkpoints.c.tree_size)
 
 idempotency_keys = Table(
     "idempotency_keys",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ from ledger.errors import (
     StoreUnavailable,
 )
 from ledger.log import get_logger
+from ledger.tree import StoredTree, advance_frontier, frontier_root
 from ledger.model import (
     ANY,
     NO_STREAM,
@@ -254,7 +256,7 @@ class EventStore:
         self, batch: list[PreparedEvent], key: str | None, content: str, actor: str
     ) -> AppendResult:
         with self._write_connection() as conn, conn.begin():
-            head = self._lock_head(conn)
+            head, frontier = self._lock_head(conn)
             if key is not None:
                 found = self._lookup_key(conn, key, content)
                 if found is not None:
@@ -264,9 +266,19 @@ class EventStore:
                 self.guard(self, conn, batch)
             rows, tip = self._build_rows(batch, versions, head, actor)
             self._insert(conn, rows)
+            frontier, nodes = advance_frontier(
+                frontier, head.position, [bytes.fromhex(r[8]) for r in rows]
+            )
+            if nodes:
+                conn.exec_driver_sql(
+                    f"INSERT INTO merkle_nodes (level, idx, hash) VALUES "
+                    f"({self._param}, {self._param}, {self._param})",
+                    nodes,
+                )
             conn.execute(
-                text("UPDATE ledger_head SET position = :p, entry_hash = :h WHERE id = 1"),
-                {"p": rows[-1][0], "h": tip},
+                text("UPDATE ledger_head SET position = :p, entry_hash = :h, frontier = :f "
+                     "WHERE id = 1"),
+                {"p": rows[-1][0], "h": tip, "f": frontier},
             )
             if key is not None:
                 conn.execute(
@@ -286,21 +298,22 @@ class EventStore:
             return conn.execution_options(sqlite_begin="IMMEDIATE")
         return conn
 
-    def _lock_head(self, conn: Connection) -> Head:
+    def _lock_head(self, conn: Connection) -> tuple[Head, bytes]:
         suffix = "" if self.backend == "sqlite" else " FOR UPDATE"
         try:
             row = conn.execute(
-                text(f"SELECT position, entry_hash FROM ledger_head WHERE id = 1{suffix}")
+                text(f"SELECT position, entry_hash, frontier FROM ledger_head WHERE id = 1{suffix}")
             ).first()
         except (OperationalError, DBAPIError) as exc:
-            if "ledger_head" in str(exc.orig):
+            if "ledger_head" in str(exc.orig) or "frontier" in str(exc.orig):
                 raise SchemaNotInitialised(
-                    "the ledger's tables do not exist; run `arena-ledger init`", url=self.url
+                    "the ledger's tables are missing or not at the latest revision; run "
+                    "`arena-ledger db upgrade`", url=_safe(self.url)
                 ) from None
             raise
         if row is None:
             raise StoreError("the ledger_head row is missing; the database is damaged")
-        return Head(int(row[0]), str(row[1]))
+        return Head(int(row[0]), str(row[1])), bytes(row[2])
 
     def _lookup_key(self, conn: Connection, key: str, content: str) -> AppendResult | None:
         row = conn.execute(
@@ -487,6 +500,59 @@ class EventStore:
             return list(conn.execute(sql, params))
         with self.engine.connect() as own:
             return list(own.execute(sql, params))
+
+    # -- Merkle tree and checkpoints --------------------------------------------------------
+
+    @contextmanager
+    def tree(self) -> Iterator[StoredTree]:
+        """Yields the stored Merkle tree at the head, read in one consistent snapshot."""
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                row = conn.execute(text("SELECT position FROM ledger_head WHERE id = 1")).first()
+                if row is None:
+                    raise StoreError("the ledger_head row is missing; the database is damaged")
+                yield StoredTree(self, conn, int(row[0]))
+        except SQLAlchemyError as exc:
+            raise _store_error(exc, self.url) from None
+
+    def merkle_root(self, size: int | None = None) -> tuple[int, bytes]:
+        """Returns (size, root hash) of the Merkle tree at ``size`` (the head when None)."""
+        if size is None:
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    text("SELECT position, frontier FROM ledger_head WHERE id = 1")
+                ).first()
+            if row is None:
+                raise StoreError("the ledger_head row is missing; the database is damaged")
+            return int(row[0]), frontier_root(bytes(row[1]))
+        with self.tree() as tree:
+            return size, tree.root(size)
+
+    def add_checkpoint(
+        self, tree_size: int, root_hash: str, origin: str, key_name: str, note: str
+    ) -> int:
+        """Stores a signed checkpoint note (its own table, append-only) and returns its id."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                text("INSERT INTO checkpoints (tree_size, root_hash, origin, key_name, note, "
+                     "created_at) VALUES (:s, :r, :o, :k, :n, :c)"),
+                {"s": tree_size, "r": root_hash, "o": origin, "k": key_name, "n": note,
+                 "c": self.clock()},
+            )
+            return int(result.lastrowid or 0) if self.backend == "sqlite" else int(
+                conn.execute(text("SELECT MAX(id) FROM checkpoints")).scalar() or 0
+            )
+
+    def checkpoints(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Returns stored checkpoints, newest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
+                     "FROM checkpoints ORDER BY id DESC LIMIT :n"),
+                {"n": limit},
+            ).all()
+        keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
 
     # -- verify ----------------------------------------------------------------------------
 

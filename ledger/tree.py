@@ -1,0 +1,134 @@
+"""Maintains the ledger's RFC 9162 Merkle tree inside the store, incrementally.
+
+The leaves are the entry hashes in position order (leaf index = position − 1). The tree is
+kept as:
+
+- the **frontier** in the ``ledger_head`` row: the right edge of the tree, one perfect
+  subtree hash per set bit of the size, largest first (at most 64 × 32 bytes). Appends
+  advance it without reading anything else, so the root at the head costs microseconds;
+- **stored nodes** in ``merkle_nodes`` for every perfect subtree of height
+  ``stored_level_min`` or more (one row per 16 leaves), written in the append transaction;
+- lower nodes are recomputed on demand from at most 2**stored_level_min − 1 entry hashes.
+
+Any root, inclusion proof or consistency proof therefore reads O(log n) rows, whatever
+the ledger's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, text
+
+from ledger import merkle
+from ledger.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from ledger.store import EventStore
+
+__all__ = ["StoredTree", "advance_frontier", "frontier_root", "stored_level_min"]
+
+#: Lowest level (subtree height) stored in ``merkle_nodes``; lower ones are recomputed.
+stored_level_min = 4
+_LEAF = b"\x00"
+_NODE = b"\x01"
+_sha256 = hashlib.sha256
+
+
+def _split_frontier(frontier: bytes) -> list[bytes]:
+    return [frontier[i : i + 32] for i in range(0, len(frontier), 32)]
+
+
+def advance_frontier(
+    frontier: bytes, size: int, entry_hashes: Iterable[bytes]
+) -> tuple[bytes, list[tuple[int, int, bytes]]]:
+    """Appends leaves (raw 32-byte entry hashes) to a frontier.
+
+    Returns the new frontier and the completed nodes of level ``stored_level_min`` or more
+    as ``(level, index, hash)``, to be stored with the events in the same transaction.
+    """
+    edge = _split_frontier(frontier)
+    if len(edge) != size.bit_count():
+        raise InvalidInput("the stored Merkle frontier does not match the ledger size")
+    stored: list[tuple[int, int, bytes]] = []
+    sha, pop, push = _sha256, edge.pop, edge.append
+    for entry in entry_hashes:
+        value = sha(_LEAF + entry).digest()
+        carry, level = size, 0
+        while carry & 1:
+            value = sha(_NODE + pop() + value).digest()
+            carry >>= 1
+            level += 1
+            if level >= stored_level_min:
+                stored.append((level, size >> level, value))
+        push(value)
+        size += 1
+    return b"".join(edge), stored
+
+
+def frontier_root(frontier: bytes) -> bytes:
+    """Returns the root hash of the tree whose right edge is ``frontier``."""
+    edge = _split_frontier(frontier)
+    if not edge:
+        return merkle.EMPTY_ROOT
+    acc = edge[-1]
+    for left in reversed(edge[:-1]):
+        acc = _sha256(_NODE + left + acc).digest()
+    return acc
+
+
+class StoredTree:
+    """Reads nodes of the stored tree through one connection and answers roots and proofs."""
+
+    def __init__(self, store: EventStore, conn: Connection, size: int) -> None:
+        self._store = store
+        self._conn = conn
+        self.size = size
+        self._get = lru_cache(maxsize=4096)(self._read_node)
+
+    def get_node(self, level: int, index: int) -> bytes:
+        """Returns the hash of perfect subtree (level, index), reading or recomputing it."""
+        return self._get(level, index)
+
+    def _read_node(self, level: int, index: int) -> bytes:
+        if (index + 1) << level > self.size:
+            raise NotFound(f"Merkle node ({level}, {index}) is beyond size {self.size}")
+        if level >= stored_level_min:
+            value = self._conn.execute(
+                text("SELECT hash FROM merkle_nodes WHERE level = :l AND idx = :i"),
+                {"l": level, "i": index},
+            ).scalar()
+            if value is None:
+                raise NotFound(f"Merkle node ({level}, {index}) is not stored; the store is damaged")
+            return bytes(value)
+        first = (index << level) + 1
+        rows = self._conn.execute(
+            text("SELECT entry_hash FROM events WHERE position >= :a AND position <= :b "
+                 "ORDER BY position"),
+            {"a": first, "b": first + (1 << level) - 1},
+        ).scalars().all()
+        if len(rows) != 1 << level:
+            raise NotFound(f"events {first}.. are missing for Merkle node ({level}, {index})")
+        return merkle.root_from_leaves([bytes.fromhex(h) for h in rows])
+
+    def root(self, size: int | None = None) -> bytes:
+        """Returns the root hash at ``size`` (the tree's size when None)."""
+        return merkle.root(self._check(size), self.get_node)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """Returns the RFC 9162 inclusion proof of leaf ``index`` in the tree of ``size``."""
+        return merkle.inclusion_proof(index, self._check(size), self.get_node)
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        """Returns the RFC 9162 consistency proof from ``size1`` to ``size2``."""
+        return merkle.consistency_proof(size1, self._check(size2), self.get_node)
+
+    def _check(self, size: int | None) -> int:
+        if size is None:
+            return self.size
+        if type(size) is not int or not 0 <= size <= self.size:
+            raise InvalidInput(f"tree size {size!r} is outside 0..{self.size}", size=size)
+        return size

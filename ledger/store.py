@@ -444,6 +444,8 @@ class EventStore:
             params["hi"] = to_position
         if types is not None:
             names = sorted(set(types))
+            if not names:
+                return iter(())
             where.append("type IN (" + ", ".join(f":t{i}" for i in range(len(names))) + ")")
             params.update({f"t{i}": n for i, n in enumerate(names)})
         if stream is not None:

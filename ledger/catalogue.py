@@ -62,7 +62,7 @@ def check_stream_name(stream: str, where: str = "stream") -> None:
             path=where,
             stream=stream[:64],
         )
-    if _STREAM_NAME.match(stream) is None:
+    if _STREAM_NAME.fullmatch(stream) is None:
         raise SchemaError(
             f"{where} {stream!r} is not a valid stream name (category-id, lowercase)",
             path=where,
@@ -126,6 +126,10 @@ class Catalogue:
         for event_type, version in self._upcasters:
             if event_type not in self._current:
                 raise CatalogueError(f"upcaster for unknown type {event_type}")
+            if not 1 <= version < self._current[event_type]:
+                raise CatalogueError(
+                    f"upcaster {event_type} v{version} starts at a version that does not exist"
+                )
         self._sealed = True
         return self
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any
 
 import orjson
@@ -30,18 +30,20 @@ __all__ = [
     "normalise",
 ]
 
-_CANONICAL_DECIMAL = re.compile(r"^(?:0|-?(?:[1-9][0-9]*(?:\.[0-9]*[1-9])?|0\.[0-9]*[1-9]))$")
-_FIXED6 = re.compile(r"^-?[0-9]+\.[0-9]{6}$")
+_CANONICAL_DECIMAL = re.compile(r"0|-?(?:[1-9][0-9]*(?:\.[0-9]*[1-9])?|0\.[0-9]*[1-9])")
+# Quantizing must not depend on the caller's decimal context (precision, traps).
+_FIXED_CONTEXT = Context(prec=34, rounding=ROUND_HALF_EVEN)
+_FIXED6 = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]{6}")
 
 
 def is_canonical_decimal(text: str) -> bool:
     """Tells whether ``text`` is a decimal in canonical spelling ("1.0224", not "1.02240")."""
-    return _CANONICAL_DECIMAL.match(text) is not None
+    return _CANONICAL_DECIMAL.fullmatch(text) is not None
 
 
 def is_fixed6(text: str) -> bool:
     """Tells whether ``text`` is a machine result in the fixed 6-place form of DOMAIN §6."""
-    return _FIXED6.match(text) is not None and text != "-0.000000"
+    return _FIXED6.fullmatch(text) is not None and text != "-0.000000"
 
 
 def canonical_decimal(value: Decimal) -> str:
@@ -58,9 +60,7 @@ def canonical_decimal(value: Decimal) -> str:
 
 def fixed6(value: Decimal) -> str:
     """Quantizes to exactly 6 places (ROUND_HALF_EVEN) and spells all six, e.g. "1.019129"."""
-    from decimal import ROUND_HALF_EVEN
-
-    quantized = value.quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN)
+    quantized = value.quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN, context=_FIXED_CONTEXT)
     text = format(quantized, "f")
     return "0.000000" if text == "-0.000000" else text
 
@@ -88,6 +88,8 @@ def normalise(value: Any, path: str = "$", depth: int = 0) -> Any:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return value
+    if isinstance(value, str):  # a str subclass encodes as the plain string it holds
+        return str(value)
     if kind is int:
         if -limits.json_integer_abs_max <= value <= limits.json_integer_abs_max:
             return value
@@ -102,7 +104,7 @@ def normalise(value: Any, path: str = "$", depth: int = 0) -> Any:
         return {
             k: normalise(value[k], f"{path}.{k}", depth + 1) for k in _sorted_keys(value, path)
         }
-    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray, memoryview)):
         return [normalise(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, float):
         raise CanonicalFormError(
@@ -162,6 +164,8 @@ def loads(data: bytes | str, *, where: str = "input") -> Any:
         ) from exc
     except RecursionError as exc:
         raise LimitExceeded(f"{where} is nested too deeply", path="$") from exc
+    except ValueError as exc:  # e.g. an integer literal longer than Python will convert
+        raise LimitExceeded(f"{where} holds a number too large to read: {exc}", path="$") from exc
 
 
 def digest(domain: str, payload: Any) -> str:

@@ -35,22 +35,22 @@ _HOTKEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
 def is_arena_id(text: str) -> bool:
     """Tells whether ``text`` is an arena slug ``[a-z0-9][a-z0-9-]{0,62}``."""
-    return _ARENA_ID.match(text) is not None
+    return _ARENA_ID.fullmatch(text) is not None
 
 
 def is_local_id(text: str) -> bool:
     """Tells whether ``text`` is an appender-chosen id (1–64 of ``[a-z0-9._-]``)."""
-    return _LOCAL_ID.match(text) is not None
+    return _LOCAL_ID.fullmatch(text) is not None
 
 
 def is_digest(text: str) -> bool:
     """Tells whether ``text`` is 64 lowercase hex characters."""
-    return _DIGEST.match(text) is not None
+    return _DIGEST.fullmatch(text) is not None
 
 
 def is_hotkey(text: str) -> bool:
     """Tells whether ``text`` is 1–64 printable non-space ASCII characters."""
-    return _HOTKEY.match(text) is not None
+    return _HOTKEY.fullmatch(text) is not None
 
 
 def _check_decimal(text: str) -> str:

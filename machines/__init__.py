@@ -1,0 +1,31 @@
+"""Holds the pure verdict machines: transition tables, folds, intake and decision arithmetic.
+
+The layer imports only ``ledger.events``, ``ledger.fields``, ``ledger.codec`` and the standard
+library: no database, clock, randomness, logging or engine. Modules:
+
+- ``refusal``, ``reasons``, ``table``: the refusal record, the one reason-code table, and the
+  shared shape of a transition table.
+- ``submission``, ``attempt``, ``arena``, ``payment``: one machine per stream category.
+- ``arithmetic``: the ``paired-windows.v1`` arithmetic (Decimal, precision 34).
+- ``intake``, ``control``: intake rules and the control-outcome projection.
+- ``projection``: ``LedgerFold``, the whole-ledger fold and write-side ``decide``.
+- ``docs``, ``samples``: docs/machines.md rendering and deterministic example events.
+- ``settlement``: settlement-rules.v1 (DOMAIN §7).
+"""
+
+__all__ = [
+    "arena",
+    "arithmetic",
+    "attempt",
+    "control",
+    "docs",
+    "intake",
+    "payment",
+    "projection",
+    "reasons",
+    "refusal",
+    "samples",
+    "settlement",
+    "submission",
+    "table",
+]

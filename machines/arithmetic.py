@@ -1,0 +1,368 @@
+"""Computes the decision arithmetic of policy ``paired-windows.v1`` (DOMAIN §6).
+
+Every operation goes through one fixed ``decimal.Context`` (precision 34, ROUND_HALF_EVEN,
+traps on invalid operations, division by zero and overflow), called explicitly rather than
+through the thread's current context, so no caller's ``decimal`` settings can change a digit.
+``Context.ln``, ``exp`` and ``sqrt`` are correctly rounded, so every platform reproduces
+every digit. Decisions compare full-precision values; recorded results use ``fixed6``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import (
+    ROUND_HALF_EVEN,
+    Clamped,
+    Context,
+    Decimal,
+    DivisionByZero,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+    Rounded,
+    getcontext,
+    localcontext,
+)
+from typing import NamedTuple
+
+from ledger.codec import fixed6
+from ledger.events import AttemptDecided, AuditNodeGraded, Policy
+
+__all__ = [
+    "CONTEXT",
+    "FAULT_DISPOSITIONS",
+    "RULES_VERSION",
+    "Decision",
+    "Look",
+    "NodeTally",
+    "PolicyParams",
+    "SpeedLine",
+    "SpeedResult",
+    "audit_outcome",
+    "classify_final",
+    "compile_policy",
+    "fault_disposition",
+    "fixed",
+    "futile",
+    "futility_limit",
+    "ln",
+    "look",
+    "node_outcome",
+    "quality_outcome",
+    "ratio",
+]
+
+RULES_VERSION = "paired-windows.v1"
+
+#: The one arithmetic context of the machines (DOMAIN §6).
+CONTEXT = Context(
+    prec=34,
+    rounding=ROUND_HALF_EVEN,
+    Emin=-999_999,
+    Emax=999_999,
+    capitals=1,
+    clamp=0,
+    flags=[],
+    traps=[InvalidOperation, DivisionByZero, Overflow],
+)
+
+_C = CONTEXT
+_ONE = Decimal(1)
+_TWO = Decimal(2)
+_FOUR = Decimal(4)
+
+#: Disposition of a NO_DECISION caused by each InfrastructureFault code (DOMAIN §5).
+FAULT_DISPOSITIONS: Mapping[str, str] = {
+    "engine_killed": "COMPLETE",
+    "pod_service_restart": "COMPLETE",
+    "adapter_start_failed": "REQUEUE",
+    "adapter_request_failed": "REQUEUE",
+    "adapter_timeout": "COMPLETE",
+    "work_mismatch": "COMPLETE",
+    "evidence_unavailable": "HOLD",
+    "unproven_infrastructure_failure": "HOLD",
+}
+
+
+def fault_disposition(code: str) -> str:
+    """Returns the disposition of a fault: REQUEUE when nothing ran, HOLD when unproven."""
+    return FAULT_DISPOSITIONS[code]
+
+
+class SpeedLine(NamedTuple):
+    """Holds the policy-fixed numbers of the look at one orientation-2 window."""
+
+    window: int
+    n1: int
+    n2: int
+    se: Decimal
+    z: Decimal | None
+    pass_line: Decimal | None
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Is a sealed policy compiled to Decimals, with every look's SE and pass line precomputed.
+
+    SE and L depend only on the policy and the window index (n1 is fixed at W // 2 once
+    looks begin), so they are computed once per commission, not once per look.
+    """
+
+    windows: int
+    orientation1_windows: int
+    window_noise: Decimal
+    boot_noise: Decimal
+    required_gain: Decimal
+    futility_margin: Decimal | None
+    lines: tuple[SpeedLine | None, ...]
+    audit_bar: Decimal
+    near_miss_band: Decimal
+    near_miss_rate_max: Decimal
+    min_calls: int
+    reward_margin: Decimal
+    calibration_digests: frozenset[str]
+    sla_blocks: int
+
+    def orientation(self, window: int) -> int:
+        """Returns the orientation DOMAIN §6 prescribes for ``window`` (1-based)."""
+        return 1 if window <= self.orientation1_windows else 2
+
+
+def _speed_line(window: int, n1: int, policy: Policy) -> SpeedLine:
+    n2 = window - n1
+    sw = Decimal(policy.window_noise)
+    sb = Decimal(policy.boot_noise)
+    inverse_sum = _C.add(_C.divide(_ONE, Decimal(n1)), _C.divide(_ONE, Decimal(n2)))
+    variance = _C.add(
+        _C.multiply(_C.multiply(sw, sw), inverse_sum), _C.multiply(_TWO, _C.multiply(sb, sb))
+    )
+    se = _C.sqrt(_C.divide(variance, _FOUR))
+    z_text = policy.z.get(str(window))
+    if z_text is None:
+        return SpeedLine(window, n1, n2, se, None, None)
+    z = Decimal(z_text)
+    gain = _C.add(_ONE, Decimal(policy.required_gain))
+    line = _C.subtract(_C.multiply(gain, _C.exp(_C.multiply(z, se))), _ONE)
+    return SpeedLine(window, n1, n2, se, z, line)
+
+
+def compile_policy(policy: Policy) -> PolicyParams:
+    """Turns a sealed ``Policy`` into ``PolicyParams`` (Decimals, per-look lines)."""
+    n1 = policy.windows // 2
+    lines: list[SpeedLine | None] = [None] * (policy.windows + 1)
+    for window in range(n1 + 1, policy.windows + 1):
+        lines[window] = _speed_line(window, n1, policy)
+    margin = policy.futility_margin
+    return PolicyParams(
+        windows=policy.windows,
+        orientation1_windows=n1,
+        window_noise=Decimal(policy.window_noise),
+        boot_noise=Decimal(policy.boot_noise),
+        required_gain=Decimal(policy.required_gain),
+        futility_margin=None if margin is None else Decimal(margin),
+        lines=tuple(lines),
+        audit_bar=Decimal(policy.audit.bar),
+        near_miss_band=Decimal(policy.audit.near_miss_band),
+        near_miss_rate_max=Decimal(policy.audit.near_miss_rate_max),
+        min_calls=policy.audit.min_calls,
+        reward_margin=Decimal(policy.reward_margin),
+        calibration_digests=frozenset(policy.audit_control_delta_digests),
+        sla_blocks=policy.sla_blocks,
+    )
+
+
+def ratio(candidate_cost_ns: int, stock_cost_ns: int) -> Decimal:
+    """Returns candidate / stock cost at precision 34 (above 1: candidate slower)."""
+    return _C.divide(Decimal(candidate_cost_ns), Decimal(stock_cost_ns))
+
+
+def fixed(value: Decimal) -> str:
+    """Spells a result with exactly 6 places via ``ledger.codec.fixed6``, in ``CONTEXT``.
+
+    ``fixed6`` quantizes in the thread's current context; running it inside ours keeps a
+    caller's low-precision or trapping context from changing (or failing) the recorded
+    digits. Entering a context costs more than the quantization, so it is skipped when the
+    current context is already wide enough and traps nothing a quantization can signal.
+    """
+    current = getcontext()
+    traps = current.traps
+    wide_enough = current.prec >= value.adjusted() + 7  # digits of the quantized result
+    if wide_enough and not (traps[Inexact] or traps[Rounded] or traps[Clamped]):
+        return fixed6(value)
+    with localcontext(_C):
+        return fixed6(value)
+
+
+def ln(value: Decimal) -> Decimal:
+    """Returns the natural logarithm of ``value``, correctly rounded to 34 digits."""
+    return _C.ln(value)
+
+
+def futility_limit(params: PolicyParams) -> Decimal | None:
+    """Returns 1 + futility_margin, or None when the policy sets no margin."""
+    margin = params.futility_margin
+    return None if margin is None else _C.add(_ONE, margin)
+
+
+def futile(params: PolicyParams, r1: Decimal) -> bool:
+    """Tells whether R1 > 1 + futility_margin (never, when the policy sets no margin)."""
+    limit = futility_limit(params)
+    return limit is not None and r1 > limit
+
+
+class Look(NamedTuple):
+    """Holds every number of one look at full precision, and its outcome.
+
+    ``outcome`` is ``pass``, ``continue`` (no pass, more windows to come), or at the last
+    window ``candidate_slower`` / ``speed_threshold_not_met``.
+    """
+
+    window: int
+    n1: int
+    n2: int
+    r1: Decimal
+    r2: Decimal
+    speedup: Decimal
+    se: Decimal
+    z: Decimal | None
+    pass_line: Decimal | None
+    outcome: str
+
+
+def classify_final(speedup: Decimal, pass_line: Decimal | None) -> str:
+    """Classifies a FAIL at window W: ``candidate_slower`` if S <= 1/(1+L), else not met.
+
+    A last window without a z entry has no pass line; then the neutral point S <= 1 decides.
+    """
+    if pass_line is None:
+        return "candidate_slower" if speedup <= _ONE else "speed_threshold_not_met"
+    slower_line = _C.divide(_ONE, _C.add(_ONE, pass_line))
+    return "candidate_slower" if speedup <= slower_line else "speed_threshold_not_met"
+
+
+def look(params: PolicyParams, window: int, r1: Decimal, ln_r1: Decimal, r2: Decimal) -> Look:
+    """Computes the look after orientation-2 ``window``: S, SE, L and the outcome."""
+    line = params.lines[window]
+    assert line is not None, "looks happen only after orientation-2 windows"
+    mean = _C.divide(_C.add(ln_r1, _C.ln(r2)), _TWO)
+    speedup = _C.exp(_C.minus(mean))
+    if line.pass_line is not None and _C.subtract(speedup, _ONE) >= line.pass_line:
+        outcome = "pass"
+    elif window == params.windows:
+        outcome = classify_final(speedup, line.pass_line)
+    else:
+        outcome = "continue"
+    return Look(
+        window, line.n1, line.n2, r1, r2, speedup, line.se, line.z, line.pass_line, outcome
+    )
+
+
+class SpeedResult(NamedTuple):
+    """Is the speed stage's decision with the numbers AttemptDecided will carry."""
+
+    verdict: str
+    reason: str
+    speedup: str | None
+    pass_line: str | None
+    look_window: int
+
+    @classmethod
+    def of_look(cls, decided: Look) -> SpeedResult:
+        """Returns the speed result a deciding look records (fixed to 6 places)."""
+        passed = decided.outcome == "pass"
+        line = decided.pass_line
+        return cls(
+            "PASS" if passed else "FAIL",
+            "" if passed else decided.outcome,
+            fixed(decided.speedup),
+            None if line is None else fixed(line),
+            decided.window,
+        )
+
+    @classmethod
+    def futility(cls, params: PolicyParams) -> SpeedResult:
+        """Returns the futility FAIL: no speedup, no line, the last orientation-1 window."""
+        return cls("FAIL", "futility", None, None, params.orientation1_windows)
+
+
+class NodeTally(NamedTuple):
+    """Sums one audited node's AuditNodeGraded counts over its ranks."""
+
+    calls: int = 0
+    violations: int = 0
+    near_misses: int = 0
+    uncomparable: int = 0
+
+    def add(self, graded: AuditNodeGraded) -> NodeTally:
+        """Returns the tally with one more rank's counts added."""
+        return NodeTally(
+            self.calls + graded.calls,
+            self.violations + graded.violations,
+            self.near_misses + graded.near_misses,
+            self.uncomparable + graded.uncomparable,
+        )
+
+
+def node_outcome(params: PolicyParams, tally: NodeTally) -> str:
+    """Returns one node's audit outcome: ``slot_audit_failed``, ``audit_not_covered`` or ""."""
+    if tally.violations or tally.uncomparable:
+        return "slot_audit_failed"
+    allowed = _C.multiply(params.near_miss_rate_max, Decimal(tally.calls))
+    if Decimal(tally.near_misses) > allowed:
+        return "slot_audit_failed"
+    if tally.calls < params.min_calls:
+        return "audit_not_covered"
+    return ""
+
+
+def audit_outcome(params: PolicyParams, tallies: Mapping[str, NodeTally]) -> str:
+    """Returns the audit outcome: any failing node fails it, then coverage, else "" (PASS)."""
+    outcomes = [node_outcome(params, tally) for tally in tallies.values()]
+    if "slot_audit_failed" in outcomes:
+        return "slot_audit_failed"
+    if not outcomes or "audit_not_covered" in outcomes:
+        return "audit_not_covered"
+    return ""
+
+
+def quality_outcome(drift_within_envelope: bool, regression: bool) -> str:
+    """Returns ``quality_drift`` (checked first), ``quality_regression`` or "" (PASS)."""
+    if not drift_within_envelope:
+        return "quality_drift"
+    if regression:
+        return "quality_regression"
+    return ""
+
+
+class Decision(NamedTuple):
+    """Is exactly what an AttemptDecided must carry (besides block and rules version)."""
+
+    verdict: str
+    reason: str
+    disposition: str
+    speedup: str | None
+    pass_line: str | None
+    look_window: int | None
+
+    @classmethod
+    def of_event(cls, event: AttemptDecided) -> Decision:
+        """Returns the decision an AttemptDecided records."""
+        return cls(
+            event.verdict,
+            event.reason,
+            event.disposition,
+            event.speedup,
+            event.pass_line,
+            event.look_window,
+        )
+
+    @classmethod
+    def of_speed(cls, verdict: str, reason: str, speed: SpeedResult) -> Decision:
+        """Returns a COMPLETE decision carrying the speed stage's numbers."""
+        return cls(verdict, reason, "COMPLETE", speed.speedup, speed.pass_line, speed.look_window)
+
+    def differences(self, other: Decision) -> list[str]:
+        """Names the fields, in AttemptDecided order, where ``other`` differs."""
+        names = ("verdict", "reason", "disposition", "speedup", "pass_line", "look_window")
+        return [n for n in names if getattr(self, n) != getattr(other, n)]

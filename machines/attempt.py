@@ -1,0 +1,511 @@
+"""Folds an ``attempt-<attempt_id>`` stream through the Attempt machine (DOMAIN §5, §6).
+
+``CLAIMED`` → ``SPEED`` → ``AUDIT`` → ``QUALITY`` → ``DECIDED``, under the sealed policy of
+the commission the attempt was claimed under. The fold keeps every number of every look, so
+``explain`` can show them, and ``derive_decision`` returns what AttemptDecided must carry;
+AttemptDecided is refused unless it equals that derivation.
+
+Rules this module fixes where DOMAIN leaves the mechanism open (see docs/machines.md):
+
+- A WindowMeasured whose output token counts differ is refused with
+  ``output_tokens_differ``: a mismatch is never a speed signal, so the appender records
+  ``work_mismatch_fault(window)`` (an InfrastructureFault ``work_mismatch``) instead.
+- After an InfrastructureFault only AttemptDecided is accepted (``fault_recorded``); the
+  fault decides NO_DECISION even if the evidence had already decided (DOMAIN: "in any
+  non-terminal state").
+- A speed FAIL under plan ``normal`` stays in ``SPEED`` with its decision derived; the
+  next event must be AttemptDecided (or a fault). Under ``calibration_observation`` it
+  moves to ``AUDIT``; quality never runs there.
+- The audit is judged on what was graded so far: QualityGraded is accepted only while the
+  audit passes, and AttemptDecided in ``AUDIT`` must carry the audit's outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import partial
+from typing import Any, NamedTuple
+
+from ledger.codec import canonical_decimal
+from ledger.events import (
+    AttemptClaimed,
+    AttemptDecided,
+    AuditNodeGraded,
+    Event,
+    InfrastructureFault,
+    QualityGraded,
+    WindowMeasured,
+)
+from machines.arena import ArenaState
+from machines.arithmetic import (
+    Decision,
+    Look,
+    NodeTally,
+    PolicyParams,
+    SpeedResult,
+    audit_outcome,
+    fault_disposition,
+    futile,
+    futility_limit,
+    ln,
+    look,
+    node_outcome,
+    quality_outcome,
+    ratio,
+)
+from machines.refusal import ABSENT, Refusal
+from machines.submission import QUALIFYING, QUEUED, SubmissionState
+from machines.table import Guard, Table, build, evolve
+
+__all__ = [
+    "AUDIT",
+    "CLAIMED",
+    "DECIDED",
+    "LIVE",
+    "QUALITY",
+    "SPEED",
+    "STATES",
+    "TABLE",
+    "AttemptState",
+    "AttemptSummary",
+    "ClaimContext",
+    "Decision",
+    "Fault",
+    "Quality",
+    "Window",
+    "apply",
+    "claim",
+    "decide",
+    "decide_claim",
+    "derive_decision",
+    "explain",
+    "fold",
+    "step",
+    "work_mismatch_fault",
+]
+
+CLAIMED = "CLAIMED"
+SPEED = "SPEED"
+AUDIT = "AUDIT"
+QUALITY = "QUALITY"
+DECIDED = "DECIDED"
+STATES = (CLAIMED, SPEED, AUDIT, QUALITY, DECIDED)
+LIVE = (CLAIMED, SPEED, AUDIT, QUALITY)
+
+
+class Window(NamedTuple):
+    """Is one measured window as the fold keeps it (costs in ns)."""
+
+    window: int
+    orientation: int
+    stock_cost_ns: int
+    candidate_cost_ns: int
+    output_tokens: int
+
+
+class Quality(NamedTuple):
+    """Is the recorded quality check."""
+
+    tokens_scored: int
+    argmax_agreement: str
+    drift_within_envelope: bool
+    regression: bool
+
+
+class Fault(NamedTuple):
+    """Is the infrastructure fault that took the attempt's authority away."""
+
+    code: str
+    stage: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    """Is an attempt's folded state, with every window, look and audit count it saw."""
+
+    attempt_id: str
+    submission_id: str
+    arena_id: str
+    commission_digest: str
+    pair_id: str
+    validator_hotkey: str
+    claimed_block: int
+    plan: str
+    params: PolicyParams
+    status: str = CLAIMED
+    windows: tuple[Window, ...] = ()
+    sums: tuple[int, int, int, int] = (0, 0, 0, 0)
+    r1: Decimal | None = None
+    ln_r1: Decimal | None = None
+    looks: tuple[Look, ...] = ()
+    speed: SpeedResult | None = None
+    audit: Mapping[str, NodeTally] | None = None
+    audit_ranks: frozenset[tuple[str, int]] = frozenset()
+    quality: Quality | None = None
+    fault: Fault | None = None
+    decision: Decision | None = None
+    decided_block: int | None = None
+
+    @property
+    def last_window(self) -> int:
+        """Returns the index of the last measured window (0 before any)."""
+        return len(self.windows)
+
+    def summary(self) -> AttemptSummary:
+        """Returns the compact record the ledger fold keeps once the attempt is decided."""
+        return AttemptSummary(
+            self.attempt_id,
+            self.submission_id,
+            self.arena_id,
+            self.commission_digest,
+            self.plan,
+            self.claimed_block,
+            self.status,
+            self.decision,
+            self.decided_block,
+        )
+
+
+class AttemptSummary(NamedTuple):
+    """Is a decided attempt without its per-window detail (refold the stream to explain).
+
+    A named tuple rather than a dataclass: the fold keeps one per decided attempt for the
+    ledger's whole history, and a tuple is about a third of the memory.
+    """
+
+    attempt_id: str
+    submission_id: str
+    arena_id: str
+    commission_digest: str
+    plan: str
+    claimed_block: int
+    status: str
+    decision: Decision | None
+    decided_block: int | None
+
+
+@dataclass(frozen=True)
+class ClaimContext:
+    """Carries the submission and arena an AttemptClaimed is checked against."""
+
+    submission: SubmissionState | None
+    arena: ArenaState | None
+
+
+def decide_claim(event: AttemptClaimed, context: ClaimContext) -> Refusal | None:
+    """Returns the refusal of a claim, or None: submission queued, commission current, plan."""
+    sub, arena = context.submission, context.arena
+    no = partial(TABLE.refuse, ABSENT, event.event_type)
+    if sub is None or sub.submission_id != event.submission_id:
+        return no("submission_unknown", event.submission_id)
+    if sub.arena_id != event.arena_id:
+        return no("arena_mismatch", f"arena_id: submission is in {sub.arena_id!r}")
+    claimed_here = sub.status == QUALIFYING and sub.attempt_id == event.attempt_id
+    if sub.status != QUEUED and not claimed_here:
+        return no("submission_not_queued", f"submission is {sub.status}")
+    if arena is None or arena.arena_id != event.arena_id:
+        return no("arena_unknown", event.arena_id)
+    if event.commission_digest != arena.commission_digest:
+        return no("commission_not_current", f"current is {arena.commission_digest}")
+    listed = arena.params.calibration_digests
+    if event.plan == "calibration_observation" and sub.delta_digest not in listed:
+        return no("calibration_observation_not_listed", f"delta_digest {sub.delta_digest}")
+    return None
+
+
+def claim(event: AttemptClaimed, params: PolicyParams) -> AttemptState:
+    """Opens an attempt stream in ``CLAIMED`` under the claimed commission's policy."""
+    return build(
+        AttemptState,
+        attempt_id=event.attempt_id,
+        submission_id=event.submission_id,
+        arena_id=event.arena_id,
+        commission_digest=event.commission_digest,
+        pair_id=event.pair_id,
+        validator_hotkey=event.validator_hotkey,
+        claimed_block=event.claimed_block,
+        plan=event.plan,
+        params=params,
+    )
+
+
+def work_mismatch_fault(window: WindowMeasured) -> InfrastructureFault:
+    """Returns the InfrastructureFault to append instead of a window whose tokens differ."""
+    return InfrastructureFault(
+        code="work_mismatch",
+        stage="speed",
+        detail=(
+            f"window {window.window}: stock produced {window.stock_output_tokens} output "
+            f"tokens, candidate {window.candidate_output_tokens}"
+        ),
+    )
+
+
+def _window_refusal(state: AttemptState, event: WindowMeasured) -> Refusal | None:
+    params, index, last = state.params, event.window, state.last_window
+    code = ""
+    if index > params.windows:
+        code, detail = "window_past_limit", f"window: {index} > W = {params.windows}"
+    elif state.speed is not None:
+        code, detail = "window_after_speed_decided", f"window: {index}"
+    elif index <= last:
+        code, detail = "window_repeated", f"window: {index} already measured"
+    elif index > last + 1:
+        code, detail = "window_gap", f"window: expected {last + 1}, got {index}"
+    elif event.orientation != params.orientation(index):
+        expected = params.orientation(index)
+        code, detail = "window_orientation_wrong", f"orientation: expected {expected}"
+    elif event.stock_output_tokens != event.candidate_output_tokens:
+        code = "output_tokens_differ"
+        detail = "append InfrastructureFault code=work_mismatch instead"
+    return TABLE.refuse(state.status, event.event_type, code, detail) if code else None
+
+
+def _speed_after(
+    state: AttemptState, window: int, sums: tuple[int, int, int, int]
+) -> dict[str, Any]:
+    """Returns the speed fields after ``window``: R1 at orientation 1's end, or a look."""
+    params = state.params
+    if window < params.orientation1_windows:
+        return {}
+    if window == params.orientation1_windows:
+        r1 = ratio(sums[1], sums[0])
+        if futile(params, r1):
+            return {"r1": r1, "speed": SpeedResult.futility(params)}
+        return {"r1": r1}
+    assert state.r1 is not None
+    ln_r1 = state.ln_r1 if state.ln_r1 is not None else ln(state.r1)
+    seen = look(params, window, state.r1, ln_r1, ratio(sums[3], sums[2]))
+    fields: dict[str, Any] = {"ln_r1": ln_r1, "looks": (*state.looks, seen)}
+    if seen.outcome != "continue":
+        fields["speed"] = SpeedResult.of_look(seen)
+    return fields
+
+
+def _measure(
+    state: AttemptState, event: WindowMeasured, _: None
+) -> AttemptState | Refusal:
+    refusal = _window_refusal(state, event)
+    if refusal is not None:
+        return refusal
+    s_stock, s_cand = event.stock_cost_ns, event.candidate_cost_ns
+    a, b, c, d = state.sums
+    if event.orientation == 1:
+        sums = (a + s_stock, b + s_cand, c, d)
+    else:
+        sums = (a, b, c + s_stock, d + s_cand)
+    fields = _speed_after(state, event.window, sums)
+    speed: SpeedResult | None = fields.get("speed")
+    status = SPEED
+    if speed is not None and (speed.verdict == "PASS" or state.plan == "calibration_observation"):
+        status = AUDIT
+    window = Window(event.window, event.orientation, s_stock, s_cand, event.stock_output_tokens)
+    return evolve(state, status=status, windows=(*state.windows, window), sums=sums, **fields)
+
+
+def _grade_audit(
+    state: AttemptState, event: AuditNodeGraded, _: None
+) -> AttemptState | Refusal:
+    key = (event.node, event.rank)
+    if key in state.audit_ranks:
+        return TABLE.refuse(
+            state.status, event.event_type, "audit_node_repeated",
+            f"node {event.node} rank {event.rank}",
+        )
+    if event.violations + event.near_misses + event.uncomparable > event.calls:
+        return TABLE.refuse(
+            state.status, event.event_type, "audit_counts_inconsistent",
+            f"calls: {event.calls} < violations + near_misses + uncomparable",
+        )
+    tallies = dict(state.audit or {})
+    tallies[event.node] = tallies.get(event.node, NodeTally()).add(event)
+    return evolve(state, audit=tallies, audit_ranks=state.audit_ranks | {key})
+
+
+def _grade_quality(state: AttemptState, event: QualityGraded, _: None) -> AttemptState | Refusal:
+    assert state.speed is not None
+    if state.speed.verdict != "PASS":
+        return TABLE.refuse(
+            state.status, event.event_type, "quality_out_of_stage",
+            "calibration_observation after a speed FAIL: quality never runs",
+        )
+    outcome = audit_outcome(state.params, state.audit or {})
+    if outcome:
+        return TABLE.refuse(state.status, event.event_type, "audit_not_passed", outcome)
+    quality = Quality(
+        event.tokens_scored, event.argmax_agreement, event.drift_within_envelope, event.regression
+    )
+    return evolve(state, status=QUALITY, quality=quality)
+
+
+def _record_fault(state: AttemptState, event: InfrastructureFault, _: None) -> AttemptState:
+    return evolve(state, fault=Fault(event.code, event.stage, event.detail))
+
+
+def derive_decision(state: AttemptState) -> Decision | None:
+    """Returns what AttemptDecided must carry now, or None while evidence is still due."""
+    if state.decision is not None:
+        return state.decision
+    if state.fault is not None:
+        code = state.fault.code
+        return Decision("NO_DECISION", code, fault_disposition(code), None, None, None)
+    speed = state.speed
+    if speed is None:
+        return None
+    if state.status == SPEED:
+        return Decision.of_speed("FAIL", speed.reason, speed)
+    if state.status == AUDIT:
+        outcome = audit_outcome(state.params, state.audit or {})
+        if outcome == "slot_audit_failed":
+            return Decision.of_speed("FAIL", outcome, speed)
+        if outcome == "audit_not_covered":
+            return Decision.of_speed("NO_DECISION", outcome, speed)
+        if speed.verdict == "FAIL":
+            return Decision.of_speed("FAIL", speed.reason, speed)
+        return None
+    assert state.quality is not None
+    outcome = quality_outcome(state.quality.drift_within_envelope, state.quality.regression)
+    verdict = {"": "PASS", "quality_drift": "NO_DECISION"}.get(outcome, "FAIL")
+    return Decision.of_speed(verdict, outcome, speed)
+
+
+def _decide_attempt(
+    state: AttemptState, event: AttemptDecided, _: None
+) -> AttemptState | Refusal:
+    kind = event.event_type
+    derived = derive_decision(state)
+    if derived is None:
+        return TABLE.refuse(state.status, kind, "decision_not_derived", _awaiting(state))
+    if event.decided_block < state.claimed_block:
+        return TABLE.refuse(
+            state.status, kind, "decided_before_claim",
+            f"decided_block: {event.decided_block} < claimed_block {state.claimed_block}",
+        )
+    recorded = Decision.of_event(event)
+    if recorded != derived:
+        name = derived.differences(recorded)[0]
+        return TABLE.refuse(
+            state.status, kind, "decision_mismatch",
+            f"{name}: derived {getattr(derived, name)!r}, event has {getattr(recorded, name)!r}",
+        )
+    return evolve(state, status=DECIDED, decision=derived, decided_block=event.decided_block)
+
+
+def _awaiting(state: AttemptState) -> str:
+    if state.status in (CLAIMED, SPEED):
+        return f"speed undecided after window {state.last_window} of {state.params.windows}"
+    return "audit passes so far: append QualityGraded"
+
+
+_WINDOW = Guard((SPEED, AUDIT), _measure, "window in order")
+
+#: The Attempt machine of DOMAIN §5.
+TABLE: Table[AttemptState, None] = Table(
+    machine="attempt",
+    states=STATES,
+    initial=CLAIMED,
+    opening="AttemptClaimed",
+    terminals=frozenset({DECIDED}),
+    rules={
+        (CLAIMED, "WindowMeasured"): _WINDOW,
+        (SPEED, "WindowMeasured"): _WINDOW,
+        (AUDIT, "AuditNodeGraded"): Guard((AUDIT,), _grade_audit, "new node, rank"),
+        (AUDIT, "QualityGraded"): Guard((QUALITY,), _grade_quality, "audit passes"),
+        **{(s, "InfrastructureFault"): Guard((s,), _record_fault, "NO_DECISION") for s in LIVE},
+        **{(s, "AttemptDecided"): Guard((DECIDED,), _decide_attempt, "= derived") for s in LIVE},
+    },
+    refusals={
+        (AUDIT, "WindowMeasured"): "window_after_speed_decided",
+        (QUALITY, "WindowMeasured"): "window_after_speed_decided",
+        (CLAIMED, "AuditNodeGraded"): "audit_out_of_stage",
+        (SPEED, "AuditNodeGraded"): "audit_out_of_stage",
+        (QUALITY, "AuditNodeGraded"): "audit_out_of_stage",
+        (CLAIMED, "QualityGraded"): "quality_out_of_stage",
+        (SPEED, "QualityGraded"): "quality_out_of_stage",
+        (QUALITY, "QualityGraded"): "quality_repeated",
+    },
+)
+
+
+def step(state: AttemptState | None, event: Event) -> AttemptState | Refusal:
+    """Returns the attempt after ``event``, or the refusal of it (claims: see ``claim``)."""
+    if state is None:
+        return TABLE.refuse(ABSENT, event.event_type, "stream_not_started")
+    if isinstance(event, AttemptClaimed):
+        return TABLE.refuse(state.status, event.event_type, "stream_already_started")
+    fault = state.fault
+    if fault is not None and state.status != DECIDED and not isinstance(event, AttemptDecided):
+        return TABLE.refuse(state.status, event.event_type, "fault_recorded", fault.code)
+    return TABLE.step(state, event, None)
+
+
+def decide(
+    state: AttemptState | None, event: Event, context: ClaimContext | None = None
+) -> Refusal | None:
+    """Returns the refusal of ``event``, or None; an AttemptClaimed needs ``context``."""
+    if state is None and isinstance(event, AttemptClaimed):
+        if context is None:
+            raise ValueError("an AttemptClaimed is decided against a ClaimContext")
+        return decide_claim(event, context)
+    result = step(state, event)
+    return result if isinstance(result, Refusal) else None
+
+
+def apply(state: AttemptState, event: Event) -> AttemptState:
+    """Returns the attempt after ``event``; a refused event leaves it unchanged."""
+    result = step(state, event)
+    return state if isinstance(result, Refusal) else result
+
+
+def fold(claimed: AttemptClaimed, params: PolicyParams, events: Iterable[Event]) -> AttemptState:
+    """Folds a whole attempt stream: its claim under ``params``, then the rest."""
+    state = claim(claimed, params)
+    for event in events:
+        state = apply(state, event)
+    return state
+
+
+def _text(value: Decimal | None) -> str | None:
+    return None if value is None else canonical_decimal(value)
+
+
+def explain(state: AttemptState) -> dict[str, Any]:
+    """Returns every number behind the attempt's (derived) decision, JSON-ready."""
+    params = state.params
+    decision = derive_decision(state)
+    return {
+        "attempt_id": state.attempt_id,
+        "state": state.status,
+        "plan": state.plan,
+        "commission_digest": state.commission_digest,
+        "windows": [
+            {
+                "window": w.window,
+                "orientation": w.orientation,
+                "stock_cost_ns": w.stock_cost_ns,
+                "candidate_cost_ns": w.candidate_cost_ns,
+                "ratio": canonical_decimal(ratio(w.candidate_cost_ns, w.stock_cost_ns)),
+            }
+            for w in state.windows
+        ],
+        "r1": _text(state.r1),
+        "futility_limit": _text(futility_limit(params)),
+        "looks": [
+            {
+                "window": k.window, "n1": k.n1, "n2": k.n2, "r1": _text(k.r1), "r2": _text(k.r2),
+                "speedup": _text(k.speedup), "se": _text(k.se), "z": _text(k.z),
+                "pass_line": _text(k.pass_line), "outcome": k.outcome,
+            }
+            for k in state.looks
+        ],
+        "audit": {
+            node: {**tally._asdict(), "outcome": node_outcome(params, tally) or "PASS"}
+            for node, tally in sorted((state.audit or {}).items())
+        },
+        "quality": None if state.quality is None else state.quality._asdict(),
+        "fault": None if state.fault is None else state.fault._asdict(),
+        "decision": None if decision is None else decision._asdict(),
+    }

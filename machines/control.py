@@ -1,0 +1,102 @@
+"""Projects the outcome of registered controls: ``as_expected``, ``unexpected`` or ``pending``.
+
+A submission whose delta_digest is a registered control of its arena is ``as_expected``
+when its verdict (and reason, when the control registered one) matches, ``unexpected``
+otherwise, and ``pending`` while unresolved (ARRIVED, QUEUED, QUALIFYING, or HELD without
+any verdict yet). A control submission that was REJECTED or EXPIRED never produced a verdict
+and is ``unexpected``: the control did not demonstrate what it was registered to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ledger.events import ControlRegistered
+from machines.arena import ArenaState
+from machines.submission import (
+    ARRIVED,
+    EXPIRED,
+    QUALIFYING,
+    QUEUED,
+    REJECTED,
+    SubmissionState,
+)
+
+__all__ = [
+    "AS_EXPECTED",
+    "OUTCOMES",
+    "PENDING",
+    "UNEXPECTED",
+    "ControlRow",
+    "control_outcome",
+    "control_rows",
+]
+
+AS_EXPECTED = "as_expected"
+UNEXPECTED = "unexpected"
+PENDING = "pending"
+OUTCOMES = (AS_EXPECTED, UNEXPECTED, PENDING)
+
+
+def control_outcome(control: ControlRegistered, submission: SubmissionState) -> str:
+    """Returns how a control's submission turned out against its registered expectation."""
+    if submission.status in (ARRIVED, QUEUED, QUALIFYING):
+        return PENDING
+    if submission.status in (REJECTED, EXPIRED):
+        return UNEXPECTED
+    if submission.verdict is None:
+        return PENDING
+    if submission.verdict != control.expected_verdict:
+        return UNEXPECTED
+    expected_reason = control.expected_reason
+    if expected_reason is not None and submission.reason != expected_reason:
+        return UNEXPECTED
+    return AS_EXPECTED
+
+
+@dataclass(frozen=True)
+class ControlRow:
+    """Is one line of the control report: a control and one of its submissions (or none)."""
+
+    control_id: str
+    kind: str
+    delta_digest: str
+    expected_verdict: str
+    expected_reason: str | None
+    submission_id: str | None
+    verdict: str | None
+    reason: str | None
+    outcome: str
+
+
+def control_rows(arena: ArenaState, submissions: Iterable[SubmissionState]) -> list[ControlRow]:
+    """Returns the control report of an arena, submissions in the order given.
+
+    A control with no submission yet gets one ``pending`` row without a submission.
+    """
+    rows: dict[str, list[ControlRow]] = {cid: [] for cid in arena.controls}
+    for sub in submissions:
+        control_id = arena.control_by_delta.get(sub.delta_digest)
+        if control_id is None:
+            continue
+        control = arena.controls[control_id]
+        rows[control_id].append(
+            ControlRow(
+                control_id, control.kind, control.delta_digest, control.expected_verdict,
+                control.expected_reason, sub.submission_id, sub.verdict, sub.reason,
+                control_outcome(control, sub),
+            )
+        )
+    report: list[ControlRow] = []
+    for control_id, found in rows.items():
+        if not found:
+            c = arena.controls[control_id]
+            found = [
+                ControlRow(
+                    control_id, c.kind, c.delta_digest, c.expected_verdict, c.expected_reason,
+                    None, None, None, PENDING,
+                )
+            ]
+        report.extend(found)
+    return report

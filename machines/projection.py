@@ -1,0 +1,588 @@
+"""Folds the whole ledger, in position order, into every projection the machines define.
+
+``LedgerFold`` routes each event to its stream's machine, adds the cross-stream checks
+(intake, claims against the queue and the current commission, resolutions against the
+attempt's recorded decision, SLA from the arena's policy) and keeps the projections:
+arenas, submissions per arena in arrival-key order, attempts, payments, credits, the queue of
+claimable submissions, and the indexes intake reads.
+
+The same code path answers ``decide`` (would this event be refused now?) and ``apply``
+(record it): ``decide_batch`` applies a batch with every write journaled, then rolls the
+journal back, so a verdict about an atomic append sees the batch's earlier events.
+
+Memory: live submissions and undecided attempts keep their full state. A decided attempt
+is reduced to an ``AttemptSummary`` (no windows, looks or audit counts) unless the fold was
+built with ``detail=True``; ``refold_attempt`` rebuilds the full state from its stream on
+demand for ``explain``. Terminal submissions keep their (small) state, since intake,
+control reports and settlement read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from ledger.events import (
+    ArenaCommissioned,
+    ArenaRetired,
+    AttemptClaimed,
+    AttemptDecided,
+    AuditNodeGraded,
+    ControlRegistered,
+    CreditGranted,
+    CreditSpent,
+    EmissionPolicySet,
+    Event,
+    HoldReleased,
+    IncumbentAdvanced,
+    InfrastructureFault,
+    PaymentConsumed,
+    PaymentReleased,
+    QualificationStarted,
+    QualityGraded,
+    SettlementComputed,
+    SubmissionAdmitted,
+    SubmissionArrived,
+    SubmissionExpired,
+    SubmissionHeld,
+    SubmissionRejected,
+    SubmissionRequeued,
+    SubmissionResolved,
+    WindowMeasured,
+)
+from machines import arena as arena_machine
+from machines import attempt as attempt_machine
+from machines import submission as submission_machine
+from machines.arena import ArenaState, Payload
+from machines.arithmetic import Decision
+from machines.attempt import AttemptState, AttemptSummary, ClaimContext
+from machines.control import ControlRow, control_rows
+from machines.intake import (
+    Admission,
+    CreditView,
+    FailedRef,
+    IntakeContext,
+    Rejection,
+    epoch_of,
+    intake,
+)
+from machines.payment import CreditState, PaymentState, credit_step, payment_step
+from machines.refusal import ABSENT, Refusal
+from machines.submission import (
+    FAILED,
+    QUEUED,
+    ArrivalKey,
+    SubmissionContext,
+    SubmissionState,
+    submission_id_of,
+)
+
+__all__ = ["LedgerFold", "Record"]
+
+#: What ``consume`` reads: (position, stream, event type, event model).
+Record = tuple[int, str, str, Event]
+
+K = TypeVar("K")
+V = TypeVar("V")
+_MISSING: Any = object()
+_SUBMISSION_EVENTS = (
+    SubmissionHeld, HoldReleased, SubmissionRequeued, SubmissionExpired, QualificationStarted,
+)
+_ATTEMPT_EVENTS = (
+    WindowMeasured, AuditNodeGraded, QualityGraded, InfrastructureFault, AttemptDecided,
+)
+
+
+#: One plain SubmissionContext per SLA value (they are immutable, so they can be shared).
+_CONTEXTS: dict[int, SubmissionContext] = {}
+
+
+def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "") -> Refusal:
+    return Refusal(machine, state, event.event_type, code, detail)
+
+
+class LedgerFold:
+    """Consumes (position, stream, event) in order and keeps every machine's projection."""
+
+    def __init__(self, *, detail: bool = False) -> None:
+        self.position = 0
+        self.detail = detail
+        self.events = 0
+        self.refusals: list[tuple[int, str, Refusal]] = []
+        self._arenas: dict[str, ArenaState] = {}
+        self._subs: dict[str, SubmissionState] = {}
+        self._attempts: dict[str, AttemptState | AttemptSummary] = {}
+        self._payments: dict[str, PaymentState] = {}
+        self._credits: dict[str, CreditState] = {}
+        self._unspent: dict[str, dict[str, int]] = {}
+        self._credit_of: dict[str, str] = {}
+        self._admissions: dict[tuple[str, int], int] = {}
+        self._failed: dict[tuple[str, str], FailedRef] = {}
+        self._by_arena: dict[str, dict[str, ArrivalKey]] = {}
+        self._queued: dict[str, dict[str, ArrivalKey]] = {}
+        self._live: dict[str, ArrivalKey] = {}
+        self._group: dict[str, str] = {}
+        self._journal: list[tuple[dict[Any, Any], Any, Any]] | None = None
+        self._routes = self._build_routes()
+
+    def _build_routes(self) -> dict[type, Callable[[str, Any, Payload], Refusal | None]]:
+        routes: dict[type, Callable[[str, Any, Payload], Refusal | None]] = {
+            ArenaCommissioned: self._on_arena,
+            ControlRegistered: self._on_arena,
+            IncumbentAdvanced: self._on_arena,
+            ArenaRetired: self._on_arena,
+            SubmissionArrived: self._on_arrived,
+            SubmissionAdmitted: self._on_intake,
+            SubmissionRejected: self._on_intake,
+            SubmissionResolved: self._on_resolved,
+            AttemptClaimed: self._on_claimed,
+            PaymentConsumed: self._on_payment,
+            PaymentReleased: self._on_payment,
+            CreditGranted: self._on_credit,
+            CreditSpent: self._on_credit,
+            EmissionPolicySet: self._on_settlement,
+            SettlementComputed: self._on_settlement,
+        }
+        routes.update({kind: self._on_submission for kind in _SUBMISSION_EVENTS})
+        routes.update({kind: self._on_attempt for kind in _ATTEMPT_EVENTS})
+        return routes
+
+    # --- entry points ---------------------------------------------------------------------
+
+    def apply(
+        self, position: int, stream: str, event: Event, payload: Payload = None
+    ) -> Refusal | None:
+        """Folds one recorded event; a refused one changes nothing and is kept in ``refusals``.
+
+        ``payload`` is the recorded payload (only ArenaCommissioned uses it, for the
+        commission digest). Positions must increase; a replay starts from a fresh fold.
+        """
+        if position <= self.position:
+            raise ValueError(f"position {position} is not after {self.position}")
+        # _route, inlined: this is the replay's hot path.
+        category, _, ident = stream.partition("-")
+        handler = self._routes.get(type(event))
+        if category == event.category and handler is not None:
+            refusal = handler(ident, event, payload)
+        else:
+            refusal = self._route(stream, event, payload)
+        self.position = position
+        self.events += 1
+        if refusal is not None:
+            self.refusals.append((position, stream, refusal))
+        return refusal
+
+    def consume(self, records: Iterable[Record]) -> int:
+        """Folds records (position, stream, type, event) in order; returns how many refused."""
+        before = len(self.refusals)
+        apply = self.apply
+        for position, stream, event_type, event in records:
+            if event_type != event.event_type:
+                raise ValueError(
+                    f"position {position}: type {event_type} is not {event.event_type}"
+                )
+            apply(position, stream, event)
+        return len(self.refusals) - before
+
+    def decide(self, stream: str, event: Event, payload: Payload = None) -> Refusal | None:
+        """Returns the refusal ``event`` would get if appended to ``stream`` now, or None."""
+        return self.decide_batch([(stream, event, payload)])[0]
+
+    def decide_batch(
+        self, batch: Sequence[tuple[str, Event, Payload]]
+    ) -> list[Refusal | None]:
+        """Decides the events of one atomic append in order, each seeing the ones before it.
+
+        Nothing changes: every write is journaled and rolled back. Append the batch only
+        if every entry is None.
+        """
+        if self._journal is not None:
+            raise RuntimeError("decide_batch is not re-entrant")
+        journal: list[tuple[dict[Any, Any], Any, Any]] = []
+        self._journal = journal
+        try:
+            return [self._route(stream, event, payload) for stream, event, payload in batch]
+        finally:
+            self._journal = None
+            for table, key, old in reversed(journal):
+                if old is _MISSING:
+                    del table[key]
+                else:
+                    table[key] = old
+
+    # --- journaled writes -----------------------------------------------------------------
+
+    def _put(self, table: dict[K, V], key: K, value: V) -> None:
+        if self._journal is not None:
+            self._journal.append((table, key, table.get(key, _MISSING)))
+        table[key] = value
+
+    def _pop(self, table: dict[K, V], key: K) -> None:
+        if key in table:
+            if self._journal is not None:
+                self._journal.append((table, key, table[key]))
+            del table[key]
+
+    def _inner(self, table: dict[str, dict[K, V]], key: str) -> dict[K, V]:
+        inner = table.get(key)
+        if inner is None:
+            inner = {}
+            self._put(table, key, inner)
+        return inner
+
+    # --- routing --------------------------------------------------------------------------
+
+    def _route(self, stream: str, event: Event, payload: Payload) -> Refusal | None:
+        category, _, ident = stream.partition("-")
+        if category != event.category:
+            machine = event.category or "ledger"
+            return _refuse(machine, ABSENT, event, "wrong_stream", f"stream {stream!r}")
+        handler = self._routes.get(type(event))
+        if handler is None:
+            return _refuse(category, ABSENT, event, "event_type_unknown", type(event).__name__)
+        return handler(ident, event, payload)
+
+    def _on_settlement(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        # The settlement stream is folded by machines.settlement; here it only has to be
+        # the one stream named exactly "settlement".
+        if ident:
+            return _refuse("settlement", ABSENT, event, "stream_id_mismatch", ident)
+        return None
+
+    def _on_arena(self, ident: str, event: Event, payload: Payload) -> Refusal | None:
+        if isinstance(event, ArenaCommissioned) and event.arena_id != ident:
+            return _refuse("arena", ABSENT, event, "stream_id_mismatch", event.arena_id)
+        result = arena_machine.step(self._arenas.get(ident), event, payload)
+        if isinstance(result, Refusal):
+            return result
+        self._put(self._arenas, ident, result)
+        return None
+
+    # --- submissions ----------------------------------------------------------------------
+
+    def _store(self, old: SubmissionState | None, new: SubmissionState) -> None:
+        sid = new.submission_id
+        self._put(self._subs, sid, new)
+        if old is None:
+            self._put(self._inner(self._by_arena, new.arena_id), sid, new.arrival_key)
+            self._put(self._live, sid, new.arrival_key)
+        elif new.status == old.status:
+            return
+        if old is not None and old.status == QUEUED:
+            self._pop(self._queued[new.arena_id], sid)
+        if new.status == QUEUED:
+            self._put(self._inner(self._queued, new.arena_id), sid, new.arrival_key)
+        if new.terminal:
+            self._pop(self._live, sid)
+
+    def _context(self, state: SubmissionState | None) -> SubmissionContext:
+        arena = None if state is None else self._arenas.get(state.arena_id)
+        sla = submission_machine.sla_blocks_default if arena is None else arena.params.sla_blocks
+        context = _CONTEXTS.get(sla)
+        if context is None:
+            context = _CONTEXTS[sla] = SubmissionContext(sla_blocks=sla)
+        return context
+
+    def _on_arrived(self, ident: str, event: SubmissionArrived, _: Payload) -> Refusal | None:
+        old = self._subs.get(ident)
+        if old is None:
+            if event.submission_id != ident:
+                return _refuse("submission", ABSENT, event, "stream_id_mismatch", ident[:16])
+            if event.arena_id not in self._arenas:
+                return _refuse("submission", ABSENT, event, "arena_unknown", event.arena_id)
+            if submission_id_of(event) != event.submission_id:
+                return _refuse("submission", ABSENT, event, "submission_id_mismatch")
+        result = submission_machine.step(old, event)
+        if isinstance(result, Refusal):
+            return result
+        self._store(None, result)
+        self._put(self._group, ident, self._arenas[event.arena_id].incumbent_digest)
+        return None
+
+    def _on_submission(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        old = self._subs.get(ident)
+        if isinstance(event, QualificationStarted):
+            claimed = self._attempts.get(event.attempt_id)
+            if claimed is not None and (
+                claimed.submission_id != ident or claimed.decision is not None
+            ):
+                # Another submission's attempt, or a decided one whose verdict would be
+                # replayed by the next SubmissionResolved.
+                status = ABSENT if old is None else old.status
+                return _refuse("submission", status, event, "attempt_mismatch", event.attempt_id)
+        result = submission_machine.step(old, event, self._context(old))
+        if isinstance(result, Refusal):
+            return result
+        assert old is not None
+        self._store(old, result)
+        return None
+
+    def _on_resolved(self, ident: str, event: SubmissionResolved, _: Payload) -> Refusal | None:
+        old = self._subs.get(ident)
+        attempt = self._attempts.get(event.attempt_id)
+        decided = None if attempt is None else attempt.decision
+        context = SubmissionContext(
+            self._context(old).sla_blocks, check_resolution=True, attempt_decision=decided
+        )
+        result = submission_machine.step(old, event, context)
+        if isinstance(result, Refusal):
+            return result
+        assert old is not None and attempt is not None
+        self._store(old, result)
+        if result.status == FAILED:
+            self._index_failure(result, attempt.commission_digest)
+        return None
+
+    def _index_failure(self, sub: SubmissionState, commission: str) -> None:
+        key = (commission, sub.content_hash)
+        first = self._failed.get(key)
+        if first is None or sub.arrival_key < self._subs[first.submission_id].arrival_key:
+            self._put(self._failed, key, FailedRef(sub.submission_id, sub.reason or ""))
+
+    # --- intake ---------------------------------------------------------------------------
+
+    def intake_context(
+        self, submission: SubmissionState, payment_amount_rao: int | None
+    ) -> IntakeContext:
+        """Returns the intake context of a submission from the fold's projections.
+
+        ``payment_amount_rao`` is what the chain shows for the submission's payment_ref
+        (None: not found); the ledger cannot know it before PaymentConsumed.
+        """
+        arena = self._arenas[submission.arena_id]
+        ref = submission.payment_ref
+        consumed = {} if ref is None or ref not in self._payments else {
+            ref: self._payments[ref].submission_id
+        }
+        credits = [CreditView(c, a) for c, a in self._unspent.get(submission.hotkey, {}).items()]
+        own = self._credit_of.get(submission.submission_id)
+        if own is not None:
+            spent = CreditView(own, self._credits[own].amount_rao, submission.submission_id)
+            credits.insert(0, spent)
+        return IntakeContext(
+            arena, payment_amount_rao, consumed, credits, self._admissions, self._failed
+        )
+
+    def intake(
+        self, submission_id: str, payment_amount_rao: int | None = None
+    ) -> Admission | Rejection:
+        """Returns the intake outcome of an ARRIVED submission (what to append next)."""
+        sub = self._subs[submission_id]
+        return intake(sub, self.intake_context(sub, payment_amount_rao))
+
+    def _intake_refusal(self, old: SubmissionState, event: Event) -> Refusal | None:
+        if isinstance(event, SubmissionAdmitted):
+            fee = event.fee
+            amount = fee.amount_rao if fee.kind == "payment" else None
+            derived = intake(old, self.intake_context(old, amount))
+            recorded: Admission | Rejection = Admission(fee.kind, fee.ref, fee.amount_rao)
+        else:
+            assert isinstance(event, SubmissionRejected)
+            # A rejection for a short payment is the appender's chain observation; every
+            # other rule is checked with the payment assumed sufficient.
+            fee_rao = self._arenas[old.arena_id].fee_rao
+            short = event.reason == "eval_cost_payment_invalid"
+            derived = intake(old, self.intake_context(old, 0 if short else fee_rao))
+            recorded = Rejection(event.reason)
+        if derived == recorded:
+            return None
+        return _refuse(
+            "submission", old.status, event, "intake_mismatch", f"intake gives {derived}"
+        )
+
+    def _on_intake(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        old = self._subs.get(ident)
+        result = submission_machine.step(old, event)
+        if isinstance(result, Refusal):
+            return result
+        assert old is not None
+        refusal = self._intake_refusal(old, event)
+        if refusal is not None:
+            return refusal
+        self._store(old, result)
+        if isinstance(event, SubmissionAdmitted):
+            key = (old.hotkey, epoch_of(old.arrival_block))
+            self._put(self._admissions, key, self._admissions.get(key, 0) + 1)
+        return None
+
+    # --- attempts -------------------------------------------------------------------------
+
+    def _on_claimed(self, ident: str, event: AttemptClaimed, _: Payload) -> Refusal | None:
+        existing = self._attempts.get(ident)
+        if existing is not None:
+            return _refuse("attempt", existing.status, event, "stream_already_started")
+        if event.attempt_id != ident:
+            return _refuse("attempt", ABSENT, event, "stream_id_mismatch", event.attempt_id)
+        arena = self._arenas.get(event.arena_id)
+        context = ClaimContext(self._subs.get(event.submission_id), arena)
+        refusal = attempt_machine.decide_claim(event, context)
+        if refusal is not None:
+            return refusal
+        assert arena is not None
+        params = arena.commissions[event.commission_digest].params
+        self._put(self._attempts, ident, attempt_machine.claim(event, params))
+        return None
+
+    def _on_attempt(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        state = self._attempts.get(ident)
+        if type(state) is AttemptSummary:
+            return _refuse("attempt", state.status, event, "terminal_state")
+        assert state is None or isinstance(state, AttemptState)
+        result = attempt_machine.step(state, event)
+        if isinstance(result, Refusal):
+            return result
+        decided = result.decision is not None and not self.detail
+        self._put(self._attempts, ident, result.summary() if decided else result)
+        return None
+
+    # --- payments and credits -------------------------------------------------------------
+
+    def _on_payment(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        state = self._payments.get(ident)
+        if isinstance(event, PaymentConsumed) and state is None:
+            if event.payment_ref != ident:
+                return _refuse("payment", ABSENT, event, "stream_id_mismatch", event.payment_ref)
+            sub = self._subs.get(event.submission_id)
+            if sub is None:
+                return _refuse("payment", ABSENT, event, "submission_unknown")
+            if sub.arena_id != event.arena_id:
+                return _refuse("payment", ABSENT, event, "arena_mismatch", sub.arena_id)
+        result = payment_step(state, event)
+        if isinstance(result, Refusal):
+            return result
+        self._put(self._payments, ident, result)
+        return None
+
+    def _on_credit(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        state = self._credits.get(ident)
+        if isinstance(event, CreditGranted) and state is None and event.credit_id != ident:
+            return _refuse("credit", ABSENT, event, "stream_id_mismatch", event.credit_id)
+        if isinstance(event, CreditSpent) and state is not None and state.status != "SPENT":
+            sub = self._subs.get(event.submission_id)
+            if sub is None:
+                return _refuse("credit", state.status, event, "submission_unknown")
+            if sub.hotkey != state.hotkey:
+                return _refuse("credit", state.status, event, "credit_hotkey_mismatch")
+        result = credit_step(state, event)
+        if isinstance(result, Refusal):
+            return result
+        self._put(self._credits, ident, result)
+        if isinstance(event, CreditGranted):
+            self._put(self._inner(self._unspent, result.hotkey), ident, result.amount_rao)
+        else:
+            assert isinstance(event, CreditSpent)
+            self._pop(self._unspent[result.hotkey], ident)
+            self._put(self._credit_of, event.submission_id, ident)
+        return None
+
+    # --- queries --------------------------------------------------------------------------
+
+    def arena(self, arena_id: str) -> ArenaState | None:
+        """Returns an arena's state, or None."""
+        return self._arenas.get(arena_id)
+
+    def arenas(self) -> list[ArenaState]:
+        """Returns every arena, by arena_id."""
+        return [self._arenas[a] for a in sorted(self._arenas)]
+
+    def submission(self, submission_id: str) -> SubmissionState | None:
+        """Returns a submission's state, or None."""
+        return self._subs.get(submission_id)
+
+    def submissions(self, arena_id: str) -> list[SubmissionState]:
+        """Returns an arena's submissions in arrival-key order, with their status."""
+        index = self._by_arena.get(arena_id, {})
+        return [self._subs[sid] for sid in sorted(index, key=index.__getitem__)]
+
+    def live_submissions(self) -> int:
+        """Returns how many submissions are not terminal."""
+        return len(self._live)
+
+    def queue(self, arena_id: str) -> list[SubmissionState]:
+        """Returns the arena's claimable (QUEUED) submissions in arrival-key order."""
+        index = self._queued.get(arena_id, {})
+        return [self._subs[sid] for sid in sorted(index, key=index.__getitem__)]
+
+    def next_claimable(self, arena_id: str) -> SubmissionState | None:
+        """Returns the earliest-arriving QUEUED submission of an arena, or None."""
+        index = self._queued.get(arena_id)
+        if not index:
+            return None
+        return self._subs[min(index, key=index.__getitem__)]
+
+    def expirable(self, block: int) -> list[SubmissionState]:
+        """Returns the live submissions whose SLA has passed at finalized ``block``."""
+        due = []
+        for sid in sorted(self._live, key=self._live.__getitem__):
+            sub = self._subs[sid]
+            if submission_machine.sla_due(sub, block, self._context(sub).sla_blocks):
+                due.append(sub)
+        return due
+
+    def reward_group(self, submission_id: str) -> str | None:
+        """Returns the incumbent_digest current when the submission's arrival was recorded."""
+        return self._group.get(submission_id)
+
+    def resolution(self, submission_id: str) -> Decision | None:
+        """Returns the recorded decision of the submission's current attempt, or None.
+
+        For a resolved submission this carries what SubmissionResolved does not: the
+        speedup, pass line and look window (settlement reads the speedup of a PASS).
+        """
+        sub = self._subs.get(submission_id)
+        if sub is None or sub.attempt_id is None:
+            return None
+        found = self._attempts.get(sub.attempt_id)
+        return None if found is None else found.decision
+
+    def attempt(self, attempt_id: str) -> AttemptState | AttemptSummary | None:
+        """Returns an attempt: full state while live (or with ``detail``), else its summary."""
+        return self._attempts.get(attempt_id)
+
+    def derive_decision(self, attempt_id: str) -> Decision | None:
+        """Returns what the attempt's AttemptDecided must carry now, or None."""
+        state = self._attempts.get(attempt_id)
+        if state is None:
+            return None
+        if isinstance(state, AttemptSummary):
+            return state.decision
+        return attempt_machine.derive_decision(state)
+
+    def refold_attempt(self, events: Iterable[Event]) -> AttemptState:
+        """Rebuilds an attempt's full state (windows, looks, audit) from its stream's events."""
+        stream = iter(events)
+        claimed = next(stream)
+        if not isinstance(claimed, AttemptClaimed):
+            raise ValueError("an attempt stream starts with AttemptClaimed")
+        commission = self._arenas[claimed.arena_id].commissions[claimed.commission_digest]
+        return attempt_machine.fold(claimed, commission.params, stream)
+
+    def payment(self, payment_ref: str) -> PaymentState | None:
+        """Returns a consumed payment, or None."""
+        return self._payments.get(payment_ref)
+
+    def credit(self, credit_id: str) -> CreditState | None:
+        """Returns a credit, or None."""
+        return self._credits.get(credit_id)
+
+    def controls(self, arena_id: str) -> list[ControlRow]:
+        """Returns the arena's control report (as_expected / unexpected / pending)."""
+        arena = self._arenas.get(arena_id)
+        return [] if arena is None else control_rows(arena, self.submissions(arena_id))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Returns every projection as plain containers (for equality checks and debugging)."""
+        return {
+            "position": self.position,
+            "arenas": dict(self._arenas),
+            "submissions": dict(self._subs),
+            "attempts": dict(self._attempts),
+            "payments": dict(self._payments),
+            "credits": dict(self._credits),
+            "unspent": {k: dict(v) for k, v in self._unspent.items() if v},
+            "admissions": dict(self._admissions),
+            "failed": dict(self._failed),
+            "queued": {k: dict(v) for k, v in self._queued.items() if v},
+            "live": dict(self._live),
+            "groups": dict(self._group),
+        }

@@ -1,0 +1,391 @@
+"""Folds a ``submission-<submission_id>`` stream through the Submission machine (DOMAIN §5).
+
+``ARRIVED`` → ``QUEUED`` (admitted) or ``REJECTED``; ``QUEUED`` → ``QUALIFYING``; on
+SubmissionResolved: PASS → ``QUALIFIED``, FAIL → ``FAILED``, NO_DECISION by disposition:
+COMPLETE → ``NO_DECISION`` (parked), REQUEUE → ``QUEUED``, HOLD → ``HELD``. Any non-terminal
+state → ``HELD`` (SubmissionHeld) → released (HoldReleased); ``NO_DECISION`` → ``QUEUED``
+(SubmissionRequeued); any non-terminal → ``EXPIRED`` once the block is ``sla_blocks`` past
+arrival. Terminal: REJECTED, QUALIFIED, FAILED, EXPIRED.
+
+Decisions this module takes where DOMAIN is silent (documented in docs/machines.md):
+
+- Retry budget: a NO_DECISION with disposition REQUEUE normally re-queues. The submission
+  may be re-queued that way ``requeues_max`` (3) times; the 4th such resolution moves it to
+  ``HELD`` with hold reason ``retry_budget_exhausted`` — the fold decides this from the
+  SubmissionResolved alone; no SubmissionHeld is appended (one would be refused
+  ``already_held``). An operator's HoldReleased grants one more attempt; the budget stays
+  spent, so the next REQUEUE resolution holds again.
+- HoldReleased returns to ``QUEUED``, except for a submission held before it was ever
+  admitted: it returns to ``ARRIVED`` so intake (and its fee) still applies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ledger.codec import digest
+from ledger.events import (
+    Event,
+    HoldReleased,
+    QualificationStarted,
+    SubmissionAdmitted,
+    SubmissionArrived,
+    SubmissionExpired,
+    SubmissionHeld,
+    SubmissionRejected,
+    SubmissionRequeued,
+    SubmissionResolved,
+)
+from machines.arithmetic import Decision
+from machines.refusal import ABSENT, Refusal
+from machines.table import Guard, Table, build, evolve
+
+__all__ = [
+    "ARRIVED",
+    "EXPIRED",
+    "FAILED",
+    "HELD",
+    "LIVE",
+    "NO_DECISION",
+    "QUALIFIED",
+    "QUALIFYING",
+    "QUEUED",
+    "REJECTED",
+    "STATES",
+    "TABLE",
+    "TERMINALS",
+    "ArrivalKey",
+    "Fee",
+    "SubmissionContext",
+    "SubmissionState",
+    "apply",
+    "arrival_key",
+    "decide",
+    "fold",
+    "requeues_max",
+    "sla_blocks_default",
+    "sla_due",
+    "start",
+    "step",
+    "submission_id_of",
+]
+
+ARRIVED = "ARRIVED"
+QUEUED = "QUEUED"
+QUALIFYING = "QUALIFYING"
+QUALIFIED = "QUALIFIED"
+FAILED = "FAILED"
+NO_DECISION = "NO_DECISION"
+HELD = "HELD"
+REJECTED = "REJECTED"
+EXPIRED = "EXPIRED"
+STATES = (ARRIVED, QUEUED, QUALIFYING, QUALIFIED, FAILED, NO_DECISION, HELD, REJECTED, EXPIRED)
+TERMINALS = frozenset({REJECTED, QUALIFIED, FAILED, EXPIRED})
+#: Non-terminal states, in table order.
+LIVE = tuple(s for s in STATES if s not in TERMINALS)
+
+#: Automatic re-queues a submission may take (NO_DECISION with disposition REQUEUE).
+requeues_max = 3
+#: SLA in blocks when the policy names none (DOMAIN §6 default).
+sla_blocks_default = 500_000
+
+#: Queue order: (block, event_index, event_subindex, miner_hotkey, content_hash).
+ArrivalKey = tuple[int, int, int, str, str]
+
+
+def arrival_key(event: SubmissionArrived) -> ArrivalKey:
+    """Returns the arrival key that orders the queue and breaks every tie."""
+    arrival = event.arrival
+    return (
+        arrival.block,
+        arrival.event_index,
+        arrival.event_subindex,
+        event.miner_hotkey,
+        event.content_hash,
+    )
+
+
+def submission_id_of(event: SubmissionArrived) -> str:
+    """Returns digest(``arena-ledger.arrival``, the arrival fields) (DOMAIN §3).
+
+    The fold computes this for every arrival, so the common case takes a short cut: for
+    printable-ASCII strings and JSON-safe integers (all the schema admits today), sorted-key
+    ``json.dumps`` without whitespace is byte-for-byte the canonical JSON of
+    ``ledger.codec``; anything else goes through ``ledger.codec.digest`` itself. A unit test
+    holds the two equal.
+    """
+    arrival = event.arrival
+    payload = {
+        "arena_id": event.arena_id,
+        "block": arrival.block,
+        "event_index": arrival.event_index,
+        "event_subindex": arrival.event_subindex,
+        "miner_hotkey": event.miner_hotkey,
+        "content_hash": event.content_hash,
+    }
+    texts = (event.arena_id, event.miner_hotkey, event.content_hash)
+    if all(t.isascii() and t.isprintable() for t in texts):
+        document = {"domain": _ARRIVAL_DOMAIN, "payload": payload}
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return digest(_ARRIVAL_DOMAIN, payload)
+
+
+_ARRIVAL_DOMAIN = "arena-ledger.arrival"
+
+
+class Fee(NamedTuple):
+    """Is the fee an admission recorded: kind (payment, credit, waived), ref and amount."""
+
+    kind: str
+    ref: str
+    amount_rao: int
+
+
+@dataclass(frozen=True)
+class SubmissionState:
+    """Is a submission's folded state: identity, status and what later rules need."""
+
+    submission_id: str
+    arena_id: str
+    hotkey: str
+    content_hash: str
+    delta_digest: str
+    target: str
+    arrival_key: ArrivalKey
+    payment_ref: str | None
+    status: str = ARRIVED
+    fee: Fee | None = None
+    rejection: str | None = None
+    attempts: int = 0
+    attempt_id: str | None = None
+    requeues: int = 0
+    verdict: str | None = None
+    reason: str | None = None
+    disposition: str | None = None
+    hold_reason: str | None = None
+    expired_block: int | None = None
+
+    @property
+    def arrival_block(self) -> int:
+        """Returns the chain block the submission arrived in."""
+        return self.arrival_key[0]
+
+    @property
+    def terminal(self) -> bool:
+        """Tells whether the submission is in a terminal state."""
+        return self.status in TERMINALS
+
+
+@dataclass(frozen=True)
+class SubmissionContext:
+    """Carries what the submission machine checks beyond its own stream.
+
+    ``sla_blocks`` comes from the arena's current policy. When ``check_resolution`` is set,
+    a SubmissionResolved must equal ``attempt_decision`` (the attempt's recorded
+    AttemptDecided; None when the attempt is not decided yet).
+    """
+
+    sla_blocks: int = sla_blocks_default
+    check_resolution: bool = False
+    attempt_decision: Decision | None = None
+
+
+_DEFAULT = SubmissionContext()
+
+
+def sla_due(state: SubmissionState, block: int, sla_blocks: int = sla_blocks_default) -> bool:
+    """Tells whether a live submission may expire at finalized ``block``."""
+    return not state.terminal and block - state.arrival_block >= sla_blocks
+
+
+def start(event: SubmissionArrived) -> SubmissionState:
+    """Opens a submission stream in ``ARRIVED``."""
+    return build(
+        SubmissionState,
+        submission_id=event.submission_id,
+        arena_id=event.arena_id,
+        hotkey=event.miner_hotkey,
+        content_hash=event.content_hash,
+        delta_digest=event.delta_digest,
+        target=event.target,
+        arrival_key=arrival_key(event),
+        payment_ref=event.payment_ref,
+    )
+
+
+def _admit(state: SubmissionState, event: SubmissionAdmitted, target: str) -> SubmissionState:
+    fee = Fee(event.fee.kind, event.fee.ref, event.fee.amount_rao)
+    return evolve(state, status=target, fee=fee)
+
+
+def _reject(state: SubmissionState, event: SubmissionRejected, target: str) -> SubmissionState:
+    return evolve(state, status=target, rejection=event.reason)
+
+
+def _start_attempt(
+    state: SubmissionState, event: QualificationStarted, target: str
+) -> SubmissionState:
+    return evolve(state, status=target, attempts=state.attempts + 1, attempt_id=event.attempt_id)
+
+
+def _hold(state: SubmissionState, event: SubmissionHeld, target: str) -> SubmissionState:
+    return evolve(state, status=target, hold_reason=event.reason)
+
+
+def _requeue(state: SubmissionState, _: SubmissionRequeued, target: str) -> SubmissionState:
+    return evolve(state, status=target)
+
+
+def _resolution_refusal(
+    state: SubmissionState, event: SubmissionResolved, context: SubmissionContext
+) -> Refusal | None:
+    kind = event.event_type
+    if event.attempt_id != state.attempt_id:
+        return TABLE.refuse(
+            state.status, kind, "attempt_mismatch",
+            f"attempt_id: current is {state.attempt_id!r}, event names {event.attempt_id!r}",
+        )
+    if event.verdict != "NO_DECISION" and event.disposition != "COMPLETE":
+        return TABLE.refuse(
+            state.status, kind, "disposition_invalid",
+            f"disposition: {event.verdict} is always COMPLETE, event has {event.disposition}",
+        )
+    if not context.check_resolution:
+        return None
+    decided = context.attempt_decision
+    if decided is None:
+        return TABLE.refuse(state.status, kind, "attempt_not_decided", event.attempt_id)
+    if (decided.verdict, decided.reason, decided.disposition) == (
+        event.verdict, event.reason, event.disposition
+    ):
+        return None
+    for name in ("verdict", "reason", "disposition"):
+        if getattr(decided, name) != getattr(event, name):
+            return TABLE.refuse(
+                state.status, kind, "resolution_mismatch",
+                f"{name}: attempt decided {getattr(decided, name)!r}, "
+                f"event has {getattr(event, name)!r}",
+            )
+    return None
+
+
+def _resolve(
+    state: SubmissionState, event: SubmissionResolved, context: SubmissionContext
+) -> SubmissionState | Refusal:
+    refusal = _resolution_refusal(state, event, context)
+    if refusal is not None:
+        return refusal
+    requeues, hold_reason = state.requeues, state.hold_reason
+    if event.verdict == "PASS":
+        target = QUALIFIED
+    elif event.verdict == "FAIL":
+        target = FAILED
+    elif event.disposition == "COMPLETE":
+        target = NO_DECISION
+    elif event.disposition == "HOLD":
+        target, hold_reason = HELD, event.reason
+    elif requeues < requeues_max:
+        target, requeues = QUEUED, requeues + 1
+    else:
+        target, hold_reason = HELD, "retry_budget_exhausted"
+    return evolve(
+        state,
+        status=target,
+        verdict=event.verdict,
+        reason=event.reason,
+        disposition=event.disposition,
+        requeues=requeues,
+        hold_reason=hold_reason,
+    )
+
+
+def _release(state: SubmissionState, _: HoldReleased, __: SubmissionContext) -> SubmissionState:
+    return evolve(state, status=ARRIVED if state.fee is None else QUEUED, hold_reason=None)
+
+
+def _expire(
+    state: SubmissionState, event: SubmissionExpired, context: SubmissionContext
+) -> SubmissionState | Refusal:
+    age = event.block - state.arrival_block
+    if age < context.sla_blocks:
+        return TABLE.refuse(
+            state.status, event.event_type, "sla_not_reached",
+            f"block: {age} blocks past arrival, sla_blocks is {context.sla_blocks}",
+        )
+    return evolve(state, status=EXPIRED, expired_block=event.block)
+
+
+_RESOLVE = Guard((QUALIFIED, FAILED, NO_DECISION, QUEUED, HELD), _resolve, "verdict, disposition")
+_RELEASE = Guard((QUEUED, ARRIVED), _release, "admitted?")
+_EXPIRE = Guard((EXPIRED,), _expire, "age in blocks ≥ sla_blocks")
+
+#: The Submission machine of DOMAIN §5.
+TABLE: Table[SubmissionState, SubmissionContext] = Table(
+    machine="submission",
+    states=STATES,
+    initial=ARRIVED,
+    opening="SubmissionArrived",
+    terminals=TERMINALS,
+    rules={
+        (ARRIVED, "SubmissionAdmitted"): QUEUED,
+        (ARRIVED, "SubmissionRejected"): REJECTED,
+        (QUEUED, "QualificationStarted"): QUALIFYING,
+        (QUALIFYING, "SubmissionResolved"): _RESOLVE,
+        **{(s, "SubmissionHeld"): HELD for s in LIVE if s != HELD},
+        (HELD, "HoldReleased"): _RELEASE,
+        (NO_DECISION, "SubmissionRequeued"): QUEUED,
+        **{(s, "SubmissionExpired"): _EXPIRE for s in LIVE},
+    },
+    effects={
+        "SubmissionAdmitted": _admit,
+        "SubmissionRejected": _reject,
+        "QualificationStarted": _start_attempt,
+        "SubmissionHeld": _hold,
+        "SubmissionRequeued": _requeue,
+    },
+    refusals={(HELD, "SubmissionHeld"): "already_held"},
+)
+
+
+def step(
+    state: SubmissionState | None, event: Event, context: SubmissionContext | None = None
+) -> SubmissionState | Refusal:
+    """Returns the submission after ``event``, or the refusal of it."""
+    if state is None:
+        if isinstance(event, SubmissionArrived):
+            return start(event)
+        return TABLE.refuse(ABSENT, event.event_type, "stream_not_started")
+    if isinstance(event, SubmissionArrived):
+        return TABLE.refuse(state.status, event.event_type, "stream_already_started")
+    return TABLE.step(state, event, _DEFAULT if context is None else context)
+
+
+def decide(
+    state: SubmissionState | None, event: Event, context: SubmissionContext | None = None
+) -> Refusal | None:
+    """Returns the refusal of ``event`` in ``state``, or None when it may be appended."""
+    result = step(state, event, context)
+    return result if isinstance(result, Refusal) else None
+
+
+def apply(
+    state: SubmissionState | None, event: Event, context: SubmissionContext | None = None
+) -> SubmissionState | None:
+    """Returns the submission after ``event``; a refused event leaves it unchanged."""
+    result = step(state, event, context)
+    return state if isinstance(result, Refusal) else result
+
+
+def fold(
+    events: Iterable[Event], context: SubmissionContext | None = None
+) -> SubmissionState | None:
+    """Folds a whole submission stream from nothing."""
+    state: SubmissionState | None = None
+    for event in events:
+        state = apply(state, event, context)
+    return state

@@ -1,0 +1,368 @@
+"""Checks the Attempt machine: window order, speed, audit, quality, faults, decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from ledger.events import FAULT_CODES, Event, InfrastructureFault, Policy
+from machines import arena, samples, submission
+from machines import attempt as A
+from machines.arithmetic import Decision, compile_policy
+from machines.refusal import Refusal
+
+BILLION = 1_000_000_000
+WORKED = samples.WORKED_EXAMPLE_COSTS
+SLOW = ((BILLION, 1_040_000_000),) * 4  # candidate 4 % slower everywhere
+FLAT = ((BILLION, 998_000_000),) * 4  # 0.2 % faster: not enough
+
+
+def _claimed(sealed: Policy | None = None, plan: str = "normal") -> A.AttemptState:
+    params = compile_policy(sealed or samples.policy())
+    claim = samples.claimed("a" * 64, "c" * 64, plan=plan)
+    return A.claim(claim, params)
+
+
+def _ok(state: A.AttemptState, *events: Event) -> A.AttemptState:
+    for event in events:
+        result = A.step(state, event)
+        assert not isinstance(result, Refusal), str(result)
+        state = result
+    return state
+
+
+def _refused(state: A.AttemptState, event: Event) -> Refusal:
+    result = A.step(state, event)
+    assert isinstance(result, Refusal), f"{event.event_type} was accepted"
+    assert A.apply(state, event) is state
+    return result
+
+
+def _measured(state: A.AttemptState, costs: Sequence[tuple[int, int]]) -> A.AttemptState:
+    for index, (stock, cand) in enumerate(costs, start=1):
+        if state.speed is not None:
+            break
+        state = _ok(state, samples.window(index, state.params.orientation(index), stock, cand))
+    return state
+
+
+def _decided(state: A.AttemptState) -> A.AttemptState:
+    decision = A.derive_decision(state)
+    assert decision is not None
+    return _ok(state, samples.decided(decision))
+
+
+# --- speed -------------------------------------------------------------------------------
+
+
+def test_worked_example_passes_speed_at_look_3() -> None:
+    state = _measured(_claimed(), WORKED)
+    assert state.status == A.AUDIT and state.last_window == 3
+    assert state.speed is not None
+    assert (state.speed.speedup, state.speed.pass_line, state.speed.look_window) == (
+        "1.019129", "0.018884", 3,
+    )
+    assert [k.outcome for k in state.looks] == ["pass"]
+
+
+def test_full_pass_records_the_speed_numbers() -> None:
+    state = _measured(_claimed(), WORKED)
+    state = _ok(state, samples.audit(), samples.quality())
+    assert A.derive_decision(state) == Decision("PASS", "", "COMPLETE", "1.019129", "0.018884", 3)
+    final = _decided(state)
+    assert final.status == A.DECIDED
+    assert _refused(final, samples.quality()).code == "terminal_state"
+
+
+def test_slow_candidate_fails_candidate_slower_at_w() -> None:
+    state = _measured(_claimed(), SLOW)
+    assert state.status == A.SPEED and state.last_window == 4
+    decision = A.derive_decision(state)
+    assert decision is not None
+    assert (decision.verdict, decision.reason, decision.look_window) == (
+        "FAIL", "candidate_slower", 4,
+    )
+    assert decision.speedup is not None and decision.speedup < "1"
+    assert [k.outcome for k in state.looks] == ["continue", "candidate_slower"]
+
+
+def test_flat_candidate_fails_threshold_not_met() -> None:
+    decision = A.derive_decision(_measured(_claimed(), FLAT))
+    assert decision is not None
+    assert (decision.verdict, decision.reason) == ("FAIL", "speed_threshold_not_met")
+    assert decision.pass_line == "0.013075"  # exp(1.5 * sqrt(0.000075)) - 1
+
+
+def test_futility_fails_after_orientation_one_with_null_numbers() -> None:
+    state = _measured(_claimed(samples.policy(futility_margin="0.02")), SLOW)
+    assert state.last_window == 2 and state.looks == ()
+    assert A.derive_decision(state) == Decision("FAIL", "futility", "COMPLETE", None, None, 2)
+    assert _refused(state, samples.window(3, 2, BILLION, BILLION)).code == (
+        "window_after_speed_decided"
+    )
+
+
+def test_speed_fail_refuses_audit_and_quality_under_normal_plan() -> None:
+    state = _measured(_claimed(), SLOW)
+    assert _refused(state, samples.audit()).code == "audit_out_of_stage"
+    assert _refused(state, samples.quality()).code == "quality_out_of_stage"
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        (samples.window(2, 1, BILLION, BILLION), "window_gap"),
+        (samples.window(1, 1, BILLION, BILLION), "window_repeated"),
+        (samples.window(2, 2, BILLION, BILLION), "window_orientation_wrong"),
+        (samples.window(5, 2, BILLION, BILLION), "window_past_limit"),
+        (samples.window(2, 1, BILLION, BILLION, candidate_tokens=7), "output_tokens_differ"),
+    ],
+)
+def test_window_refusals(event: Event, code: str) -> None:
+    state = _ok(_claimed(), samples.window(1, 1, BILLION, BILLION))
+    if code == "window_gap":
+        event = samples.window(3, 2, BILLION, BILLION)
+    assert _refused(state, event).code == code
+
+
+def test_first_window_must_be_one() -> None:
+    assert _refused(_claimed(), samples.window(2, 1, BILLION, BILLION)).code == "window_gap"
+
+
+def test_window_after_speed_pass() -> None:
+    state = _measured(_claimed(), WORKED)
+    refusal = _refused(state, samples.window(4, 2, BILLION, 980_000_000))
+    assert refusal.code == "window_after_speed_decided"
+    assert (refusal.machine, refusal.state, refusal.event_type) == (
+        "attempt", "AUDIT", "WindowMeasured",
+    )
+
+
+def test_work_mismatch_is_a_fault_not_a_speed_signal() -> None:
+    state = _ok(_claimed(), samples.window(1, 1, BILLION, BILLION))
+    mismatch = samples.window(2, 1, BILLION, 500_000_000, candidate_tokens=100)
+    assert _refused(state, mismatch).code == "output_tokens_differ"
+    fault = A.work_mismatch_fault(mismatch)
+    assert (fault.code, fault.stage) == ("work_mismatch", "speed")
+    faulted = _ok(state, fault)
+    assert A.derive_decision(faulted) == Decision(
+        "NO_DECISION", "work_mismatch", "COMPLETE", None, None, None
+    )
+    assert faulted.last_window == 1  # the measured windows stay
+
+
+# --- audit and quality -------------------------------------------------------------------
+
+
+def test_audit_violation_fails_slot_audit() -> None:
+    state = _ok(_measured(_claimed(), WORKED), samples.audit(violations=1))
+    assert A.derive_decision(state) == Decision(
+        "FAIL", "slot_audit_failed", "COMPLETE", "1.019129", "0.018884", 3
+    )
+    assert _refused(state, samples.quality()).code == "audit_not_passed"
+
+
+def test_audit_thin_coverage_is_no_decision() -> None:
+    state = _ok(_measured(_claimed(), WORKED), samples.audit(calls=3))
+    decision = A.derive_decision(state)
+    assert decision is not None
+    assert (decision.verdict, decision.reason, decision.disposition) == (
+        "NO_DECISION", "audit_not_covered", "COMPLETE",
+    )
+
+
+def test_audit_with_no_node_is_not_covered() -> None:
+    decision = A.derive_decision(_measured(_claimed(), WORKED))
+    assert decision is not None and decision.reason == "audit_not_covered"
+
+
+def test_audit_sums_ranks_and_refuses_repeats() -> None:
+    state = _measured(_claimed(), WORKED)
+    state = _ok(state, samples.audit(rank=0, calls=4), samples.audit(rank=1, calls=4))
+    assert state.audit is not None and state.audit["model.layers.0.mlp"].calls == 8
+    assert A.derive_decision(state) is None  # audit passes: quality must run
+    assert _refused(state, samples.audit(rank=1)).code == "audit_node_repeated"
+    assert _refused(state, samples.audit(rank=2, calls=1, violations=2)).code == (
+        "audit_counts_inconsistent"
+    )
+
+
+def test_audit_near_misses_above_rate_fail() -> None:
+    state = _ok(_measured(_claimed(), WORKED), samples.audit(calls=100, near_misses=2))
+    decision = A.derive_decision(state)
+    assert decision is not None and decision.reason == "slot_audit_failed"
+
+
+@pytest.mark.parametrize(
+    ("drift_ok", "regression", "verdict", "reason"),
+    [
+        (True, False, "PASS", ""),
+        (True, True, "FAIL", "quality_regression"),
+        (False, False, "NO_DECISION", "quality_drift"),
+        (False, True, "NO_DECISION", "quality_drift"),
+    ],
+)
+def test_quality_outcomes(drift_ok: bool, regression: bool, verdict: str, reason: str) -> None:
+    state = _ok(
+        _measured(_claimed(), WORKED),
+        samples.audit(),
+        samples.quality(drift_within_envelope=drift_ok, regression=regression),
+    )
+    decision = A.derive_decision(state)
+    assert decision is not None and (decision.verdict, decision.reason) == (verdict, reason)
+    assert decision.speedup == "1.019129"
+    assert _refused(state, samples.quality()).code == "quality_repeated"
+    assert _refused(state, samples.audit(rank=5)).code == "audit_out_of_stage"
+
+
+# --- calibration observation -------------------------------------------------------------
+
+
+def _calibration(costs: Sequence[tuple[int, int]], *audits: Event) -> A.AttemptState:
+    sealed = samples.policy(futility_margin="0.02", audit_control_delta_digests=["d" * 64])
+    return _ok(_measured(_claimed(sealed, plan="calibration_observation"), costs), *audits)
+
+
+def test_calibration_keeps_the_speed_fail_when_the_audit_passes() -> None:
+    state = _calibration(SLOW, samples.audit())
+    assert state.status == A.AUDIT
+    assert A.derive_decision(state) == Decision("FAIL", "futility", "COMPLETE", None, None, 2)
+    refusal = _refused(state, samples.quality())
+    assert refusal.code == "quality_out_of_stage"
+
+
+def test_calibration_audit_failure_overrides_the_speed_reason() -> None:
+    state = _calibration(SLOW, samples.audit(uncomparable=1))
+    decision = A.derive_decision(state)
+    assert decision is not None and (decision.verdict, decision.reason) == (
+        "FAIL", "slot_audit_failed",
+    )
+
+
+def test_calibration_uncovered_audit_is_no_decision() -> None:
+    decision = A.derive_decision(_calibration(SLOW))
+    assert decision is not None and (decision.verdict, decision.reason) == (
+        "NO_DECISION", "audit_not_covered",
+    )
+
+
+def _claim_context(plan: str, listed: list[str]) -> tuple[Any, A.ClaimContext]:
+    arena_state = arena.start(
+        samples.commissioned(sealed=samples.policy(audit_control_delta_digests=listed))
+    )
+    arrived = samples.arrived(delta_digest="d" * 64)
+    admitted = submission.apply(submission.start(arrived), samples_admitted())
+    assert admitted is not None
+    sub = admitted
+    claim = samples.claimed(sub.submission_id, arena_state.commission_digest, plan=plan)
+    return claim, A.ClaimContext(sub, arena_state)
+
+
+def samples_admitted() -> Event:
+    from ledger.events import SubmissionAdmitted
+
+    return SubmissionAdmitted.model_validate(
+        {"block": 1, "fee": {"kind": "waived", "ref": "", "amount_rao": 0}}
+    )
+
+
+def test_calibration_observation_must_be_listed() -> None:
+    claim, context = _claim_context("calibration_observation", [])
+    refusal = A.decide(None, claim, context)
+    assert refusal is not None and refusal.code == "calibration_observation_not_listed"
+    claim, context = _claim_context("calibration_observation", ["d" * 64])
+    assert A.decide(None, claim, context) is None
+    claim, context = _claim_context("normal", [])
+    assert A.decide(None, claim, context) is None
+
+
+def test_claim_checks_submission_and_commission() -> None:
+    claim, context = _claim_context("normal", [])
+    stale = claim.model_copy(update={"commission_digest": "e" * 64})
+    assert A.decide_claim(stale, context) == A.TABLE.refuse(
+        "NONE", "AttemptClaimed", "commission_not_current",
+        f"current is {context.arena.commission_digest}",  # type: ignore[union-attr]
+    )
+    other_arena = claim.model_copy(update={"arena_id": "other"})
+    refusal = A.decide_claim(other_arena, context)
+    assert refusal is not None and refusal.code == "arena_mismatch"
+    nobody = A.ClaimContext(None, context.arena)
+    refusal = A.decide_claim(claim, nobody)
+    assert refusal is not None and refusal.code == "submission_unknown"
+    with pytest.raises(ValueError, match="ClaimContext"):
+        A.decide(None, claim)
+
+
+# --- faults and decisions ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", FAULT_CODES)
+def test_every_fault_code_decides_no_decision_with_its_disposition(code: str) -> None:
+    expected = {
+        "adapter_start_failed": "REQUEUE",
+        "adapter_request_failed": "REQUEUE",
+        "evidence_unavailable": "HOLD",
+        "unproven_infrastructure_failure": "HOLD",
+    }.get(code, "COMPLETE")
+    for state in (_claimed(), _measured(_claimed(), WORKED[:1]), _measured(_claimed(), WORKED)):
+        fault = InfrastructureFault(code=code, stage="speed", detail="")
+        faulted = _ok(state, fault)
+        assert faulted.status == state.status
+        no_decision = Decision("NO_DECISION", code, expected, None, None, None)
+        assert A.derive_decision(faulted) == no_decision
+        assert _refused(faulted, samples.window(4, 2, 1, 1)).code == "fault_recorded"
+        assert _refused(faulted, fault).code == "fault_recorded"
+        assert _decided(faulted).status == A.DECIDED
+
+
+def test_a_fault_after_quality_still_decides_no_decision() -> None:
+    state = _ok(_measured(_claimed(), WORKED), samples.audit(), samples.quality())
+    faulted = _ok(state, InfrastructureFault(code="engine_killed", stage="teardown", detail=""))
+    decision = A.derive_decision(faulted)
+    assert decision is not None and decision.reason == "engine_killed"
+
+
+def test_decided_must_equal_the_derivation() -> None:
+    state = _measured(_claimed(), SLOW)
+    derived = A.derive_decision(state)
+    assert derived is not None
+    wrong = samples.decided(Decision("FAIL", "speed_threshold_not_met", "COMPLETE",
+                                     derived.speedup, derived.pass_line, 4))
+    refusal = _refused(state, wrong)
+    assert refusal.code == "decision_mismatch" and refusal.detail.startswith("reason:")
+    wrong_line = samples.decided(Decision("FAIL", "candidate_slower", "COMPLETE",
+                                          derived.speedup, "0.000000", 4))
+    assert _refused(state, wrong_line).detail.startswith("pass_line:")
+    early = samples.decided(derived, block=5)
+    assert _refused(state, early).code == "decided_before_claim"
+
+
+def test_decided_before_evidence_is_refused() -> None:
+    state = _measured(_claimed(), WORKED[:2])
+    fake = samples.decided(Decision("FAIL", "futility", "COMPLETE", None, None, 2))
+    assert _refused(state, fake).code == "decision_not_derived"
+    assert _refused(_claimed(), fake).code == "decision_not_derived"
+
+
+def test_stream_opening_rules() -> None:
+    state = _claimed()
+    claim = samples.claimed("a" * 64, "c" * 64)
+    assert _refused(state, claim).code == "stream_already_started"
+    refusal = A.step(None, samples.window(1, 1, 1, 1))
+    assert isinstance(refusal, Refusal) and refusal.code == "stream_not_started"
+
+
+def test_fold_equals_step_by_step_and_explain_shows_every_number() -> None:
+    params = compile_policy(samples.policy())
+    claim = samples.claimed("a" * 64, "c" * 64)
+    events = [samples.window(i, 1 if i <= 2 else 2, s, c) for i, (s, c) in enumerate(WORKED, 1)]
+    folded = A.fold(claim, params, events)
+    assert folded == _measured(A.claim(claim, params), WORKED)
+    shown = A.explain(folded)
+    assert shown["looks"][0]["speedup"].startswith("1.01912895")
+    assert shown["looks"][0]["pass_line"].startswith("0.01888438")
+    assert [w["ratio"] for w in shown["windows"]] == ["0.99", "0.985", "0.975"]
+    assert shown["decision"]["reason"] == "audit_not_covered"
+    assert folded.summary().decision is None

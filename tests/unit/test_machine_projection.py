@@ -1,0 +1,305 @@
+"""Checks LedgerFold: cross-stream rules, projections, decide without side effects."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.events import (
+    ControlRegistered,
+    CreditSpent,
+    Event,
+    InfrastructureFault,
+    PaymentConsumed,
+    PaymentReleased,
+    QualificationStarted,
+    SubmissionAdmitted,
+    SubmissionExpired,
+    SubmissionRejected,
+    SubmissionResolved,
+)
+from machines import samples
+from machines.attempt import AttemptState, AttemptSummary
+from machines.intake import Admission, Rejection
+from machines.projection import LedgerFold
+from machines.scenario import Scenario, ScenarioRefused
+
+BILLION = 1_000_000_000
+WORKED = samples.WORKED_EXAMPLE_COSTS
+SLOW = ((BILLION, 1_040_000_000),) * 4
+FEE = BILLION
+
+
+def _paid(sc: Scenario, ref: str, **fields: object) -> str:
+    return sc.arrive(payment_ref=ref, paid_rao=FEE, **fields)  # type: ignore[arg-type]
+
+
+def _code(sc: Scenario, stream: str, event: Event) -> str | None:
+    before = sc.fold.snapshot()
+    refusal = sc.fold.decide(stream, event)
+    assert sc.fold.snapshot() == before
+    return None if refusal is None else refusal.code
+
+
+def test_full_pass_flow_and_replay() -> None:
+    sc = Scenario()
+    sc.commission()
+    sid = _paid(sc, "pay-1")
+    sub = sc.evaluate(sid, "att-1", WORKED, samples.audit(), samples.quality())
+    assert (sub.status, sub.verdict, sub.fee and sub.fee.kind) == ("QUALIFIED", "PASS", "payment")
+    attempt = sc.fold.attempt("att-1")
+    assert isinstance(attempt, AttemptSummary) and attempt.decision is not None
+    assert attempt.decision.speedup == "1.019129"
+    replay = LedgerFold()
+    assert replay.consume(sc.records) == 0
+    assert replay.snapshot() == sc.fold.snapshot()
+    assert sc.fold.payment("pay-1") is not None
+
+
+def test_queue_is_in_arrival_key_order() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    late = sc.arrive(block=2_000, content="late")
+    tie_b = sc.arrive(block=1_000, index=3, hotkey="5B", content="b")
+    tie_a = sc.arrive(block=1_000, index=3, hotkey="5A", content="a")
+    early = sc.arrive(block=1_000, index=1, content="early")
+    expected = [early, tie_a, tie_b, late]
+    assert [s.submission_id for s in sc.fold.queue("mlp-arena")] == expected
+    assert [s.submission_id for s in sc.fold.submissions("mlp-arena")] == expected
+    next_up = sc.fold.next_claimable("mlp-arena")
+    assert next_up is not None and next_up.submission_id == early
+    sc.claim(early, "att-1")
+    assert [s.submission_id for s in sc.fold.queue("mlp-arena")] == expected[1:]
+    assert sc.fold.next_claimable("nowhere") is None
+
+
+def test_decide_batch_sees_earlier_events_and_changes_nothing() -> None:
+    sc = Scenario()
+    state = sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
+    window = samples.window(1, 1, BILLION, BILLION)
+    before = sc.fold.snapshot()
+    assert sc.fold.decide("attempt-att-1", window) is not None  # no claim yet
+    batch: list[tuple[str, Event, None]] = [
+        ("attempt-att-1", claim, None),
+        ("submission-" + sid, QualificationStarted(attempt_id="att-1"), None),
+        ("attempt-att-1", window, None),
+    ]
+    assert sc.fold.decide_batch(batch) == [None, None, None]
+    assert sc.fold.snapshot() == before
+
+
+def test_refused_apply_changes_nothing_and_is_kept() -> None:
+    sc = Scenario()
+    sc.commission()
+    before = sc.fold.snapshot()
+    refusal = sc.fold.apply(2, "attempt-att-9", samples.window(1, 1, 1, 1))
+    assert refusal is not None and refusal.code == "stream_not_started"
+    after = sc.fold.snapshot()
+    assert after.pop("position") == 2 and before.pop("position") == 1
+    assert after == before
+    assert sc.fold.refusals == [(2, "attempt-att-9", refusal)]
+    with pytest.raises(ValueError, match="not after"):
+        sc.fold.apply(2, "arena-x", samples.commissioned("x"))
+
+
+def test_consume_checks_the_declared_type() -> None:
+    event = samples.commissioned()
+    with pytest.raises(ValueError, match="type"):
+        LedgerFold().consume([(1, "arena-mlp-arena", "ArenaRetired", event)])
+
+
+def test_intake_is_enforced_on_admission_and_rejection() -> None:
+    sc = Scenario()
+    sc.commission()
+    sid = samples.arrived(payment_ref="pay-1").submission_id
+    sc.append("submission-" + sid, samples.arrived(payment_ref="pay-1"))
+    assert sc.fold.intake(sid, FEE) == Admission("payment", "pay-1", FEE)
+    assert sc.fold.intake(sid, FEE - 1) == Rejection("eval_cost_payment_invalid")
+    waived = SubmissionAdmitted.model_validate(
+        {"block": 1, "fee": {"kind": "waived", "ref": "", "amount_rao": 0}}
+    )
+    assert _code(sc, "submission-" + sid, waived) == "intake_mismatch"
+    wrong = SubmissionRejected(block=1, reason="arena_retired")
+    assert _code(sc, "submission-" + sid, wrong) == "intake_mismatch"
+    short = SubmissionRejected(block=1, reason="eval_cost_payment_invalid")
+    assert _code(sc, "submission-" + sid, short) is None
+
+
+def test_payment_reuse_and_release() -> None:
+    sc = Scenario()
+    sc.commission()
+    first = _paid(sc, "pay-1")
+    second = _paid(sc, "pay-1", content="other")
+    sub = sc.fold.submission(second)
+    assert sub is not None and sub.rejection == "eval_cost_payment_used"
+    wrong = PaymentReleased(submission_id=second, reason="refund")
+    assert _code(sc, "payment-pay-1", wrong) == "payment_submission_mismatch"
+    sc.append("payment-pay-1", PaymentReleased(submission_id=first, reason="refund"))
+    payment = sc.fold.payment("pay-1")
+    assert payment is not None and payment.status == "RELEASED"
+    again = PaymentConsumed(payment_ref="pay-1", submission_id=first, arena_id="mlp-arena",
+                            amount_rao=FEE)
+    assert _code(sc, "payment-pay-1", again) == "terminal_state"
+
+
+def test_credits_pay_once_and_only_for_their_hotkey() -> None:
+    sc = Scenario()
+    sc.commission()
+    sc.credit("cr-1", "5Miner")
+    sid = sc.arrive()
+    sub = sc.fold.submission(sid)
+    assert sub is not None and sub.fee is not None and sub.fee.kind == "credit"
+    credit = sc.fold.credit("cr-1")
+    assert credit is not None and (credit.status, credit.submission_id) == ("SPENT", sid)
+    second = sc.arrive(content="two")
+    sub = sc.fold.submission(second)
+    assert sub is not None and sub.rejection == "missing_eval_cost_payment"
+    sc.credit("cr-2", "5Other")
+    third = sc.arrive(content="three")
+    assert _code(sc, "credit-cr-2", CreditSpent(submission_id=third)) == "credit_hotkey_mismatch"
+
+
+def test_epoch_limit_through_the_fold() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    for n in range(16):
+        sid = sc.arrive(block=720 + n, content=f"c{n}")
+        assert sc.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
+    over = sc.arrive(block=1_079, content="c16")
+    assert sc.fold.submission(over).rejection == "hotkey_epoch_admission_limit"  # type: ignore[union-attr]
+    next_epoch = sc.arrive(block=1_080, content="c17")
+    assert sc.fold.submission(next_epoch).status == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_duplicate_of_a_failure_until_recommission() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    first = sc.arrive(content="same")
+    assert sc.evaluate(first, "att-1", SLOW).status == "FAILED"
+    again = sc.arrive(content="same", block=1_001)
+    sub = sc.fold.submission(again)
+    assert sub is not None and sub.rejection == f"duplicate_of:{first[:16]}:candidate_slower"
+    sc.commission(fee_rao=0, block=200, model={"name": "tiny-llama", "revision": "r2"})
+    fresh = sc.arrive(content="same", block=1_002)
+    assert sc.fold.submission(fresh).status == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_a_pass_is_never_replayed_as_a_duplicate() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    first = sc.arrive(content="same")
+    sc.evaluate(first, "att-1", WORKED, samples.audit(), samples.quality())
+    again = sc.arrive(content="same", block=1_001)
+    assert sc.fold.submission(again).status == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_attempts_stay_bound_to_their_commission() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    sc.claim(sid, "att-1")
+    old = sc.attempt("att-1").commission_digest
+    sc.commission(fee_rao=0, block=300, sealed=samples.policy(windows=2, z={"2": "1"}))
+    assert sc.attempt("att-1").params.windows == 4  # still the claimed commission's policy
+    sc.measure("att-1", WORKED)
+    assert sc.fold.derive_decision("att-1") is not None
+    assert sc.attempt("att-1").commission_digest == old
+    other = sc.arrive(content="other")
+    stale = samples.claimed(other, old, attempt_id="att-2")
+    assert _code(sc, "attempt-att-2", stale) == "commission_not_current"
+
+
+def test_retry_budget_through_the_fold() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    fault = InfrastructureFault(code="adapter_start_failed", stage="start", detail="")
+    for n in range(1, 5):
+        sub = sc.evaluate(sid, f"att-{n}", (), fault)
+    assert (sub.status, sub.hold_reason, sub.attempts) == ("HELD", "retry_budget_exhausted", 4)
+    assert sc.fold.queue("mlp-arena") == []
+
+
+def test_resolution_must_copy_the_decision() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    sc.claim(sid, "att-1")
+    sc.measure("att-1", SLOW)
+    resolved = SubmissionResolved(attempt_id="att-1", verdict="FAIL", reason="candidate_slower",
+                                  disposition="COMPLETE")
+    assert _code(sc, "submission-" + sid, resolved) == "attempt_not_decided"
+    sc.decide("att-1")
+    wrong = resolved.model_copy(update={"reason": "speed_threshold_not_met"})
+    assert _code(sc, "submission-" + sid, wrong) == "resolution_mismatch"
+    with pytest.raises(ScenarioRefused, match="resolution_mismatch"):
+        sc.append("submission-" + sid, wrong)
+    assert sc.resolve(sid).status == "FAILED"
+
+
+def test_controls_report() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    bad = ControlRegistered(control_id="wrong-mlp", kind="wrong_mlp", delta_digest="d" * 64,
+                            expected_verdict="FAIL", expected_reason="slot_audit_failed")
+    sc.append("arena-mlp-arena", bad)
+    assert [r.outcome for r in sc.fold.controls("mlp-arena")] == ["pending"]
+    sid = sc.arrive(delta_digest="d" * 64)
+    assert [r.outcome for r in sc.fold.controls("mlp-arena")] == ["pending"]
+    sc.evaluate(sid, "att-1", WORKED, samples.audit(violations=3))
+    rows = sc.fold.controls("mlp-arena")
+    assert [(r.submission_id, r.outcome) for r in rows] == [(sid, "as_expected")]
+    other = sc.arrive(delta_digest="d" * 64, content="x")
+    sc.evaluate(other, "att-2", SLOW)
+    assert [r.outcome for r in sc.fold.controls("mlp-arena")] == ["as_expected", "unexpected"]
+    assert sc.fold.controls("nowhere") == []
+
+
+def test_expirable_and_expiry_use_the_arena_sla() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0, sealed=samples.policy(sla_blocks=100))
+    sid = sc.arrive(block=1_000)
+    assert sc.fold.expirable(1_099) == []
+    assert [s.submission_id for s in sc.fold.expirable(1_100)] == [sid]
+    early = SubmissionExpired(block=1_099, reason="sla_expired")
+    assert _code(sc, "submission-" + sid, early) == "sla_not_reached"
+    sc.append("submission-" + sid, SubmissionExpired(block=1_100, reason="sla_expired"))
+    assert sc.fold.live_submissions() == 0 and sc.fold.expirable(10**6) == []
+
+
+def test_detail_keeps_decided_attempts_and_refold_rebuilds_them() -> None:
+    lean, full = Scenario(), Scenario(LedgerFold(detail=True))
+    for sc in (lean, full):
+        sc.commission(fee_rao=0)
+        sid = sc.arrive()
+        sc.evaluate(sid, "att-1", WORKED, samples.audit(), samples.quality())
+    kept = full.fold.attempt("att-1")
+    assert isinstance(kept, AttemptState) and len(kept.looks) == 1
+    stream = [r[3] for r in lean.records if r[1] == "attempt-att-1"]
+    assert lean.fold.refold_attempt(stream) == kept
+    with pytest.raises(ValueError, match="AttemptClaimed"):
+        lean.fold.refold_attempt(stream[1:])
+
+
+def test_a_decided_attempt_cannot_be_started_again() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    fault = InfrastructureFault(code="adapter_start_failed", stage="start", detail="")
+    sc.evaluate(sid, "att-1", (), fault)
+    assert sc.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
+    again = QualificationStarted(attempt_id="att-1")
+    assert _code(sc, "submission-" + sid, again) == "attempt_mismatch"
+
+
+def test_resolution_and_reward_group_for_settlement() -> None:
+    sc = Scenario()
+    state = sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    assert sc.fold.resolution(sid) is None
+    sc.evaluate(sid, "att-1", WORKED, samples.audit(), samples.quality())
+    resolved = sc.fold.resolution(sid)
+    assert resolved is not None and (resolved.verdict, resolved.speedup) == ("PASS", "1.019129")
+    assert sc.fold.reward_group(sid) == state.incumbent_digest
+    assert sc.fold.resolution("nope") is None and sc.fold.reward_group("nope") is None

@@ -50,6 +50,7 @@ class State:
     """Carries the global options to each command."""
 
     db_url: str = DEFAULT_URL
+    actor: str = "cli"
 
     def store(self, *, require: bool = True) -> EventStore:
         """Opens the store at the configured URL, refusing an uninitialised one by default."""

@@ -435,8 +435,12 @@ class EventStore:
         stream: str | None = None,
         recorded_from: str | None = None,
         recorded_to: str | None = None,
+        conn: Connection | None = None,
     ) -> Iterator[RecordedEvent]:
-        """Yields events in position order with optional filters, a page at a time."""
+        """Yields events in position order with optional filters, a page at a time.
+
+        With ``conn``, pages are read through that connection (inside its transaction).
+        """
         where = ["position >= :lo"]
         params: dict[str, Any] = {}
         if to_position is not None:
@@ -461,7 +465,7 @@ class EventStore:
         if recorded_to is not None:
             where.append("recorded_at < :ra_hi")
             params["ra_hi"] = recorded_to
-        rows = self._paged(" AND ".join(where), params, "position", from_position, None)
+        rows = self._paged(" AND ".join(where), params, "position", from_position, conn)
         if limit is None:
             return rows
         return _take(rows, limit)

@@ -1,0 +1,249 @@
+"""Implements the arena commands: commission, intake, claim, conclude, holds, explain, lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from ledger.codec import loads
+from ledger.domain import ArenaLedger
+from ledger.errors import InvalidInput
+
+__all__ = ["register"]
+
+
+def _ledger() -> ArenaLedger:
+    return ArenaLedger(state.db_url, actor=state.actor)
+
+
+def _read_json(path: str) -> Any:
+    file = Path(path)
+    if path != "-" and not file.is_file():
+        raise InvalidInput(f"file {path} does not exist", path=path)
+    data = typer.get_binary_stream("stdin").read() if path == "-" else file.read_bytes()
+    return loads(data, where=path)
+
+
+def _positions(result: Any) -> str:
+    positions = list(result.positions)
+    return f"{positions[0]}..{positions[-1]}" if len(positions) > 1 else str(positions[0])
+
+
+@handle_errors
+def commission(
+    file: str = typer.Argument(..., help="ArenaCommissioned payload as JSON (or - for stdin)."),
+) -> None:
+    """Commissions (or re-commissions) an arena from a JSON payload."""
+    payload = _read_json(file)
+    if not isinstance(payload, dict):
+        raise InvalidInput("the commission must be a JSON object", path="$")
+    with _ledger() as ledger:
+        result = ledger.commission(payload)
+        arena = ledger.fold.arena(str(payload["arena_id"]))
+    digest = arena.commission_digest if arena is not None else "?"
+    console.print(f"commissioned {payload['arena_id']} at position {_positions(result)}; "
+                  f"commission_digest {digest}")
+
+
+@handle_errors
+def register_control(
+    arena_id: str = typer.Argument(..., help="The arena."),
+    control_id: str = typer.Option(..., "--id", help="Control id ([a-z0-9._-], 1-64)."),
+    kind: str = typer.Option(..., "--kind", help="identity, honest, wrong_mlp, skip_mlp, "
+                             "wrong_cache, corrupted_cache, engine_kill, pod_restart, custom."),
+    delta_digest: str = typer.Option(..., "--delta-digest", help="The control delta's digest."),
+    expected_verdict: str = typer.Option(..., "--expect", help="PASS, FAIL or NO_DECISION."),
+    expected_reason: str | None = typer.Option(None, "--expect-reason", help="Reason code."),
+) -> None:
+    """Registers a control delta with its expected verdict on an arena."""
+    control: dict[str, Any] = {"control_id": control_id, "kind": kind,
+                               "delta_digest": delta_digest, "expected_verdict": expected_verdict}
+    if expected_reason is not None:
+        control["expected_reason"] = expected_reason
+    with _ledger() as ledger:
+        result = ledger.register_control(arena_id, control)
+    console.print(f"control {control_id} registered at position {_positions(result)}")
+
+
+@handle_errors
+def intake(
+    file: str = typer.Argument(..., help="SubmissionArrived fields as JSON, without "
+                               "submission_id (or - for stdin)."),
+    paid_rao: int | None = typer.Option(None, "--paid-rao", min=0, help="Amount the chain "
+                                        "shows for the payment_ref (omit: no payment found)."),
+    block: int | None = typer.Option(None, "--block", min=0, help="Intake block (default: "
+                                     "the arrival block)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Records an arrival and its intake outcome (admission with fee, or rejection)."""
+    arrival = _read_json(file)
+    if not isinstance(arrival, dict):
+        raise InvalidInput("the arrival must be a JSON object", path="$")
+    with _ledger() as ledger:
+        outcome = ledger.intake(arrival, payment_amount_rao=paid_rao, block=block)
+    if as_json:
+        emit_json(outcome.to_json())
+        return
+    verb = "admitted" if outcome.admitted else f"rejected ({outcome.reason})"
+    again = " (already recorded)" if outcome.already_recorded else ""
+    console.print(f"submission {outcome.submission_id} {verb} at positions "
+                  f"{_positions(outcome)}{again}")
+
+
+@handle_errors
+def claim(
+    attempt_id: str = typer.Option(..., "--attempt", help="New attempt id."),
+    submission_id: str | None = typer.Option(None, "--submission", help="Submission to claim."),
+    arena_id: str | None = typer.Option(None, "--arena", help="Claim the arena's next one."),
+    pair_id: str = typer.Option("pair-0", "--pair", help="The machine pair."),
+    validator: str = typer.Option(..., "--validator", help="Validator hotkey."),
+    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the claim."),
+    plan: str = typer.Option("normal", "--plan", help="normal or calibration_observation."),
+) -> None:
+    """Claims a QUEUED submission for an attempt (AttemptClaimed + QualificationStarted)."""
+    with _ledger() as ledger:
+        claimed = ledger.claim(attempt_id=attempt_id, pair_id=pair_id, validator_hotkey=validator,
+                               block=block, submission_id=submission_id, arena_id=arena_id,
+                               plan=plan)
+    console.print(f"attempt {attempt_id} claims submission {claimed.submission_id}")
+
+
+@handle_errors
+def conclude(
+    attempt_id: str = typer.Argument(..., help="The attempt."),
+    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the decision."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Appends the decision the attempt machine derives (AttemptDecided + SubmissionResolved)."""
+    with _ledger() as ledger:
+        decided = ledger.conclude(attempt_id, block)
+    if as_json:
+        emit_json(decided.model_dump())
+        return
+    console.print(f"attempt {attempt_id}: {decided.verdict} {decided.reason or ''} "
+                  f"({decided.disposition}) speedup {decided.speedup} line {decided.pass_line}")
+
+
+@handle_errors
+def hold(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reason"),
+         block: int = typer.Option(..., "--block", min=0)) -> None:
+    """Holds a non-terminal submission."""
+    with _ledger() as ledger:
+        result = ledger.hold(sid, reason, block)
+    console.print(f"held at position {_positions(result)}")
+
+
+@handle_errors
+def release(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reason"),
+            block: int = typer.Option(..., "--block", min=0),
+            operator: str = typer.Option(..., "--operator", help="Operator hotkey.")) -> None:
+    """Releases a hold; the submission is queued again."""
+    with _ledger() as ledger:
+        result = ledger.release(sid, reason, block, operator)
+    console.print(f"released at position {_positions(result)}")
+
+
+@handle_errors
+def requeue(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reason"),
+            block: int = typer.Option(..., "--block", min=0)) -> None:
+    """Queues a completed NO_DECISION again."""
+    with _ledger() as ledger:
+        result = ledger.requeue(sid, reason, block)
+    console.print(f"requeued at position {_positions(result)}")
+
+
+@handle_errors
+def expire(block: int = typer.Option(..., "--block", min=0),
+           sid: str | None = typer.Option(None, "--submission", help="Only this one.")) -> None:
+    """Expires submissions whose SLA has passed at the finalized block."""
+    with _ledger() as ledger:
+        expired = ledger.expire(block, sid)
+    console.print(f"expired {len(expired)} submission(s)" + "".join(f"\n  {s}" for s in expired))
+
+
+@handle_errors
+def explain(
+    kind: str = typer.Argument(..., help="submission or attempt"),
+    ident: str = typer.Argument(..., help="Its id."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Explains a verdict: every window, look, audit node, quality and the decision."""
+    with _ledger() as ledger:
+        if kind == "submission":
+            document = ledger.explain_submission(ident)
+        elif kind == "attempt":
+            document = ledger.explain_attempt(ident)
+        else:
+            raise InvalidInput(f"explain takes 'submission' or 'attempt', not {kind!r}", path=kind)
+    if as_json:
+        emit_json(document)
+        return
+    from cli.render import render_explain
+
+    render_explain(kind, document)
+
+
+@handle_errors
+def submissions(
+    arena_id: str | None = typer.Option(None, "--arena"),
+    hotkey: str | None = typer.Option(None, "--hotkey"),
+    status: str | None = typer.Option(None, "--status"),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines, one submission a line."),
+) -> None:
+    """Lists submissions in arrival order with status, stated cause and next step."""
+    with _ledger() as ledger:
+        rows = ledger.submissions(arena_id, hotkey, status)
+    if as_json:
+        emit_jsonl(rows)
+        return
+    table = Table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
+    for row in rows:
+        table.add_row(row["submission_id"][:16], row["arena_id"], row["hotkey"], row["status"],
+                      row["reason"], row["cause"], row["next_step"])
+    console.print(table)
+
+
+@handle_errors
+def controls(
+    arena_id: str = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
+) -> None:
+    """Shows each control's expected and observed verdict (as_expected / unexpected / pending)."""
+    with _ledger() as ledger:
+        rows = ledger.controls(arena_id)
+    if as_json:
+        emit_jsonl(rows)
+        return
+    table = Table("control", "kind", "expected", "observed", "outcome")
+    for row in rows:
+        expected = f"{row['expected_verdict']} {row.get('expected_reason') or ''}".strip()
+        observed = f"{row.get('verdict') or '-'} {row.get('reason') or ''}".strip()
+        table.add_row(row["control_id"], row["kind"], expected, observed, row["outcome"])
+    console.print(table)
+
+
+@handle_errors
+def grant_credit(
+    credit_id: str = typer.Option(..., "--id"), hotkey: str = typer.Option(..., "--hotkey"),
+    amount_rao: int = typer.Option(..., "--amount-rao", min=0),
+    note: str = typer.Option("", "--note"),
+) -> None:
+    """Grants an evaluation credit to a hotkey."""
+    with _ledger() as ledger:
+        result = ledger.grant_credit(credit_id, hotkey, amount_rao, note)
+    console.print(f"credit {credit_id} granted at position {_positions(result)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Adds the arena commands to the main app."""
+    for name, func in [
+        ("commission", commission), ("register-control", register_control),
+        ("intake", intake), ("claim", claim), ("conclude", conclude), ("hold", hold),
+        ("release", release), ("requeue", requeue), ("expire", expire), ("explain", explain),
+        ("submissions", submissions), ("controls", controls), ("grant-credit", grant_credit),
+    ]:
+        app.command(name)(func)

@@ -1,0 +1,497 @@
+"""Runs the arena's processes over the store: each one an atomic, machine-checked append.
+
+This is the application layer (ports and adapters): it composes the event store with the
+pure machines. Every domain event — appended here or through ``arena-ledger append`` — is
+decided by ``machines.projection.LedgerFold`` *inside* the append transaction, after the
+fold has caught up with every committed event, so two validators sharing a PostgreSQL
+ledger can never both act on the same state. A refused event is not recorded; the caller
+gets ``Refused`` carrying the machine, state, event and a stable reason code.
+
+``ledger`` must not depend on ``machines`` when only the store is used, so the machines
+are imported inside the functions that need them (see tests/unit/test_layers.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from ledger.catalogue import CATALOGUE
+from ledger.codec import digest, loads
+from ledger.errors import InvalidInput, NotFound, Refused
+from ledger.events import (
+    AttemptClaimed,
+    AttemptDecided,
+    ControlRegistered,
+    CreditGranted,
+    CreditSpent,
+    EmissionPolicySet,
+    Event,
+    HoldReleased,
+    InfrastructureFault,
+    PaymentConsumed,
+    QualificationStarted,
+    SubmissionAdmitted,
+    SubmissionArrived,
+    SubmissionExpired,
+    SubmissionHeld,
+    SubmissionRejected,
+    SubmissionRequeued,
+    SubmissionResolved,
+    WindowMeasured,
+)
+from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion
+from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
+
+if TYPE_CHECKING:
+    from machines.projection import LedgerFold
+    from machines.refusal import Refusal
+
+__all__ = ["ArenaLedger", "DomainGuard", "IntakeOutcome", "refused_error", "submission_id"]
+
+RULES_VERSION = "paired-windows.v1"
+
+
+def refused_error(refusal: Refusal, index: int | None = None) -> Refused:
+    """Turns a machine's refusal into the ``Refused`` exception the CLI reports (exit 1)."""
+    detail = f" ({refusal.detail})" if refusal.detail else ""
+    error = Refused(
+        f"{refusal.event_type} refused by the {refusal.machine} machine in state "
+        f"{refusal.state}: {refusal.code}{detail}; nothing was written",
+        machine=refusal.machine,
+        state=refusal.state,
+        event_type=refusal.event_type,
+        reason=refusal.code,
+        detail=refusal.detail,
+    )
+    if index is not None:
+        error.context["index"] = index
+    return error
+
+
+class DomainGuard:
+    """Decides each batch with the machines inside the append transaction (an AppendGuard)."""
+
+    def __init__(self, fold: LedgerFold | None = None) -> None:
+        from machines.projection import LedgerFold
+
+        self.fold = fold if fold is not None else LedgerFold()
+
+    def catch_up(self, store: EventStore, conn: Connection | None = None) -> int:
+        """Folds every committed event after the fold's position; returns how many."""
+        count = 0
+        for recorded in store.read_all(self.fold.position + 1, conn=conn):
+            payload = recorded.payload
+            event = CATALOGUE.decode(recorded.type, recorded.schema_version, payload)
+            self.fold.apply(recorded.position, recorded.stream, event, payload)
+            count += 1
+        return count
+
+    def __call__(self, store: EventStore, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
+        """Raises ``Refused`` for the first event of ``batch`` the machines refuse."""
+        self.catch_up(store, conn)
+        decoded = []
+        for prepared in batch:
+            payload = loads(prepared.payload_bytes)
+            event = CATALOGUE.decode(prepared.type, prepared.schema_version, payload)
+            decoded.append((prepared.stream, event, payload))
+        for index, refusal in enumerate(self.fold.decide_batch(decoded)):
+            if refusal is not None:
+                raise refused_error(refusal, index)
+
+
+def submission_id(arrived: dict[str, Any]) -> str:
+    """Returns digest(``arena-ledger.arrival``, the arrival fields) of DOMAIN §3."""
+    arrival = arrived["arrival"]
+    return digest(
+        "arena-ledger.arrival",
+        {
+            "arena_id": arrived["arena_id"],
+            "block": arrival["block"],
+            "event_index": arrival["event_index"],
+            "event_subindex": arrival["event_subindex"],
+            "miner_hotkey": arrived["miner_hotkey"],
+            "content_hash": arrived["content_hash"],
+        },
+    )
+
+
+@dataclass(frozen=True)
+class IntakeOutcome:
+    """Reports an intake: the submission id, admitted or not, the reason and the positions."""
+
+    submission_id: str
+    admitted: bool
+    reason: str
+    fee: dict[str, Any] | None
+    positions: tuple[int, ...]
+    already_recorded: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the outcome as a JSON-ready object."""
+        return {
+            "submission_id": self.submission_id,
+            "admitted": self.admitted,
+            "reason": self.reason,
+            "fee": self.fee,
+            "positions": list(self.positions),
+            "already_recorded": self.already_recorded,
+        }
+
+
+@dataclass
+class ArenaLedger:
+    """Is the library entry point: a store guarded by the machines, plus every process."""
+
+    url: str = DEFAULT_URL
+    actor: str = "local"
+    store: EventStore = field(init=False)
+    guard: DomainGuard = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.guard = DomainGuard()
+        self.store = EventStore(self.url, guard=self.guard)
+        self.store.require_initialised()
+
+    def close(self) -> None:
+        """Releases the store's connections."""
+        self.store.close()
+
+    def __enter__(self) -> ArenaLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def fold(self) -> LedgerFold:
+        """Returns the machines' fold, caught up with every committed event."""
+        self.guard.catch_up(self.store)
+        return self.guard.fold
+
+    def append(
+        self, batch: Sequence[tuple[str, Event] | tuple[str, Event, ExpectedVersion]],
+        *, key: str | None = None,
+    ) -> AppendResult:
+        """Appends event models atomically (each checked by its machine)."""
+        drafts = [
+            EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY)  # type: ignore[misc]
+            for item in batch
+        ]
+        return self.store.append(drafts, idempotency_key=key, actor=self.actor)
+
+    # -- arenas ----------------------------------------------------------------------------
+
+    def commission(self, payload: dict[str, Any]) -> AppendResult:
+        """Appends ArenaCommissioned (a first commission or a re-commission)."""
+        arena_id = payload.get("arena_id")
+        if not isinstance(arena_id, str):
+            raise InvalidInput("the commission needs an arena_id", path="$.arena_id")
+        draft = EventDraft(f"arena-{arena_id}", "ArenaCommissioned", payload)
+        return self.store.append([draft], actor=self.actor)
+
+    def register_control(self, arena_id: str, control: dict[str, Any]) -> AppendResult:
+        """Appends ControlRegistered to an arena."""
+        event = ControlRegistered.model_validate(control)
+        return self.append([(f"arena-{arena_id}", event)])
+
+    def grant_credit(self, credit_id: str, hotkey: str, amount_rao: int, note: str) -> AppendResult:
+        """Appends CreditGranted on a new credit stream."""
+        event = CreditGranted(credit_id=credit_id, hotkey=hotkey, amount_rao=amount_rao, note=note)
+        return self.append([(f"credit-{credit_id}", event, NO_STREAM)])
+
+    def set_emission_policy(self, half_life_blocks: int, burn_hotkey: str,
+                            validator_hotkey: str) -> AppendResult:
+        """Appends EmissionPolicySet to the settlement stream."""
+        event = EmissionPolicySet(half_life_blocks=half_life_blocks, burn_hotkey=burn_hotkey,
+                                  validator_hotkey=validator_hotkey)
+        return self.append([("settlement", event)])
+
+    # -- intake ----------------------------------------------------------------------------
+
+    def intake(
+        self, arrival: dict[str, Any], *, payment_amount_rao: int | None = None,
+        block: int | None = None,
+    ) -> IntakeOutcome:
+        """Records an arrival and its intake outcome in one atomic, idempotent append.
+
+        ``arrival`` holds SubmissionArrived's fields without ``submission_id``;
+        ``payment_amount_rao`` is what the chain shows for its payment_ref (None: none).
+        """
+        from machines import submission as submission_machine
+        from machines.intake import Admission, intake
+
+        fields = {k: v for k, v in arrival.items() if k != "submission_id"}
+        sid = submission_id(fields) if isinstance(fields.get("arrival"), dict) else "0" * 64
+        arrived = SubmissionArrived.model_validate({**fields, "submission_id": sid})
+        fold = self.fold
+        if fold.arena(arrived.arena_id) is None:
+            raise NotFound(f"arena {arrived.arena_id!r} is not commissioned",
+                           arena_id=arrived.arena_id)
+        state = fold.submission(sid) or submission_machine.start(arrived)
+        outcome = intake(state, fold.intake_context(state, payment_amount_rao))
+        at = arrived.arrival.block if block is None else block
+        stream = f"submission-{sid}"
+        batch: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = [
+            (stream, arrived, NO_STREAM)
+        ]
+        fee = None
+        if isinstance(outcome, Admission):
+            fee = {"kind": outcome.kind, "ref": outcome.ref, "amount_rao": outcome.amount_rao}
+            batch.append((stream, SubmissionAdmitted.model_validate({"block": at, "fee": fee})))
+            batch.extend(self._fee_events(sid, arrived.arena_id, outcome))
+        else:
+            batch.append((stream, SubmissionRejected(block=at, reason=outcome.reason)))
+        result = self.append(batch, key=f"intake-{sid}")
+        return IntakeOutcome(
+            sid, fee is not None, "" if fee is not None else outcome.reason, fee,  # type: ignore[union-attr]
+            result.positions, result.already_recorded,
+        )
+
+    @staticmethod
+    def _fee_events(sid: str, arena_id: str, admission: Any) -> list[tuple[str, Event, ExpectedVersion]]:
+        if admission.kind == "payment":
+            consumed = PaymentConsumed(payment_ref=admission.ref, submission_id=sid,
+                                       arena_id=arena_id, amount_rao=admission.amount_rao)
+            return [(f"payment-{admission.ref}", consumed, NO_STREAM)]
+        if admission.kind == "credit":
+            return [(f"credit-{admission.ref}", CreditSpent(submission_id=sid), ANY)]
+        return []
+
+    # -- attempts --------------------------------------------------------------------------
+
+    def claim(
+        self, *, attempt_id: str, pair_id: str, validator_hotkey: str, block: int,
+        submission_id: str | None = None, arena_id: str | None = None, plan: str = "normal",
+    ) -> AttemptClaimed:
+        """Claims a QUEUED submission (or the arena's next one): AttemptClaimed + QualificationStarted."""
+        fold = self.fold
+        if submission_id is None:
+            if arena_id is None:
+                raise InvalidInput("claim needs a submission id or an arena", path="submission_id")
+            nxt = fold.next_claimable(arena_id)
+            if nxt is None:
+                raise NotFound(f"arena {arena_id!r} has no claimable submission", arena_id=arena_id)
+            submission_id = nxt.submission_id
+        sub = fold.submission(submission_id)
+        if sub is None:
+            raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
+        arena = fold.arena(sub.arena_id)
+        assert arena is not None
+        claimed = AttemptClaimed.model_validate({
+            "attempt_id": attempt_id, "submission_id": submission_id, "arena_id": sub.arena_id,
+            "commission_digest": arena.commission_digest, "pair_id": pair_id,
+            "validator_hotkey": validator_hotkey, "claimed_block": block, "plan": plan,
+        })
+        self.append([
+            (f"attempt-{attempt_id}", claimed, NO_STREAM),
+            (f"submission-{submission_id}", QualificationStarted(attempt_id=attempt_id)),
+        ], key=f"claim-{attempt_id}")
+        return claimed
+
+    def record(self, attempt_id: str, event: Event) -> Event:
+        """Appends one measurement to an attempt; a token-count mismatch becomes work_mismatch.
+
+        Returns the event actually recorded.
+        """
+        if isinstance(event, WindowMeasured) and (
+            event.stock_output_tokens != event.candidate_output_tokens
+        ):
+            from machines.attempt import work_mismatch_fault
+
+            event = work_mismatch_fault(event)
+        self.append([(f"attempt-{attempt_id}", event)])
+        return event
+
+    def fault(self, attempt_id: str, code: str, stage: str, detail: str) -> Event:
+        """Appends an InfrastructureFault to an attempt."""
+        event = InfrastructureFault.model_validate({"code": code, "stage": stage, "detail": detail})
+        return self.record(attempt_id, event)
+
+    def conclude(self, attempt_id: str, block: int) -> AttemptDecided:
+        """Appends the decision the fold derives (AttemptDecided + SubmissionResolved)."""
+        fold = self.fold
+        state = fold.attempt(attempt_id)
+        if state is None:
+            raise NotFound(f"attempt {attempt_id} does not exist", attempt_id=attempt_id)
+        decision = fold.derive_decision(attempt_id)
+        if decision is None:
+            raise Refused(
+                f"attempt {attempt_id} cannot be concluded yet: it is in state {state.status} "
+                "and its evidence decides nothing so far; nothing was written",
+                reason="attempt_not_decidable", state=state.status, attempt_id=attempt_id,
+            )
+        decided = AttemptDecided.model_validate({
+            **decision._asdict(), "decided_block": block, "rules_version": RULES_VERSION,
+        })
+        sid = state.submission_id
+        resolved = SubmissionResolved(attempt_id=attempt_id, verdict=decision.verdict,
+                                      reason=decision.reason, disposition=decision.disposition)
+        batch: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = [
+            (f"attempt-{attempt_id}", decided), (f"submission-{sid}", resolved),
+        ]
+        self.append(batch, key=f"conclude-{attempt_id}")
+        return decided
+
+    # -- holds, requeues, expiry -----------------------------------------------------------
+
+    def hold(self, sid: str, reason: str, block: int) -> AppendResult:
+        """Appends SubmissionHeld (any non-terminal submission)."""
+        return self.append([(f"submission-{sid}", SubmissionHeld(reason=reason, block=block))])
+
+    def release(self, sid: str, reason: str, block: int, operator: str) -> AppendResult:
+        """Appends HoldReleased, naming the operator."""
+        event = HoldReleased(reason=reason, block=block, operator=operator)
+        return self.append([(f"submission-{sid}", event)])
+
+    def requeue(self, sid: str, reason: str, block: int) -> AppendResult:
+        """Appends SubmissionRequeued for a completed NO_DECISION."""
+        return self.append([(f"submission-{sid}", SubmissionRequeued(reason=reason, block=block))])
+
+    def expire(self, block: int, sid: str | None = None) -> list[str]:
+        """Expires the given submission, or every live one whose SLA has passed at ``block``."""
+        due = [s.submission_id for s in self.fold.expirable(block)]
+        targets = due if sid is None else [sid]
+        if not targets:
+            return []
+        events: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = [
+            (f"submission-{s}", SubmissionExpired(block=block, reason="sla_expired"))
+            for s in targets
+        ]
+        self.append(events)
+        return targets
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def attempt_events(self, attempt_id: str) -> list[Event]:
+        """Returns an attempt stream's events as models (NotFound when absent)."""
+        events = [r.event() for r in self.store.read_stream(f"attempt-{attempt_id}")]
+        if not events:
+            raise NotFound(f"attempt {attempt_id} does not exist", attempt_id=attempt_id)
+        return events
+
+    def explain_attempt(self, attempt_id: str) -> dict[str, Any]:
+        """Returns every number behind an attempt's verdict (windows, looks, audit, quality)."""
+        from machines.attempt import explain
+
+        events = self.attempt_events(attempt_id)
+        state = self.fold.refold_attempt(events)
+        document = explain(state)
+        recorded = next((e for e in reversed(events) if isinstance(e, AttemptDecided)), None)
+        decision = document.get("decision") or {}
+        claimed = events[0]
+        assert isinstance(claimed, AttemptClaimed)
+        document.update({
+            "submission_id": claimed.submission_id,
+            "arena_id": claimed.arena_id,
+            "recorded": None if recorded is None else recorded.model_dump(),
+            "verdict": decision.get("verdict"),
+            "reason": decision.get("reason"),
+            "disposition": decision.get("disposition"),
+            "speedup": decision.get("speedup"),
+            "pass_line": decision.get("pass_line"),
+            "look_window": decision.get("look_window"),
+        })
+        return document
+
+    def explain_submission(self, sid: str) -> dict[str, Any]:
+        """Returns a submission's status, stated cause, next step and every attempt explained."""
+        from machines.reasons import describe
+
+        fold = self.fold
+        sub = fold.submission(sid)
+        if sub is None:
+            raise NotFound(f"submission {sid} does not exist", submission_id=sid)
+        attempts = sorted({e.payload.get("attempt_id") for e in self.store.read_stream(
+            f"submission-{sid}") if e.type == "QualificationStarted"} - {None})
+        row = submission_row(sub, describe)
+        explained = [self.explain_attempt(str(a)) for a in attempts]
+        latest = explained[-1] if explained else {}
+        row.update({
+            "attempts": explained,
+            "speedup": latest.get("speedup"),
+            "pass_line": latest.get("pass_line"),
+            "look_window": latest.get("look_window"),
+            "looks": latest.get("looks", []),
+        })
+        return row
+
+    def submissions(self, arena_id: str | None = None, hotkey: str | None = None,
+                    status: str | None = None) -> list[dict[str, Any]]:
+        """Lists submissions in arrival-key order per arena with status, cause and next step."""
+        from machines.reasons import describe
+
+        fold = self.fold
+        arenas = [arena_id] if arena_id else [a.arena_id for a in fold.arenas()]
+        rows = []
+        for arena in arenas:
+            for sub in fold.submissions(arena):
+                if hotkey is not None and sub.hotkey != hotkey:
+                    continue
+                if status is not None and sub.status != status.upper():
+                    continue
+                rows.append(submission_row(sub, describe))
+        return rows
+
+    def controls(self, arena_id: str) -> list[dict[str, Any]]:
+        """Returns the arena's controls with expected and observed outcomes."""
+        fold = self.fold
+        if fold.arena(arena_id) is None:
+            raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+        return [_row_dict(row) for row in fold.controls(arena_id)]
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    if hasattr(row, "to_dict"):
+        return dict(row.to_dict())
+    if hasattr(row, "_asdict"):
+        return dict(row._asdict())
+    return dict(vars(row))
+
+
+def submission_row(sub: Any, describe: Any) -> dict[str, Any]:
+    """Returns one submission as a JSON-ready row with its stated cause and next step."""
+    reason = _stated_reason(sub)
+    info = describe(reason) if reason else None
+    return {
+        "submission_id": sub.submission_id,
+        "arena_id": sub.arena_id,
+        "hotkey": sub.hotkey,
+        "content_hash": sub.content_hash,
+        "arrival": list(sub.arrival_key[:3]),
+        "status": sub.status,
+        "verdict": getattr(sub, "verdict", None),
+        "reason": reason,
+        "cause": getattr(info, "cause", "") if info else _status_cause(sub.status),
+        "next_step": getattr(info, "next_step", "") if info else _status_next(sub.status),
+        "attempts": getattr(sub, "attempts", 0),
+    }
+
+
+def _stated_reason(sub: Any) -> str:
+    if sub.status == "REJECTED":
+        return str(sub.rejection or "")
+    if sub.status == "HELD":
+        return str(sub.hold_reason or "")
+    if sub.status == "EXPIRED":
+        return "sla_expired"
+    return str(sub.reason or "")
+
+
+_STATUS_TEXT = {
+    "ARRIVED": ("recorded, intake not yet decided", "wait for intake"),
+    "QUEUED": ("admitted and waiting for a validator", "wait: the queue runs in arrival order"),
+    "QUALIFYING": ("being evaluated", "wait for the verdict"),
+    "QUALIFIED": ("passed", "nothing: rewards follow at settlement"),
+}
+
+
+def _status_cause(status: str) -> str:
+    return _STATUS_TEXT.get(status, ("", ""))[0]
+
+
+def _status_next(status: str) -> str:
+    return _STATUS_TEXT.get(status, ("", ""))[1]

@@ -34,6 +34,7 @@ from ledger.events import (
     InfrastructureFault,
     PaymentConsumed,
     QualificationStarted,
+    SettlementComputed,
     SubmissionAdmitted,
     SubmissionArrived,
     SubmissionExpired,
@@ -79,6 +80,8 @@ class DomainGuard:
         from machines.projection import LedgerFold
 
         self.fold = fold if fold is not None else LedgerFold()
+        #: The latest EmissionPolicySet folded so far (settlements use it from its position on).
+        self.emission_policy: EmissionPolicySet | None = None
 
     def catch_up(self, store: EventStore, conn: Connection | None = None) -> int:
         """Folds every committed event after the fold's position; returns how many."""
@@ -87,6 +90,8 @@ class DomainGuard:
             payload = recorded.payload
             event = CATALOGUE.decode(recorded.type, recorded.schema_version, payload)
             self.fold.apply(recorded.position, recorded.stream, event, payload)
+            if isinstance(event, EmissionPolicySet):
+                self.emission_policy = event
             count += 1
         return count
 
@@ -101,6 +106,31 @@ class DomainGuard:
         for index, refusal in enumerate(self.fold.decide_batch(decoded)):
             if refusal is not None:
                 raise refused_error(refusal, index)
+        for index, (_, event, payload) in enumerate(decoded):
+            if isinstance(event, SettlementComputed):
+                self._check_settlement(index, event, payload)
+
+    def _check_settlement(self, index: int, event: SettlementComputed, payload: Any) -> None:
+        from ledger.settle import check_recorded
+
+        if index != 0:
+            raise Refused(
+                "a SettlementComputed must open its batch (it is computed as of the position "
+                "before it); nothing was written", reason="settlement_not_at_head", index=index,
+            )
+        difference = check_recorded(self.fold, self.emission_policy, event, payload)
+        if difference is not None:
+            name, recorded, recomputed = difference
+            raise Refused(
+                f"SettlementComputed differs from the ledger at field {name!r}: recorded "
+                f"{_short(recorded)}, recomputed {_short(recomputed)}; nothing was written",
+                reason="settlement_mismatch", field=name, index=index,
+            )
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def submission_id(arrived: dict[str, Any]) -> str:
@@ -363,6 +393,36 @@ class ArenaLedger:
         ]
         self.append(events)
         return targets
+
+    # -- settlement ------------------------------------------------------------------------
+
+    def weights(self, block: int) -> Any:
+        """Computes the settlement at ``block`` as of the head without appending it."""
+        from ledger.settle import compute
+
+        fold = self.fold
+        return compute(fold, self.guard.emission_policy, block)
+
+    def settle(self, block: int) -> tuple[Any, AppendResult]:
+        """Appends SettlementComputed for ``block`` as of the head; returns it and the positions."""
+        from machines.settlement import settlement_payload
+
+        settlement = self.weights(block)
+        draft = EventDraft("settlement", "SettlementComputed", settlement_payload(settlement))
+        result = self.store.append([draft], actor=self.actor)
+        return settlement, result
+
+    def rewards(self, arena_id: str | None = None) -> list[dict[str, Any]]:
+        """Explains every PASS's reward status (rewarded, lost_potential, pending)."""
+        from ledger.settle import rewards
+
+        return rewards(self.fold, arena_id)
+
+    def fees(self, arena_id: str | None = None) -> dict[str, Any]:
+        """Returns fee totals per arena and overall, credits apart."""
+        from ledger.settle import fee_summary
+
+        return fee_summary(self.fold, arena_id)
 
     # -- queries ---------------------------------------------------------------------------
 

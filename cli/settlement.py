@@ -1,0 +1,209 @@
+"""Implements settlement and replay commands: emission-policy, weights, settle, rewards, fees, replay."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from ledger.domain import ArenaLedger
+from ledger.errors import InvalidInput
+
+__all__ = ["register"]
+
+
+def _ledger() -> ArenaLedger:
+    return ArenaLedger(state.db_url, actor=state.actor)
+
+
+@handle_errors
+def emission_policy(
+    half_life_blocks: int = typer.Option(..., "--half-life-blocks", min=1),
+    burn_hotkey: str = typer.Option(..., "--burn-hotkey"),
+    validator_hotkey: str = typer.Option(..., "--validator-hotkey"),
+) -> None:
+    """Sets the emission policy settlements use from this position on."""
+    with _ledger() as ledger:
+        result = ledger.set_emission_policy(half_life_blocks, burn_hotkey, validator_hotkey)
+    console.print(f"emission policy set at position {result.first}")
+
+
+def _render_settlement(settlement: Any, as_json: bool, position: int | None = None) -> None:
+    from machines.settlement import settlement_payload
+
+    payload = settlement_payload(settlement)
+    if as_json:
+        emit_json({**payload, "position": position})
+        return
+    table = Table("hotkey", "weight (ppm)", title=f"weights at block {settlement.block} "
+                  f"as of position {settlement.as_of_position}", title_justify="left")
+    for hotkey, ppm in sorted(payload["weights_ppm"].items()):
+        table.add_row(hotkey, f"{ppm:,}")
+    console.print(table)
+    for claim in payload["claims"]:
+        console.print(f"  claim {claim['hotkey']} arena {claim['arena_id']} speedup_ppm "
+                      f"{claim['speedup_ppm']} credit {claim['credit']}")
+    console.print(f"settlement_digest {payload['settlement_digest']}")
+    if position is not None:
+        console.print(f"recorded at position {position}")
+
+
+@handle_errors
+def weights(
+    block: int = typer.Option(..., "--block", min=0, help="Settlement block."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Previews the settlement at a block without appending it."""
+    with _ledger() as ledger:
+        settlement = ledger.weights(block)
+    _render_settlement(settlement, as_json)
+
+
+@handle_errors
+def settle(
+    block: int = typer.Option(..., "--block", min=0, help="Settlement block."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Computes the settlement at a block as of the head and appends SettlementComputed."""
+    with _ledger() as ledger:
+        settlement, result = ledger.settle(block)
+    _render_settlement(settlement, as_json, result.first)
+
+
+@handle_errors
+def rewards(
+    arena_id: str | None = typer.Option(None, "--arena"),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
+) -> None:
+    """Shows every PASS with its group, the best before it and its reward status."""
+    with _ledger() as ledger:
+        rows = ledger.rewards(arena_id)
+    if as_json:
+        emit_jsonl(rows)
+        return
+    table = Table("submission", "arena", "hotkey", "speedup", "best before", "status",
+                  "blocked by")
+    for row in rows:
+        table.add_row(str(row.get("submission_id", ""))[:16], str(row.get("arena_id")),
+                      str(row.get("hotkey")), str(row.get("speedup")),
+                      str(row.get("best_before") or "-"), str(row.get("status")),
+                      ", ".join(b[:16] for b in row.get("blocked_by") or []) or "-")
+    console.print(table)
+
+
+@handle_errors
+def fees(
+    arena_id: str | None = typer.Option(None, "--arena"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Shows payments consumed and released, credits, and totals per arena."""
+    with _ledger() as ledger:
+        summary = ledger.fees(arena_id)
+    if as_json:
+        emit_json(summary)
+        return
+    table = Table("arena", "consumed rao", "released rao", "net rao", "credits rao")
+    rows = list(summary["arenas"].items()) + [("TOTAL", summary["total"])]
+    for name, row in rows:
+        table.add_row(name, f"{row['consumed_rao']:,}", f"{row['released_rao']:,}",
+                      f"{row['net_rao']:,}", f"{row['credits_spent_rao']:,}")
+    console.print(table)
+
+
+@handle_errors
+def replay(
+    as_of: int | None = typer.Option(None, "--as-of", min=1, help="Replay up to position N."),
+    expect: str | None = typer.Option(None, "--expect", help="Settlement digest to expect."),
+    from_bundle: str | None = typer.Option(None, "--from-bundle", help="Replay an exported "
+                                           "bundle instead of the database."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
+    from ledger.replay import replay_events
+
+    records, total, closer = _source(from_bundle, as_of)
+    try:
+        with _progress(total, as_json) as advance:
+            report = replay_events(records, expect=expect, progress=advance)
+    finally:
+        closer()
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        _render_replay(report)
+    if not report.ok:
+        raise typer.Exit(4)
+
+
+def _source(bundle: str | None, as_of: int | None) -> tuple[Any, int, Any]:
+    if bundle is not None:
+        from ledger.bundle import read_bundle_events
+
+        path = Path(bundle)
+        if not path.exists():
+            raise InvalidInput(f"bundle {bundle} does not exist", path=bundle)
+        records, total = read_bundle_events(path, as_of)
+        return records, total, lambda: None
+    from ledger.store import EventStore
+
+    store = EventStore(state.db_url)
+    store.require_initialised()
+    total = store.head().position if as_of is None else min(as_of, store.head().position)
+    return store.read_all(1, to_position=total), total, store.close
+
+
+class _progress:
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total = total
+        self.enabled = not quiet and sys.stderr.isatty()
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        from rich.progress import Progress
+
+        from cli.common import err_console
+
+        self.bar = Progress(console=err_console, transient=True)
+        self.bar.start()
+        task = self.bar.add_task("replaying", total=self.total)
+        step = max(1, self.total // 200)
+
+        def advance(position: int) -> None:
+            if position % step == 0 or position == self.total:
+                self.bar.update(task, completed=position)
+
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _render_replay(report: Any) -> None:
+    status = "OK" if report.ok else "DIVERGED"
+    console.print(f"replay {status}: {report.events} events to position {report.last_position}, "
+                  f"{report.verdicts_checked} verdicts, {report.resolutions_checked} resolutions, "
+                  f"{report.settlements_checked} settlements checked")
+    console.print(f"head hash {report.head_hash}")
+    console.print(f"settlement digest {report.settlement_digest or '-'}")
+    if report.divergence is not None:
+        d = report.divergence
+        console.print(f"first divergence at position {d.position} ({d.stream}, {d.type}): "
+                      f"{d.code} field {d.field}: recorded {d.recorded!r}, recomputed "
+                      f"{d.recomputed!r}", markup=False)
+    elif report.expected_digest is not None and not report.ok:
+        console.print(f"expected digest {report.expected_digest} differs", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds the settlement and replay commands to the main app."""
+    for name, func in [("emission-policy", emission_policy), ("weights", weights),
+                       ("settle", settle), ("rewards", rewards), ("fees", fees),
+                       ("replay", replay)]:
+        app.command(name)(func)

@@ -89,14 +89,20 @@ def append(
     actor: str = typer.Option("cli", "--actor", help="Who appends (recorded with each event)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per batch."),
 ) -> None:
-    """Appends events from JSON Lines drafts; the file (or each --batch) is one atomic append."""
+    """Appends events from JSON Lines drafts; the file (or each --batch) is one atomic append.
+
+    Every domain event is checked by its stream's state machine; a refused one is reported
+    with its line number and nothing of its batch is written.
+    """
     with _open_input(file) as source:
         lines = list(read_drafts(source))
     if not lines:
         raise InvalidInput("the input holds no events", path=file)
-    with state.store() as store:
+    from ledger.domain import ArenaLedger
+
+    with ArenaLedger(state.db_url, actor=actor) as ledger:
         for chunk in _batches(lines, batch):
-            result = _append_chunk(store, chunk, actor)
+            result = _append_chunk(ledger.store, chunk, actor)
             _report_append(chunk, result, as_json)
 
 
@@ -204,6 +210,18 @@ def verify(
                       markup=False)
     if not report.ok:
         raise typer.Exit(4)
+
+
+from cli.verifiable import register as _reg_verifiable; _reg_verifiable(app)  # noqa: E402, E702, I001
+
+
+from cli.domain import register as _register_domain  # noqa: E402  (commands register last)
+
+_register_domain(app)
+
+from cli.settlement import register as _register_settlement  # noqa: E402
+
+_register_settlement(app)
 
 
 def main() -> None:

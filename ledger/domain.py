@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
-
 from ledger.catalogue import CATALOGUE
 from ledger.codec import digest, loads
 from ledger.errors import InvalidInput, NotFound, Refused
@@ -48,6 +46,8 @@ from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersi
 from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from machines.projection import LedgerFold
     from machines.refusal import Refusal
 

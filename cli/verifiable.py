@@ -1,0 +1,230 @@
+"""Implements the verifiable-ledger commands: keys, checkpoints, proofs and bundles.
+
+Each command parses its options, calls one function of ``ledger.checkpoint`` or
+``ledger.bundle`` and renders the result. ``verify-proof`` and ``verify-bundle`` never open
+the database: they need only the files named and a public key.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from cli.common import console, emit_json, handle_errors, state
+from ledger.bundle import BundleReport, export_bundle, import_bundle, verify_bundle
+from ledger.checkpoint import (
+    consistency_document,
+    default_origin,
+    inclusion_document,
+    load_signer,
+    load_verifier,
+    note_file_bytes_max,
+    parse_proof_document,
+    proof_document_bytes_max,
+    read_text_file,
+    sign_tree,
+    verify_proof,
+    write_key_files,
+)
+
+__all__ = ["key_app", "prove_app", "register"]
+
+#: Most checkpoints ``checkpoints`` lists unless told otherwise.
+checkpoints_listed_default = 20
+
+key_app = typer.Typer(help="Create checkpoint signing keys.", no_args_is_help=True)
+prove_app = typer.Typer(
+    help="Print a self-contained inclusion or consistency proof as JSON.", no_args_is_help=True
+)
+
+_ORIGIN_HELP = "Checkpoint origin (default: arena-ledger/<key name>)."
+_JSON_HELP = "Print JSON."
+
+
+@key_app.command("generate")
+@handle_errors
+def key_generate(
+    name: str = typer.Option(..., "--name", help="Key name (no spaces, no '+'), e.g. the "
+                             "operator's domain."),
+    out: Path = typer.Option(..., "--out", help="Private key file to write (mode 0600); the "
+                             "public key goes to the same path plus .pub."),
+    force: bool = typer.Option(False, "--force", help="Replace existing key files."),
+) -> None:
+    """Generates an Ed25519 signing key: PATH (private, 0600) and PATH.pub (verifier key)."""
+    files = write_key_files(name, out, force=force)
+    console.print(f"private key: {files.private_path} (mode 0600; keep it secret, never "
+                  "commit it)", markup=False)
+    console.print(f"public key:  {files.public_path}", markup=False)
+    console.print(f"verifier key: {files.verifier_key}", markup=False)
+    console.print(f"default origin: {default_origin(name)}", markup=False)
+
+
+@handle_errors
+def checkpoint(
+    key: Path = typer.Option(..., "--key", help="Private key file (from `key generate`)."),
+    origin: str | None = typer.Option(None, "--origin", help=_ORIGIN_HELP),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Signs the head (tree size, Merkle root) as a C2SP checkpoint, stores and prints it."""
+    signer = load_signer(key)
+    with state.store() as store:
+        issued = sign_tree(store, signer, origin)
+    if as_json:
+        emit_json(issued.to_json())
+    else:
+        sys.stdout.write(issued.note)
+
+
+@handle_errors
+def checkpoints(
+    limit: int = typer.Option(checkpoints_listed_default, "--limit", min=1, help="Most to list."),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Lists the stored checkpoints, newest first."""
+    with state.store() as store:
+        rows = store.checkpoints(limit)
+    if as_json:
+        emit_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table("id", "tree_size", "root_hash", "origin", "key", "created_at", box=None)
+    for row in rows:
+        table.add_row(str(row["id"]), str(row["tree_size"]), str(row["root_hash"])[:16] + "…",
+                      str(row["origin"]), str(row["key_name"]), str(row["created_at"]))
+    console.print(table)
+    console.print(f"{len(rows)} checkpoints")
+
+
+@prove_app.command("inclusion")
+@handle_errors
+def prove_inclusion(
+    position: int = typer.Option(..., "--position", min=1, help="Position of the event."),
+    size: int | None = typer.Option(None, "--size", min=1, help="Tree size to prove against "
+                                    "(default: the head; use a checkpoint's size)."),
+) -> None:
+    """Prints a JSON proof that the event at POSITION is in the tree of SIZE."""
+    with state.store() as store:
+        emit_json(inclusion_document(store, position, size))
+
+
+@prove_app.command("consistency")
+@handle_errors
+def prove_consistency(
+    from_size: int = typer.Option(..., "--from", min=0, help="Older tree size."),
+    to_size: int | None = typer.Option(None, "--to", min=0, help="Newer tree size (default: "
+                                       "the head)."),
+) -> None:
+    """Prints a JSON proof that the tree of size FROM is a prefix of the tree of size TO."""
+    with state.store() as store:
+        emit_json(consistency_document(store, from_size, to_size))
+
+
+@handle_errors
+def verify_proof_command(
+    proof: Path = typer.Argument(..., help="Proof document from `prove`."),
+    notes: list[Path] = typer.Option(..., "--checkpoint", help="Signed checkpoint note "
+                                     "(repeat for both ends of a consistency proof)."),
+    key: Path = typer.Option(..., "--key", help="Public key file (KEY.pub)."),
+    origin: str | None = typer.Option(None, "--origin", help="Expected checkpoint origin "
+                                      "(default: arena-ledger/<key name>)."),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Checks a proof against signed checkpoints offline (no database); exit 4 if it fails."""
+    verifier = load_verifier(key)
+    document = parse_proof_document(
+        read_text_file(proof, "proof file", proof_document_bytes_max), where=str(proof)
+    )
+    texts = [read_text_file(n, "checkpoint note", note_file_bytes_max) for n in notes]
+    verdict = verify_proof(document, texts, verifier, origin)
+    if as_json:
+        emit_json(verdict.to_json())
+    elif verdict.kind == "inclusion":
+        console.print(f"ok: position {verdict.position} (entry {verdict.entry_hash}) is in the "
+                      f"tree of size {verdict.tree_size} signed by {verdict.origin}", markup=False)
+    else:
+        console.print(f"ok: the tree of size {verdict.from_size} is a prefix of the tree of "
+                      f"size {verdict.tree_size}; checked against checkpoint(s) at size "
+                      f"{', '.join(map(str, verdict.checkpoint_sizes))} of {verdict.origin}",
+                      markup=False)
+
+
+def _report(verb: str, report: BundleReport, as_json: bool) -> None:
+    if as_json:
+        emit_json(report.to_json())
+        return
+    signed = (f"checkpoint of {report.checkpoint_origin}" if report.checkpoint_origin
+              else "no checkpoint")
+    checked = "signature verified" if report.signature_checked else "signature not checked"
+    if verb == "exported":
+        checked = "signed" if report.checkpoint_origin else "unsigned (add --key to sign)"
+    console.print(f"{verb} {report.events} events ({report.path}); root {report.merkle_root}, "
+                  f"head {report.head_hash}; {signed}, {checked}", markup=False)
+
+
+@handle_errors
+def export(
+    path: Path = typer.Argument(..., help="Bundle directory to create (must not exist)."),
+    key: Path | None = typer.Option(None, "--key", help="Private key file: sign a checkpoint "
+                                    "at the bundle's size (else the latest stored one at that "
+                                    "size is included, if any)."),
+    origin: str | None = typer.Option(None, "--origin", help=_ORIGIN_HELP),
+    to_position: int | None = typer.Option(None, "--to-position", min=0, help="Export "
+                                           "positions 1..N only (default: the head)."),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Writes the ledger as a bundle: events.jsonl, manifest.json and checkpoint.note."""
+    signer = load_signer(key) if key is not None else None
+    with state.store() as store:
+        report = export_bundle(store, path, signer=signer, origin=origin,
+                               to_position=to_position)
+    _report("exported", report, as_json)
+
+
+@handle_errors
+def import_(
+    path: Path = typer.Argument(..., help="Bundle directory from `export`."),
+    key: Path | None = typer.Option(None, "--key", help="Public key file (KEY.pub) that "
+                                    "signed the bundle's checkpoint."),
+    origin: str | None = typer.Option(None, "--origin", help="Expected checkpoint origin "
+                                      "(default: arena-ledger/<key name>)."),
+    no_signature_check: bool = typer.Option(False, "--no-signature-check", help="Import "
+                                            "without checking a signed checkpoint."),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Verifies a bundle completely, then loads it into an EMPTY ledger in one transaction."""
+    verifier = load_verifier(key) if key is not None else None
+    with state.store() as store:
+        report = import_bundle(store, path, verifier, origin=origin,
+                               allow_unsigned=no_signature_check)
+    _report("imported", report, as_json)
+
+
+@handle_errors
+def verify_bundle_command(
+    path: Path = typer.Argument(..., help="Bundle directory from `export`."),
+    key: Path | None = typer.Option(None, "--key", help="Public key file (KEY.pub)."),
+    origin: str | None = typer.Option(None, "--origin", help="Expected checkpoint origin "
+                                      "(default: arena-ledger/<key name>)."),
+    no_signature_check: bool = typer.Option(False, "--no-signature-check", help="Check the "
+                                            "chain and digests only, not the signature."),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Checks a bundle offline (no database): every line, the root, digests and signature."""
+    verifier = load_verifier(key) if key is not None else None
+    report = verify_bundle(path, verifier, origin=origin, allow_unsigned=no_signature_check)
+    _report("verified", report, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds the verifiable-ledger commands to the ``arena-ledger`` application."""
+    app.add_typer(key_app, name="key")
+    app.add_typer(prove_app, name="prove")
+    app.command("checkpoint")(checkpoint)
+    app.command("checkpoints")(checkpoints)
+    app.command("verify-proof")(verify_proof_command)
+    app.command("export")(export)
+    app.command("import")(import_)
+    app.command("verify-bundle")(verify_bundle_command)

@@ -1,0 +1,176 @@
+"""Drives the verifiable-ledger commands as a user would: the real CLI in a subprocess.
+
+One SQLite ledger is built per module (init, append, keys, two checkpoints, a signed
+export); the tests then prove, verify offline, tamper and import into each backend.
+Offline commands run with ``--db`` pointing into a directory that does not exist, so any
+attempt to open a database would fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+EVENTS = "\n".join(
+    json.dumps({"stream": stream, "type": "ArenaRetired",
+                "payload": {"block": n, "reason": f"r{n}"}})
+    for n, stream in enumerate(["arena-a", "arena-b", "arena-a", "arena-c", "arena-b", "arena-a",
+                                "arena-d", "arena-d", "arena-a"], start=1)
+)
+
+
+@dataclass
+class Ledger:
+    """Paths of the module's ledger and what was made from it."""
+
+    root: Path
+    db: str
+    key: Path
+    pub: Path
+    note6: Path
+    note9: Path
+    bundle: Path
+
+
+def cli(*args: str | Path, db: str, cwd: Path, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    """Runs ``arena-ledger ARGS`` and checks the exit code and that no traceback leaked."""
+    env = {**os.environ, "ARENA_LEDGER_DB": db}
+    done = subprocess.run([sys.executable, "-m", "cli.app", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def offline(root: Path) -> str:
+    """Returns a database URL that cannot be opened (its directory does not exist)."""
+    return f"sqlite:///{root / 'no-such-dir' / 'x.db'}"
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory: pytest.TempPathFactory) -> Ledger:
+    root = tmp_path_factory.mktemp("cli")
+    db = f"sqlite:///{root / 'ledger.db'}"
+    lines = EVENTS.splitlines()
+    (root / "first.jsonl").write_text("\n".join(lines[:6]) + "\n")
+    (root / "more.jsonl").write_text("\n".join(lines[6:]) + "\n")
+    cli("init", db=db, cwd=root)
+    cli("append", "first.jsonl", db=db, cwd=root)
+    made = cli("key", "generate", "--name", "ops.example", "--out", "log.key", db=db, cwd=root)
+    assert "arena-ledger/ops.example" in made.stdout
+    note6 = cli("checkpoint", "--key", "log.key", db=db, cwd=root).stdout
+    (root / "cp6.note").write_text(note6)
+    cli("append", "more.jsonl", db=db, cwd=root)
+    (root / "cp9.note").write_text(cli("checkpoint", "--key", "log.key", db=db, cwd=root).stdout)
+    cli("export", "bundle", "--key", "log.key", db=db, cwd=root)
+    return Ledger(root, db, root / "log.key", root / "log.key.pub", root / "cp6.note",
+                  root / "cp9.note", root / "bundle")
+
+
+def test_keys_are_written_0600_and_never_overwritten(ledger: Ledger) -> None:
+    assert stat.S_IMODE(ledger.key.stat().st_mode) == 0o600
+    assert ledger.pub.read_text().startswith("ops.example+")
+    before = ledger.key.read_text()
+    done = cli("key", "generate", "--name", "ops.example", "--out", ledger.key,
+               db=ledger.db, cwd=ledger.root, expect=1)
+    assert "already exists" in done.stderr and "--force" in done.stderr
+    assert ledger.key.read_text() == before
+
+
+def test_checkpoints_are_notes_listed_newest_first(ledger: Ledger) -> None:
+    assert ledger.note6.read_text().startswith("arena-ledger/ops.example\n6\n")
+    assert "\n\n— ops.example " in ledger.note6.read_text()
+    listed = json.loads(cli("checkpoints", "--json", db=ledger.db, cwd=ledger.root).stdout)
+    assert [row["tree_size"] for row in listed] == [9, 9, 6]  # export --key signed one more
+    assert listed[-1]["note"] == ledger.note6.read_text()
+
+
+def test_an_inclusion_proof_verifies_offline_at_the_checkpoint_size(ledger: Ledger) -> None:
+    at6 = cli("prove", "inclusion", "--position", "2", "--size", "6", db=ledger.db,
+              cwd=ledger.root).stdout
+    (ledger.root / "inc6.json").write_text(at6)
+    assert json.loads(at6)["kind"] == "inclusion"
+    done = cli("verify-proof", "inc6.json", "--checkpoint", ledger.note6, "--key", ledger.pub,
+               db=offline(ledger.root), cwd=ledger.root)
+    assert done.stdout.startswith("ok: position 2")
+    assert not (ledger.root / "no-such-dir").exists()
+    at9 = cli("prove", "inclusion", "--position", "2", db=ledger.db, cwd=ledger.root).stdout
+    (ledger.root / "inc9.json").write_text(at9)
+    done = cli("verify-proof", "inc9.json", "--checkpoint", ledger.note6, "--key", ledger.pub,
+               db=offline(ledger.root), cwd=ledger.root, expect=4)
+    assert "--size 6" in done.stderr
+
+
+def test_a_consistency_proof_joins_the_two_checkpoints(ledger: Ledger) -> None:
+    proof = cli("prove", "consistency", "--from", "6", "--to", "9", db=ledger.db,
+                cwd=ledger.root).stdout
+    (ledger.root / "con.json").write_text(proof)
+    done = cli("verify-proof", "con.json", "--checkpoint", ledger.note6, "--checkpoint",
+               ledger.note9, "--key", ledger.pub, "--json", db=offline(ledger.root),
+               cwd=ledger.root)
+    assert json.loads(done.stdout)["checkpoint_sizes"] == [6, 9]
+
+
+def test_a_checkpoint_fails_with_another_key_origin_or_one_changed_character(
+    ledger: Ledger,
+) -> None:
+    cli("key", "generate", "--name", "ops.example", "--out", "other.key", db=ledger.db,
+        cwd=ledger.root)
+    note = ledger.note6.read_text()
+    (ledger.root / "changed.note").write_text(note.replace("\n6\n", "\n7\n"))
+    cases = [
+        ("--checkpoint", ledger.note6, "--key", "other.key.pub"),
+        ("--checkpoint", ledger.note6, "--key", ledger.pub, "--origin", "ledger.example/x"),
+        ("--checkpoint", "changed.note", "--key", ledger.pub),
+    ]
+    for extra in cases:
+        done = cli("verify-proof", "inc6.json", *extra, db=offline(ledger.root),
+                   cwd=ledger.root, expect=4)
+        assert done.stderr.startswith(("error[signature_invalid]", "error[integrity_failure]"))
+    done = cli("verify-proof", "inc6.json", "--checkpoint", ledger.note6, "--key", "log.key",
+               db=offline(ledger.root), cwd=ledger.root, expect=1)
+    assert "private key" in done.stderr
+
+
+def test_a_bundle_verifies_offline_and_needs_a_key_or_a_waiver(ledger: Ledger) -> None:
+    done = cli("verify-bundle", ledger.bundle, "--key", ledger.pub, db=offline(ledger.root),
+               cwd=ledger.root)
+    assert done.stdout.startswith("verified 9 events") and "signature verified" in done.stdout
+    done = cli("verify-bundle", ledger.bundle, db=offline(ledger.root), cwd=ledger.root,
+               expect=1)
+    assert "--no-signature-check" in done.stderr
+    cli("verify-bundle", ledger.bundle, "--no-signature-check", db=offline(ledger.root),
+        cwd=ledger.root)
+
+
+def test_a_flipped_byte_is_refused_naming_the_line_and_nothing_is_imported(
+    ledger: Ledger, store_url: str,
+) -> None:
+    tampered = ledger.root / f"tampered-{abs(hash(store_url))}"
+    tampered.mkdir()
+    for name in ("manifest.json", "checkpoint.note"):
+        (tampered / name).write_bytes((ledger.bundle / name).read_bytes())
+    lines = (ledger.bundle / "events.jsonl").read_bytes().splitlines(keepends=True)
+    at = lines[2].index(b'"payload_b64":"') + 20  # inside line 3's base64 payload
+    lines[2] = lines[2][:at] + bytes([lines[2][at] ^ 0x01]) + lines[2][at + 1 :]
+    (tampered / "events.jsonl").write_bytes(b"".join(lines))
+    cli("init", db=store_url, cwd=ledger.root)
+    done = cli("import", tampered, "--key", ledger.pub, db=store_url, cwd=ledger.root, expect=4)
+    assert "events.jsonl line 3:" in done.stderr
+    assert json.loads(cli("head", "--json", db=store_url, cwd=ledger.root).stdout)["position"] == 0
+    done = cli("import", ledger.bundle, "--key", ledger.pub, "--json", db=store_url,
+               cwd=ledger.root)
+    assert json.loads(done.stdout)["events"] == 9
+    source = json.loads(cli("head", "--json", db=ledger.db, cwd=ledger.root).stdout)
+    assert json.loads(cli("head", "--json", db=store_url, cwd=ledger.root).stdout) == source
+    cli("verify", db=store_url, cwd=ledger.root)
+    done = cli("import", ledger.bundle, "--key", ledger.pub, db=store_url, cwd=ledger.root,
+               expect=1)
+    assert "empty ledger" in done.stderr

@@ -1,0 +1,155 @@
+"""Checks checkpoints and proof documents made by the real store, on SQLite and PostgreSQL.
+
+The forked-ledger case builds two databases of the same backend: the second starts as an
+import of the first one's prefix, then each ledger appends different events.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger import merkle, migrate
+from ledger.bundle import export_bundle, import_bundle
+from ledger.checkpoint import (
+    consistency_document,
+    inclusion_document,
+    open_checkpoint,
+    sign_tree,
+    verify_proof,
+)
+from ledger.errors import IntegrityError, InvalidInput, NotFound
+from ledger.model import EventDraft
+from ledger.note import Signer
+from ledger.store import EventStore
+
+Draft = Callable[..., EventDraft]
+PG_ADMIN_URL = os.environ.get(
+    "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture
+def spare_store(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[EventStore]:
+    """Yields a second, migrated, empty store on the same backend as ``store``."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'spare.db'}"
+        migrate.upgrade(url)
+        with EventStore(url) as spare:
+            yield spare
+        return
+    import psycopg
+
+    params = request.getfixturevalue("_pg_admin_params")
+    name = f"al_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql+psycopg://{params['user']}@{params['host']}:{params['port']}/{name}"
+    try:
+        migrate.upgrade(url)
+        with EventStore(url) as spare:
+            yield spare
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def signer() -> Signer:
+    return Signer.generate("ops.example")
+
+
+def _fill(store: EventStore, draft: Draft, first: int, last: int, tag: str = "a") -> None:
+    streams = ("arena-" + tag, "credit-" + tag, "settlement")
+    store.append([draft(streams[n % 3], n) for n in range(first, last + 1)])
+
+
+def _entries(store: EventStore) -> list[bytes]:
+    return [bytes.fromhex(e.entry_hash) for e in store.read_all()]
+
+
+def test_a_checkpoint_signs_the_head_and_is_stored_newest_first(
+    store: EventStore, draft: Draft, signer: Signer
+) -> None:
+    empty = sign_tree(store, signer)
+    assert (empty.tree_size, empty.root_hash) == (0, merkle.EMPTY_ROOT.hex())
+    _fill(store, draft, 1, 21)
+    issued = sign_tree(store, signer, origin="ledger.example/arena")
+    assert issued.tree_size == 21
+    assert issued.root_hash == merkle.root_from_leaves(_entries(store)).hex()
+    checkpoint = open_checkpoint(issued.note, signer.verifier(), origin="ledger.example/arena")
+    assert (checkpoint.size, checkpoint.root_hash.hex()) == (21, issued.root_hash)
+    listed = store.checkpoints()
+    assert [row["id"] for row in listed] == [issued.id, empty.id]
+    assert listed[0]["note"] == issued.note and listed[0]["key_name"] == "ops.example"
+
+
+def test_store_proofs_equal_the_reference_tree_and_verify_at_every_position(
+    store: EventStore, draft: Draft, signer: Signer
+) -> None:
+    _fill(store, draft, 1, 37)
+    leaves = _entries(store)
+    note = sign_tree(store, signer).note
+    for position in range(1, 38):
+        document = inclusion_document(store, position)
+        reference = merkle.inclusion_proof_from_leaves(position - 1, leaves)
+        assert document["proof"] == [h.hex() for h in reference]
+        assert verify_proof(document, [note], signer.verifier()).position == position
+
+
+def test_an_older_checkpoint_needs_a_proof_at_its_size(
+    store: EventStore, draft: Draft, signer: Signer
+) -> None:
+    _fill(store, draft, 1, 10)
+    old = sign_tree(store, signer).note
+    _fill(store, draft, 11, 19)
+    with pytest.raises(IntegrityError, match="--size 10"):
+        verify_proof(inclusion_document(store, 4), [old], signer.verifier())
+    assert verify_proof(inclusion_document(store, 4, 10), [old], signer.verifier()).tree_size == 10
+    with pytest.raises(NotFound):
+        inclusion_document(store, 11, 10)
+    with pytest.raises(InvalidInput, match="beyond"):
+        inclusion_document(store, 1, 20)
+
+
+def test_consistency_holds_between_every_pair_of_checkpoints(
+    store: EventStore, draft: Draft, signer: Signer
+) -> None:
+    notes = {}
+    for last in (1, 2, 5, 16, 17, 33):
+        _fill(store, draft, store.head().position + 1, last)
+        notes[last] = sign_tree(store, signer).note
+    for old in notes:
+        for new in notes:
+            if old <= new:
+                document = consistency_document(store, old, new)
+                verdict = verify_proof(document, [notes[old], notes[new]], signer.verifier())
+                assert (verdict.from_size, verdict.tree_size) == (old, new)
+
+
+def test_a_forked_ledger_fails_the_consistency_proof_against_the_older_checkpoint(
+    store: EventStore, spare_store: EventStore, draft: Draft, signer: Signer, tmp_path: Path
+) -> None:
+    _fill(store, draft, 1, 6)
+    export_bundle(store, tmp_path / "prefix", signer=signer)
+    import_bundle(spare_store, tmp_path / "prefix", signer.verifier())
+    forked = spare_store
+    _fill(store, draft, 7, 9, tag="honest")
+    _fill(forked, draft, 7, 12, tag="forged")
+    published = sign_tree(store, signer).note  # the older checkpoint, at size 9
+    with pytest.raises(IntegrityError, match="forked") as caught:
+        verify_proof(consistency_document(forked, 9, 12), [published], signer.verifier())
+    assert caught.value.context["reason"] == "root_mismatch"
+    with pytest.raises(IntegrityError, match="not the one that was signed"):
+        verify_proof(inclusion_document(forked, 8, 9), [published], signer.verifier())
+    # Both still share the prefix both signed, and the honest ledger's growth checks out.
+    prefix = sign_tree(store, signer, size=6).note
+    assert verify_proof(consistency_document(forked, 6, 12), [prefix], signer.verifier())
+    _fill(store, draft, 10, 12, tag="honest")
+    assert verify_proof(consistency_document(store, 9), [published], signer.verifier())

@@ -1,0 +1,411 @@
+"""Checks proof documents, checkpoint notes and key files without any database.
+
+The documents are built by the real ``inclusion_document`` / ``consistency_document`` over a
+small in-memory stand-in for the store (``MemoryLedger``: recorded events plus an in-memory
+``MerkleTree``, which answers the same ``root`` / ``inclusion_proof`` / ``consistency_proof``
+calls as the stored tree), then checked by ``verify_proof`` against signed checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import merkle
+from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
+from ledger.checkpoint import (
+    PROOF_FORMAT,
+    consistency_document,
+    default_origin,
+    inclusion_document,
+    load_signer,
+    load_verifier,
+    open_checkpoint,
+    parse_proof_document,
+    proof_document_bytes_max,
+    public_key_path,
+    verify_proof,
+    write_key_files,
+)
+from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
+from ledger.model import RecordedEvent
+from ledger.note import Checkpoint, Signer, sign_checkpoint
+
+RECORDED_AT = "2026-11-29T12:00:00.000000Z"
+
+
+class MemoryLedger:
+    """Stands in for EventStore where proof documents need it: tree(), get(), entry_hash_at()."""
+
+    def __init__(self, count: int, fork_after: int | None = None) -> None:
+        self.events: list[RecordedEvent] = []
+        previous = bytes(32)
+        for position in range(1, count + 1):
+            tag = "b" if fork_after is not None and position > fork_after else "a"
+            payload = orjson.dumps({"block": position, "reason": f"{tag}{position}"})
+            stream = f"arena-{position % 3}"
+            version = sum(1 for e in self.events if e.stream == stream) + 1
+            envelope = envelope_bytes(position, stream, version, "ArenaRetired", 1, payload,
+                                      RECORDED_AT, "unit")
+            previous = next_entry_hash(previous, envelope)
+            self.events.append(RecordedEvent(position, stream, version, "ArenaRetired", 1,
+                                             payload, RECORDED_AT, "unit", previous.hex()))
+        self._tree = merkle.MerkleTree()
+        self._tree.extend(bytes.fromhex(e.entry_hash) for e in self.events)
+
+    @contextmanager
+    def tree(self) -> Iterator[merkle.MerkleTree]:
+        yield self._tree
+
+    def get(self, position: int) -> RecordedEvent:
+        return self.events[position - 1]
+
+    def entry_hash_at(self, position: int) -> str:
+        return GENESIS_HASH if position == 0 else self.events[position - 1].entry_hash
+
+    def checkpoint(self, signer: Signer, size: int, origin: str | None = None) -> str:
+        """Signs the tree at ``size`` the way ``sign_tree`` does."""
+        body = Checkpoint(origin or default_origin(signer.name), size, self._tree.root(size))
+        return sign_checkpoint(body, signer)
+
+
+@pytest.fixture(scope="module")
+def signer() -> Signer:
+    return Signer.generate("log.example")
+
+
+@pytest.fixture(scope="module")
+def ledger() -> MemoryLedger:
+    return MemoryLedger(13)
+
+
+# ----------------------------------------------------------------------- inclusion proofs
+
+
+@pytest.mark.parametrize("size", [1, 8, 13])
+def test_every_position_proves_against_a_checkpoint_of_the_proof_size(
+    ledger: MemoryLedger, signer: Signer, size: int
+) -> None:
+    note = ledger.checkpoint(signer, size)
+    for position in range(1, size + 1):
+        document = inclusion_document(ledger, position, size)  # type: ignore[arg-type]
+        assert document["format"] == PROOF_FORMAT and document["kind"] == "inclusion"
+        verdict = verify_proof(document, [note], signer.verifier())
+        assert (verdict.position, verdict.tree_size) == (position, size)
+        assert verdict.entry_hash == ledger.events[position - 1].entry_hash
+
+
+def test_the_document_survives_a_json_round_trip(ledger: MemoryLedger, signer: Signer) -> None:
+    document = inclusion_document(ledger, 5)  # type: ignore[arg-type]
+    parsed = parse_proof_document(orjson.dumps(document))
+    assert verify_proof(parsed, [ledger.checkpoint(signer, 13)], signer.verifier()).position == 5
+
+
+def _flip_hex(value: str) -> str:
+    return ("1" if value[0] == "0" else "0") + value[1:]
+
+
+def _set(path: str, change: Callable[[Any], Any]) -> Callable[[dict[str, Any]], None]:
+    def mutate(document: dict[str, Any]) -> None:
+        keys = path.split(".")
+        target = document
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = change(target[keys[-1]])
+
+    return mutate
+
+
+INCLUSION_TAMPERING = {
+    "payload": _set("event.payload_b64", lambda v: "eyJibG9jayI6OTl9"),
+    "actor": _set("event.actor", lambda v: v + "x"),
+    "recorded_at": _set("event.recorded_at", lambda v: v.replace("12", "13")),
+    "stream": _set("event.stream", lambda v: "arena-9"),
+    "version": _set("event.version", lambda v: v + 1),
+    "position": _set("event.position", lambda v: v + 1),
+    "previous_hash": _set("previous_hash", _flip_hex),
+    "entry_hash": _set("entry_hash", _flip_hex),
+    "leaf_hash": _set("leaf_hash", _flip_hex),
+    "proof hash": _set("proof", lambda v: [_flip_hex(v[0]), *v[1:]]),
+    "proof order": _set("proof", lambda v: list(reversed(v))),
+    "proof shortened": _set("proof", lambda v: v[:-1]),
+    "root_hash": _set("root_hash", _flip_hex),
+    "tree_size": _set("tree_size", lambda v: v - 1),
+    "leaf_index": _set("leaf_index", lambda v: v + 1),
+}
+
+
+@pytest.mark.parametrize("mutate", INCLUSION_TAMPERING.values(), ids=INCLUSION_TAMPERING.keys())
+def test_any_change_to_an_inclusion_proof_fails_with_an_integrity_error(
+    ledger: MemoryLedger, signer: Signer, mutate: Callable[[dict[str, Any]], None]
+) -> None:
+    note = ledger.checkpoint(signer, 13)
+    document = copy.deepcopy(inclusion_document(ledger, 6))  # type: ignore[arg-type]
+    verify_proof(document, [note], signer.verifier())
+    mutate(document)
+    with pytest.raises(IntegrityError):
+        verify_proof(document, [note], signer.verifier())
+
+
+def test_an_inclusion_proof_must_be_at_the_checkpoint_size(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    document = inclusion_document(ledger, 3, 13)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError, match=r"--position 3 --size 8") as caught:
+        verify_proof(document, [ledger.checkpoint(signer, 8)], signer.verifier())
+    assert caught.value.context["reason"] == "size_mismatch"
+
+
+def test_an_inclusion_proof_from_another_ledger_fails_on_the_root(signer: Signer) -> None:
+    honest, forked = MemoryLedger(10), MemoryLedger(10, fork_after=7)
+    document = inclusion_document(forked, 2)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError, match="not the one that was signed") as caught:
+        verify_proof(document, [honest.checkpoint(signer, 10)], signer.verifier())
+    assert caught.value.context["reason"] == "root_mismatch"
+
+
+# --------------------------------------------------------------------- consistency proofs
+
+
+def test_a_consistency_proof_verifies_against_either_end_or_both(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    document = consistency_document(ledger, 5, 13)  # type: ignore[arg-type]
+    old, new = ledger.checkpoint(signer, 5), ledger.checkpoint(signer, 13)
+    for notes in ([old], [new], [old, new]):
+        verdict = verify_proof(document, notes, signer.verifier())
+        assert (verdict.from_size, verdict.tree_size) == (5, 13)
+    with pytest.raises(IntegrityError, match="neither end"):
+        verify_proof(document, [ledger.checkpoint(signer, 7)], signer.verifier())
+
+
+def test_a_forked_ledger_fails_the_consistency_proof_against_the_older_checkpoint(
+    signer: Signer,
+) -> None:
+    honest, forked = MemoryLedger(9), MemoryLedger(12, fork_after=6)
+    published = honest.checkpoint(signer, 9)
+    document = consistency_document(forked, 9, 12)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError, match="forked") as caught:
+        verify_proof(document, [published], signer.verifier())
+    assert caught.value.context["reason"] == "root_mismatch"
+    # Substituting the published root does not help: the proof no longer joins the roots.
+    document = {**document, "from_root": _root_hex(honest, 9)}
+    with pytest.raises(IntegrityError) as caught:
+        verify_proof(document, [published], signer.verifier())
+    assert caught.value.context["reason"] == "proof_invalid"
+
+
+def _root_hex(ledger: MemoryLedger, size: int) -> str:
+    with ledger.tree() as tree:
+        return tree.root(size).hex()
+
+
+def test_the_shared_prefix_of_a_fork_is_still_consistent(signer: Signer) -> None:
+    honest, forked = MemoryLedger(9), MemoryLedger(12, fork_after=6)
+    document = consistency_document(forked, 6, 12)  # type: ignore[arg-type]
+    assert verify_proof(document, [honest.checkpoint(signer, 6)], signer.verifier()).from_size == 6
+
+
+CONSISTENCY_TAMPERING = {
+    "from_root": _set("from_root", _flip_hex),
+    "to_root": _set("to_root", _flip_hex),
+    "proof hash": _set("proof", lambda v: [*v[:-1], _flip_hex(v[-1])]),
+    "proof dropped": _set("proof", lambda v: v[1:]),
+    "from_size": _set("from_size", lambda v: v + 1),
+    "to_size": _set("to_size", lambda v: v + 1),
+}
+
+
+@pytest.mark.parametrize("mutate", CONSISTENCY_TAMPERING.values(),
+                         ids=CONSISTENCY_TAMPERING.keys())
+def test_any_change_to_a_consistency_proof_fails(
+    ledger: MemoryLedger, signer: Signer, mutate: Callable[[dict[str, Any]], None]
+) -> None:
+    document = copy.deepcopy(consistency_document(ledger, 5, 13))  # type: ignore[arg-type]
+    notes = [ledger.checkpoint(signer, 5), ledger.checkpoint(signer, 13)]
+    mutate(document)
+    with pytest.raises(IntegrityError):
+        verify_proof(document, notes, signer.verifier())
+
+
+@given(data=st.data(), count=st.integers(min_value=1, max_value=40))
+def test_documents_verify_for_any_size_and_position(data: st.DataObject, count: int) -> None:
+    ledger, signer = MemoryLedger(count), Signer.generate("prop")
+    size = data.draw(st.integers(min_value=1, max_value=count))
+    position = data.draw(st.integers(min_value=1, max_value=size))
+    old = data.draw(st.integers(min_value=0, max_value=size))
+    note = ledger.checkpoint(signer, size)
+    assert verify_proof(inclusion_document(ledger, position, size),  # type: ignore[arg-type]
+                        [note], signer.verifier()).position == position
+    document = consistency_document(ledger, old, size)  # type: ignore[arg-type]
+    assert verify_proof(document, [ledger.checkpoint(signer, old), note],
+                        signer.verifier()).from_size == old
+
+
+# ------------------------------------------------------------------ checkpoints and notes
+
+
+def test_a_checkpoint_verifies_with_its_key_and_the_default_origin(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    checkpoint = open_checkpoint(ledger.checkpoint(signer, 13), signer.verifier())
+    assert (checkpoint.origin, checkpoint.size) == ("arena-ledger/log.example", 13)
+
+
+def test_a_checkpoint_fails_with_another_key_even_under_the_same_name(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    note = ledger.checkpoint(signer, 13)
+    for other in (Signer.generate("other.example"), Signer.generate("log.example")):
+        with pytest.raises(SignatureInvalid):
+            open_checkpoint(note, other.verifier(), origin="arena-ledger/log.example")
+
+
+def test_a_checkpoint_fails_with_another_origin(ledger: MemoryLedger, signer: Signer) -> None:
+    note = ledger.checkpoint(signer, 13, origin="ledger.example/arena")
+    with pytest.raises(IntegrityError, match="origin") as caught:
+        open_checkpoint(note, signer.verifier())
+    assert caught.value.context["reason"] == "origin_mismatch"
+    assert open_checkpoint(note, signer.verifier(), origin="ledger.example/arena").size == 13
+    with pytest.raises(IntegrityError, match="origin"):
+        verify_proof(inclusion_document(ledger, 1), [note],  # type: ignore[arg-type]
+                     signer.verifier(), origin="arena-ledger/log.example")
+
+
+def test_changing_any_single_character_of_a_checkpoint_note_fails(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    note = ledger.checkpoint(signer, 13)
+    for index, char in enumerate(note):
+        replacement = "A" if char != "A" else "B"
+        tampered = note[:index] + replacement + note[index + 1 :]
+        with pytest.raises(IntegrityError):
+            open_checkpoint(tampered, signer.verifier())
+
+
+# ------------------------------------------------------------------------ parse failures
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"not json", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (b'{"format": "arena-ledger.proof.v0", "kind": "inclusion"}', "format"),
+        (b'{"format": "arena-ledger.proof.v1", "kind": "exclusion"}', "kind"),
+        (b'{"format": "arena-ledger.proof.v1", "format": "x", "kind": "inclusion"}', "duplicate"),
+    ],
+)
+def test_a_malformed_proof_document_is_invalid_input(raw: bytes, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_proof_document(raw)
+
+
+def test_an_oversized_proof_document_is_refused() -> None:
+    with pytest.raises(LimitExceeded):
+        parse_proof_document(b" " * (proof_document_bytes_max + 1))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda d: d.pop("leaf_hash"), "$.leaf_hash"),
+        (lambda d: d.update(tree_size="13"), "$.tree_size"),
+        (lambda d: d.update(root_hash="AB" * 32), "$.root_hash"),
+        (lambda d: d.update(proof=["00" * 31]), "$.proof[0]"),
+        (lambda d: d["event"].update(extra=1), "$.event.extra"),
+        (lambda d: d["event"].update(payload_b64="%%%"), "$.event.payload_b64"),
+    ],
+)
+def test_a_missing_or_mistyped_field_names_its_path(
+    ledger: MemoryLedger, signer: Signer, mutate: Callable[[dict[str, Any]], Any], path: str
+) -> None:
+    document = copy.deepcopy(inclusion_document(ledger, 4))  # type: ignore[arg-type]
+    mutate(document)
+    with pytest.raises(InvalidInput) as caught:
+        verify_proof(document, [ledger.checkpoint(signer, 13)], signer.verifier())
+    assert caught.value.context["path"] == path
+
+
+def test_verifying_needs_a_checkpoint(ledger: MemoryLedger, signer: Signer) -> None:
+    with pytest.raises(InvalidInput, match="at least one"):
+        verify_proof(inclusion_document(ledger, 1), [], signer.verifier())  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ key files
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_key_generation_writes_a_private_0600_file_and_a_public_one(tmp_path: Path) -> None:
+    files = write_key_files("ops.example", tmp_path / "log.key")
+    assert files.public_path == tmp_path / "log.key.pub" == public_key_path(files.private_path)
+    assert _mode(files.private_path) == 0o600
+    assert files.private_path.read_text().startswith("PRIVATE+KEY+ops.example+")
+    assert files.public_path.read_text().strip() == files.verifier_key
+    signer, verifier = load_signer(files.private_path), load_verifier(files.public_path)
+    assert signer.verifier() == verifier
+
+
+def test_key_generation_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
+    first = write_key_files("ops.example", tmp_path / "log.key")
+    with pytest.raises(InvalidInput, match="--force"):
+        write_key_files("ops.example", tmp_path / "log.key")
+    assert (tmp_path / "log.key.pub").read_text().strip() == first.verifier_key
+    os.chmod(tmp_path / "log.key", 0o644)
+    second = write_key_files("ops.example", tmp_path / "log.key", force=True)
+    assert second.verifier_key != first.verifier_key
+    assert _mode(tmp_path / "log.key") == 0o600
+
+
+def test_an_existing_public_file_also_blocks_generation(tmp_path: Path) -> None:
+    (tmp_path / "log.key.pub").write_text("keep me")
+    with pytest.raises(InvalidInput, match="already exists"):
+        write_key_files("ops.example", tmp_path / "log.key")
+    assert not (tmp_path / "log.key").exists()
+
+
+def test_a_private_key_readable_by_others_is_refused(tmp_path: Path) -> None:
+    files = write_key_files("ops.example", tmp_path / "log.key")
+    os.chmod(files.private_path, 0o640)
+    with pytest.raises(InvalidInput, match="chmod 600"):
+        load_signer(files.private_path)
+
+
+def test_key_files_are_not_interchangeable_and_errors_never_quote_secrets(tmp_path: Path) -> None:
+    files = write_key_files("ops.example", tmp_path / "log.key")
+    secret = files.private_path.read_text().strip().rsplit("+", 1)[1]
+    with pytest.raises(InvalidInput, match="private key") as caught:
+        load_verifier(files.private_path)
+    assert secret not in caught.value.message
+    damaged = tmp_path / "damaged.key"
+    damaged.write_text(files.private_path.read_text().replace("+", "-", 1))
+    damaged.chmod(0o600)
+    with pytest.raises(InvalidInput) as caught:
+        load_signer(damaged)
+    assert secret not in caught.value.message
+    with pytest.raises(InvalidInput, match="does not exist"):
+        load_verifier(tmp_path / "missing.pub")
+    with pytest.raises(InvalidInput, match="signer key"):
+        load_signer_copy = tmp_path / "pub-as-private"
+        load_signer_copy.write_text(files.public_path.read_text())
+        load_signer_copy.chmod(0o600)
+        load_signer(load_signer_copy)
+
+
+def test_an_invalid_key_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="key name"):
+        write_key_files("has space", tmp_path / "log.key")
+    assert list(tmp_path.iterdir()) == []

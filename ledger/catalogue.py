@@ -9,6 +9,7 @@ none (so no cycle can exist).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -195,7 +196,8 @@ class Catalogue:
                 f"{event_type} has no schema version {version}", type=event_type
             )
         while version < current:
-            payload = self._upcasters[(event_type, version)](dict(payload))
+            # A deep copy: an upcaster that edits a nested value must not touch the caller's.
+            payload = self._upcasters[(event_type, version)](copy.deepcopy(payload))
             version += 1
         return payload
 

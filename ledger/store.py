@@ -457,7 +457,9 @@ class EventStore:
             params["stream"] = stream
         if stream_prefix is not None:
             # A range, not LIKE: it uses the (stream, version) index and needs no escaping.
-            where.append("stream >= :sp_lo AND stream < :sp_hi")
+            # COLLATE "C" on PostgreSQL: a range is a prefix only under byte order.
+            column = "stream" if self.backend == "sqlite" else 'stream COLLATE "C"'
+            where.append(f"{column} >= :sp_lo AND {column} < :sp_hi")
             params.update({"sp_lo": stream_prefix, "sp_hi": stream_prefix + "\U0010ffff"})
         if recorded_from is not None:
             where.append("recorded_at >= :ra_lo")

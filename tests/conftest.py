@@ -1,0 +1,207 @@
+"""Shares the fixtures every test layer may use: hypothesis profiles and the store backends.
+
+``store_url`` yields an *empty, un-migrated* database for each backend: a SQLite file under
+``tmp_path``, and on PostgreSQL the session's own database ``al_test_<uuid8>`` (created with
+CREATE DATABASE, dropped ``WITH (FORCE)`` at the end; emptied before every test), so
+concurrent runs never collide. ``ARENA_LEDGER_PG_DB_PER_TEST=1`` creates and drops one
+database per test instead (slower: every DROP DATABASE forces a checkpoint). ``store`` runs the
+Alembic revisions on it and yields an ``EventStore``.
+
+PostgreSQL is a real server (never a mock). When it cannot be reached the postgres-param
+tests *fail* with a message saying so, unless ``ARENA_LEDGER_SKIP_POSTGRES=1`` is set, in
+which case they are skipped. ``ARENA_LEDGER_PG_ADMIN_URL`` overrides the maintenance
+connection (default ``postgresql://postgres@127.0.0.1:5432/postgres``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Modest by default so the whole suite stays fast; HYPOTHESIS_PROFILE=thorough digs deeper.
+settings.register_profile(
+    "default",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("thorough", max_examples=2_000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+PG_ADMIN_URL = os.environ.get(
+    "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+PG_FALLBACK_DB = "test"
+SKIP_POSTGRES = os.environ.get("ARENA_LEDGER_SKIP_POSTGRES") == "1"
+PG_DB_PER_TEST = os.environ.get("ARENA_LEDGER_PG_DB_PER_TEST") == "1"
+
+
+def _pg_unavailable(reason: str) -> None:
+    message = (
+        f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({reason}); start it, or set "
+        "ARENA_LEDGER_SKIP_POSTGRES=1 to skip the postgres-backend tests"
+    )
+    if SKIP_POSTGRES:
+        pytest.skip(message)
+    pytest.fail(message, pytrace=False)
+
+
+def _connect(dbnames: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    """Opens an autocommit connection to the first of ``dbnames`` that answers."""
+    try:
+        import psycopg
+    except ImportError as exc:  # the dev extra pins psycopg; say so rather than skip quietly
+        _pg_unavailable(f"psycopg is not installed: {exc}")
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    last: Exception | None = None
+    params = conninfo_to_dict(PG_ADMIN_URL)
+    for dbname in dbnames:
+        try:
+            return psycopg.connect(
+                make_conninfo(**{**params, "dbname": dbname}), autocommit=True, connect_timeout=5
+            )
+        except psycopg.OperationalError as exc:
+            last = exc
+    _pg_unavailable(str(last).strip().splitlines()[0] if last else "unknown error")
+    raise AssertionError("unreachable")
+
+
+def _admin_connect():  # type: ignore[no-untyped-def]
+    """Opens the maintenance connection (the admin URL's database, else `test`)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    return _connect((str(conninfo_to_dict(PG_ADMIN_URL).get("dbname", "postgres")),
+                     PG_FALLBACK_DB))
+
+
+@pytest.fixture(scope="session")
+def _pg_admin_params() -> dict[str, str]:
+    """Checks once per session that PostgreSQL answers and returns its connection params."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    with _admin_connect() as conn:
+        conn.execute("SELECT 1")
+        info = conn.info
+        return {
+            "host": str(conninfo_to_dict(PG_ADMIN_URL).get("host", info.host)),
+            "port": str(info.port),
+            "user": info.user,
+        }
+
+
+class _PgDatabases:
+    """Hands every test an empty PostgreSQL database that no other run can see.
+
+    The session creates its own ``al_test_<uuid8>`` database and drops it ``WITH (FORCE)`` at
+    the end. Before each test the database is emptied (other sessions to it terminated, the
+    ``public`` schema dropped and recreated), which leaves it exactly as a fresh database for
+    the ledger: no tables, no functions, no ``alembic_version``. Why not one CREATE/DROP per
+    test: PostgreSQL 15 forces a checkpoint on every ``DROP DATABASE`` (0.3-1.5 s on a busy
+    host), which alone would take the suite far past its time budget.
+    ``ARENA_LEDGER_PG_DB_PER_TEST=1`` restores one database per test for a paranoid run.
+    """
+
+    def __init__(self, params: dict[str, str]) -> None:
+        self._params = params
+        self._shared: str | None = None
+
+    def _create(self) -> str:
+        name = f"al_test_{uuid.uuid4().hex[:8]}"
+        with _admin_connect() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    @staticmethod
+    def _drop(name: str) -> None:
+        with _admin_connect() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    @staticmethod
+    def _empty(name: str) -> None:
+        with _connect((name,)) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
+            conn.execute("CREATE SCHEMA public")
+
+    def take(self) -> str:
+        if PG_DB_PER_TEST:
+            return self._create()
+        if self._shared is None:
+            self._shared = self._create()
+        else:
+            self._empty(self._shared)
+        return self._shared
+
+    def url(self, name: str) -> str:
+        p = self._params
+        return f"postgresql+psycopg://{p['user']}@{p['host']}:{p['port']}/{name}"
+
+    def give_back(self, name: str) -> None:
+        if PG_DB_PER_TEST:
+            self._drop(name)
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._drop(self._shared)
+
+
+@pytest.fixture(scope="session")
+def _pg_databases(_pg_admin_params: dict[str, str]) -> Iterator[_PgDatabases]:
+    pool = _PgDatabases(_pg_admin_params)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def pg_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Yields the URL of an empty PostgreSQL database no other run can see (_PgDatabases)."""
+    pool: _PgDatabases = request.getfixturevalue("_pg_databases")
+    name = pool.take()
+    try:
+        yield pool.url(name)
+    finally:
+        pool.give_back(name)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Names the backend a store test runs against; every store test runs on both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Yields the URL of an empty, un-migrated database on ``backend``."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return str(request.getfixturevalue("pg_database"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[object]:
+    """Yields an ``EventStore`` on a freshly migrated database, closed afterwards."""
+    from ledger import migrate
+    from ledger.store import EventStore
+
+    migrate.upgrade(store_url)
+    event_store = EventStore(store_url)
+    try:
+        yield event_store
+    finally:
+        event_store.close()

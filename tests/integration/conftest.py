@@ -1,0 +1,80 @@
+"""Provides the integration fixtures: extra store handles, draft builders and raw SQL access.
+
+The backends themselves (``backend``, ``store_url``, ``store``) live in ``tests/conftest.py``
+so that end-to-end tests can share them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from ledger.model import ANY, EventDraft, ExpectedVersion
+from ledger.store import EventStore
+
+
+def digest_of(seed: object) -> str:
+    """Returns a deterministic 64-hex digest for test ids."""
+    return hashlib.sha256(repr(seed).encode()).hexdigest()
+
+
+def simple_draft(stream: str, n: int = 1, expected: ExpectedVersion = ANY) -> EventDraft:
+    """Builds a small valid event for ``stream``'s category; ``n`` varies its payload."""
+    category = stream.split("-", 1)[0]
+    if category == "arena":
+        return EventDraft(stream, "ArenaRetired", {"block": n, "reason": f"r{n}"},
+                          expected_version=expected)
+    if category == "credit":
+        return EventDraft(stream, "CreditSpent", {"submission_id": digest_of(n)},
+                          expected_version=expected)
+    if category == "submission":
+        return EventDraft(stream, "SubmissionHeld", {"reason": f"hold {n}", "block": n},
+                          expected_version=expected)
+    if category == "attempt":
+        return EventDraft(stream, "QualityGraded", {
+            "tokens_scored": n, "argmax_agreement": "0.9987", "drift_within_envelope": True,
+            "regression": False}, expected_version=expected)
+    if category == "payment":
+        return EventDraft(stream, "PaymentReleased", {"submission_id": digest_of(n),
+                          "reason": "refund"}, expected_version=expected)
+    if category == "settlement":
+        return EventDraft(stream, "EmissionPolicySet", {
+            "half_life_blocks": 1000 + n, "burn_hotkey": "5Burn", "validator_hotkey": "5Val"},
+            expected_version=expected)
+    raise ValueError(f"no simple event for category {category!r}")
+
+
+@pytest.fixture
+def draft() -> Callable[..., EventDraft]:
+    """Returns ``simple_draft`` (stream, n=1, expected=ANY) -> EventDraft."""
+    return simple_draft
+
+
+@pytest.fixture
+def make_store(store: EventStore) -> Iterator[Callable[..., EventStore]]:
+    """Opens more ``EventStore`` handles on the migrated database (e.g. with a fake clock)."""
+    opened: list[EventStore] = []
+
+    def factory(**kwargs: Any) -> EventStore:
+        extra = EventStore(store.url, **kwargs)
+        opened.append(extra)
+        return extra
+
+    yield factory
+    for extra in opened:
+        extra.close()
+
+
+@pytest.fixture
+def count_rows(store: EventStore) -> Callable[[str], int]:
+    """Counts the rows of a table directly, bypassing the store's reads."""
+
+    def count(table: str = "events") -> int:
+        with store.engine.connect() as conn:
+            return int(conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+
+    return count

@@ -1,0 +1,700 @@
+"""Runs the event store contract (DOMAIN §2) unchanged against SQLite and PostgreSQL.
+
+Every test takes the ``store`` fixture, which is parametrised over both backends, so a
+behaviour that differs between them fails here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import event as sa_event
+
+from ledger import limits
+from ledger.chain import GENESIS_HASH
+from ledger.codec import canonical_bytes
+from ledger.errors import (
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    Refused,
+    SchemaError,
+    SchemaNotInitialised,
+    UnknownEventType,
+)
+from ledger.events import ArenaRetired
+from ledger.model import ANY, NO_STREAM, EventDraft, Head, StreamState
+from ledger.store import EventStore, parse_expected_version
+
+Draft = Callable[..., EventDraft]
+SPAWN = multiprocessing.get_context("spawn")
+PROCESS_TIMEOUT_S = 90
+
+
+def _hex(seed: object) -> str:
+    return hashlib.sha256(repr(seed).encode()).hexdigest()
+
+
+def _positions(store: EventStore, **filters: Any) -> list[int]:
+    return [r.position for r in store.read_all(**filters)]
+
+
+def _assert_nothing_written(store: EventStore, before: Head, rows: int, count_rows: Any) -> None:
+    assert store.head() == before
+    assert count_rows("events") == rows
+    assert store.verify().ok
+
+
+# -- append and read -------------------------------------------------------------------------
+
+
+def test_an_empty_store_has_the_genesis_head_and_no_events(store: EventStore) -> None:
+    assert store.head() == Head(0, GENESIS_HASH)
+    assert list(store.read_all()) == []
+    assert list(store.read_stream("arena-none")) == []
+    assert store.stream_version("arena-none") == 0
+    report = store.verify()
+    assert (report.ok, report.checked, report.head_hash) == (True, 0, GENESIS_HASH)
+
+
+def test_appends_get_gapless_positions_and_per_stream_versions(
+    store: EventStore, draft: Draft
+) -> None:
+    first = store.append([draft("arena-a", 1), draft("credit-c", 1), draft("arena-a", 2)])
+    second = store.append([draft("credit-c", 2), draft("arena-b", 1)])
+
+    assert first.positions == (1, 2, 3) and not first.already_recorded
+    assert second.positions == (4, 5)
+    recorded = list(store.read_all())
+    assert [r.position for r in recorded] == [1, 2, 3, 4, 5]
+    assert [(r.stream, r.version) for r in recorded] == [
+        ("arena-a", 1), ("credit-c", 1), ("arena-a", 2), ("credit-c", 2), ("arena-b", 1)
+    ]
+    assert [r.entry_hash for r in recorded] == [*first.entry_hashes, *second.entry_hashes]
+    assert store.head() == Head(5, recorded[-1].entry_hash)
+    assert [r.version for r in store.read_stream("arena-a")] == [1, 2]
+    assert [r.position for r in store.read_stream("credit-c", from_version=2)] == [4]
+    assert store.stream_version("arena-a") == 2
+    assert store.get(3).payload == {"block": 2, "reason": "r2"}
+    assert store.entry_hash_at(3) == recorded[2].entry_hash
+    with pytest.raises(NotFound):
+        store.get(6)
+
+
+def test_stored_payload_is_the_canonical_bytes_and_decodes_to_the_model(
+    store: EventStore,
+) -> None:
+    payload = {"reason": "caf\u00e9 \u2713 \U0001f680 \"q\" \\ \n", "block": 12}
+    store.append([EventDraft("arena-u", "ArenaRetired", payload)], actor="validator-7")
+
+    recorded = store.get(1)
+    assert recorded.payload_bytes == canonical_bytes(payload)
+    assert recorded.payload_bytes.startswith(b'{"block":12,"reason":"caf\xc3\xa9')
+    assert (recorded.type, recorded.schema_version, recorded.actor) == (
+        "ArenaRetired", 1, "validator-7")
+    assert recorded.event() == ArenaRetired(block=12, reason=payload["reason"])
+
+
+def test_a_draft_built_from_a_model_round_trips(store: EventStore) -> None:
+    model = ArenaRetired(block=7, reason="sunset")
+    store.append([EventDraft.of("arena-m", model, NO_STREAM)])
+    assert store.get(1).event() == model
+
+
+def test_recorded_at_comes_from_the_injected_clock(make_store: Callable[..., EventStore],
+                                                   draft: Draft) -> None:
+    clocked = make_store(clock=lambda: "2030-01-02T03:04:05.000006Z")
+    clocked.append([draft("arena-t", 1), draft("arena-t", 2)])
+    assert {r.recorded_at for r in clocked.read_all()} == {"2030-01-02T03:04:05.000006Z"}
+
+
+def test_a_batch_of_many_events_takes_the_bulk_path_and_verifies(
+    store: EventStore, draft: Draft
+) -> None:
+    # 100 rows crosses the PostgreSQL COPY threshold; SQLite takes executemany.
+    result = store.append([draft(f"arena-bulk{i % 3}", i) for i in range(100)])
+    assert result.positions == tuple(range(1, 101))
+    recorded = list(store.read_all())
+    assert [r.position for r in recorded] == list(range(1, 101))
+    assert recorded[41].payload == {"block": 41, "reason": "r41"}
+    assert [r.entry_hash for r in recorded] == list(result.entry_hashes)
+    assert store.verify().ok
+
+
+# -- expected versions -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "parsed"),
+    [(None, ANY), ("any", ANY), ("no_stream", NO_STREAM), (NO_STREAM, NO_STREAM), (0, 0), (7, 7)],
+)
+def test_parse_expected_version_accepts_the_three_forms(given: Any, parsed: Any) -> None:
+    assert parse_expected_version(given) == parsed
+
+
+@pytest.mark.parametrize("given", [-1, True, "1", 1.0, "none"])
+def test_parse_expected_version_refuses_anything_else(given: Any) -> None:
+    with pytest.raises(SchemaError):
+        parse_expected_version(given)
+
+
+def test_expected_version_any_no_stream_and_exact(store: EventStore, draft: Draft) -> None:
+    assert store.append([draft("arena-x", 1, NO_STREAM)]).positions == (1,)
+    assert store.append([draft("arena-x", 2, 1)]).positions == (2,)
+    assert store.append([draft("arena-x", 3, ANY)]).positions == (3,)
+    assert store.append([draft("arena-x", 4, 3), draft("arena-x", 5, 4)]).positions == (4, 5)
+    assert [r.version for r in store.read_stream("arena-x")] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("expected", "wanted"), [(NO_STREAM, "no_stream"), (1, 1), (3, 3)]
+)
+def test_a_version_mismatch_names_stream_expected_actual_and_writes_nothing(
+    store: EventStore, draft: Draft, count_rows: Any, expected: Any, wanted: Any
+) -> None:
+    store.append([draft("arena-x", 1), draft("arena-x", 2)])
+    before = store.head()
+
+    with pytest.raises(ConcurrencyConflict) as caught:
+        store.append([draft("credit-other", 1), draft("arena-x", 3, expected)])
+
+    err = caught.value
+    assert (err.stream, err.expected, err.actual) == ("arena-x", wanted, 2)
+    assert err.code == "concurrency_conflict" and err.index == 1
+    assert "arena-x" in str(err)
+    _assert_nothing_written(store, before, 2, count_rows)
+    assert store.stream_version("credit-other") == 0
+
+
+def test_two_events_of_one_stream_must_expect_n_then_n_plus_one(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
+    store.append([draft("arena-x", 1)])
+    before = store.head()
+    with pytest.raises(ConcurrencyConflict) as caught:
+        store.append([draft("arena-x", 2, 1), draft("arena-x", 3, 1)])
+    assert (caught.value.expected, caught.value.actual, caught.value.index) == (1, 2, 1)
+    _assert_nothing_written(store, before, 1, count_rows)
+
+    assert store.append([draft("arena-x", 2, 1), draft("arena-x", 3, 2)]).positions == (2, 3)
+
+
+# -- idempotency -----------------------------------------------------------------------------
+
+
+def test_repeating_a_key_with_the_same_content_returns_the_original_positions(
+    store: EventStore, make_store: Callable[..., EventStore], draft: Draft, count_rows: Any
+) -> None:
+    batch = [draft("arena-k", 1, NO_STREAM), draft("credit-k", 1)]
+    original = store.append(batch, idempotency_key="intake:block-9:0")
+    store.append([draft("arena-other", 1)])
+    before = store.head()
+
+    again = store.append(batch, idempotency_key="intake:block-9:0")
+
+    assert again.positions == original.positions == (1, 2)
+    assert again.already_recorded and not original.already_recorded
+    assert again.entry_hashes == original.entry_hashes
+    _assert_nothing_written(store, before, 3, count_rows)
+    assert count_rows("idempotency_keys") == 1
+    # The key is durable (a table), not a per-process cache.
+    fresh = make_store()
+    assert fresh.append(batch, idempotency_key="intake:block-9:0").positions == (1, 2)
+    assert count_rows("events") == 3
+
+
+def test_repeating_a_key_with_other_content_is_refused_and_writes_nothing(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
+    store.append([draft("arena-k", 1)], idempotency_key="k1")
+    before = store.head()
+    for other in (
+        [draft("arena-k", 2)],  # other payload
+        [draft("arena-j", 1)],  # other stream
+        [draft("arena-k", 1), draft("arena-k", 1)],  # more events
+        [draft("arena-k", 1, NO_STREAM)],  # other expectation
+    ):
+        with pytest.raises(IdempotencyKeyReused) as caught:
+            store.append(other, idempotency_key="k1")
+        assert caught.value.code == "idempotency_key_reused"
+        assert caught.value.first_position == 1
+    _assert_nothing_written(store, before, 1, count_rows)
+
+
+def test_a_refused_append_does_not_consume_its_key(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
+    store.append([draft("arena-k", 1)])
+    with pytest.raises(ConcurrencyConflict):
+        store.append([draft("arena-k", 2, NO_STREAM)], idempotency_key="k2")
+    assert count_rows("idempotency_keys") == 0
+    assert store.append([draft("arena-k", 2, 1)], idempotency_key="k2").positions == (2,)
+
+
+# -- atomicity -------------------------------------------------------------------------------
+
+
+def test_a_batch_whose_third_event_conflicts_writes_none(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
+    store.append([draft("arena-c", 1)])
+    before = store.head()
+    batch = [draft("credit-a", 1, NO_STREAM), draft("submission-" + _hex(1), 1, NO_STREAM),
+             draft("arena-c", 2, NO_STREAM)]
+    with pytest.raises(ConcurrencyConflict) as caught:
+        store.append(batch, idempotency_key="atomic")
+    assert caught.value.index == 2
+    _assert_nothing_written(store, before, 1, count_rows)
+    assert store.stream_version("credit-a") == store.stream_version("submission-" + _hex(1)) == 0
+    assert count_rows("idempotency_keys") == 0
+
+
+def test_a_batch_whose_third_event_is_invalid_writes_none(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
+    before = store.head()
+    bad = EventDraft("arena-c", "ArenaRetired", {"block": "12", "reason": "x"})
+    with pytest.raises(SchemaError) as caught:
+        store.append([draft("credit-a", 1), draft("arena-c", 1), bad])
+    assert caught.value.index == 2
+    assert caught.value.path == "$.payload.block"
+    _assert_nothing_written(store, before, 0, count_rows)
+
+
+def test_a_guard_that_refuses_inside_the_transaction_writes_none(
+    make_store: Callable[..., EventStore], draft: Draft, count_rows: Any
+) -> None:
+    seen: list[tuple[str, ...]] = []
+
+    def guard(store: EventStore, conn: Any, batch: Any) -> None:
+        seen.append(tuple(p.stream for p in batch))
+        if any(p.stream == "arena-forbidden" for p in batch):
+            raise Refused("forbidden arena", reason="test_refusal")
+
+    guarded = make_store(guard=guard)
+    guarded.append([draft("arena-ok", 1)])
+    before = guarded.head()
+    with pytest.raises(Refused):
+        guarded.append([draft("arena-ok", 2), draft("arena-forbidden", 1)])
+    assert seen == [("arena-ok",), ("arena-ok", "arena-forbidden")]
+    _assert_nothing_written(guarded, before, 1, count_rows)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "path"),
+    [
+        (EventDraft("arena-c", "NoSuchEvent", {}), UnknownEventType, None),
+        (EventDraft("arena-c", "ArenaRetired", {"block": 1, "reason": "x"}, schema_version=2),
+         UnknownEventType, None),
+        (EventDraft("credit-c", "ArenaRetired", {"block": 1, "reason": "x"}), SchemaError,
+         "$.stream"),
+        (EventDraft("Arena-C", "ArenaRetired", {"block": 1, "reason": "x"}), SchemaError,
+         "stream"),
+        (EventDraft("arena-c", "ArenaRetired", {"block": 1, "reason": "x"},
+                    expected_version=-1), SchemaError, "expected_version"),
+        (EventDraft("arena-c", "ArenaRetired", {"block": 1.0, "reason": "x"}),
+         InvalidInput, "$.payload.block"),
+    ],
+)
+def test_invalid_drafts_are_refused_before_anything_is_written(
+    store: EventStore, count_rows: Any, bad: EventDraft, error: type[Exception], path: str | None
+) -> None:
+    with pytest.raises(error) as caught:
+        store.append([bad])
+    if path is not None:
+        assert caught.value.path == path  # type: ignore[attr-defined]
+    assert count_rows("events") == 0 and store.head().position == 0
+
+
+def test_actor_and_key_are_checked(store: EventStore, draft: Draft, count_rows: Any) -> None:
+    for kwargs in ({"actor": ""}, {"actor": "x" * (limits.actor_chars_max + 1)},
+                   {"actor": "tab\there"}, {"idempotency_key": ""},
+                   {"idempotency_key": "k" * (limits.idempotency_key_chars_max + 1)}):
+        with pytest.raises(InvalidInput):
+            store.append([draft("arena-a", 1)], **kwargs)
+    with pytest.raises(InvalidInput):
+        store.append([])
+    assert count_rows("events") == 0
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+def test_a_batch_over_batch_events_max_is_refused(store: EventStore, draft: Draft,
+                                                 count_rows: Any) -> None:
+    with pytest.raises(LimitExceeded) as caught:
+        store.append([draft("arena-a", 1)] * (limits.batch_events_max + 1))
+    assert str(limits.batch_events_max) in str(caught.value)
+    assert count_rows("events") == 0 and store.head().position == 0
+
+
+def _settlement_payload(size: int) -> dict[str, Any]:
+    """Builds a SettlementComputed payload whose canonical form is exactly ``size`` bytes."""
+    payload: dict[str, Any] = {
+        "block": 1, "as_of_position": 0, "claims": [], "weights_ppm": {"5Burn": 1_000_000},
+        "fees": {"pad": ""}, "settlement_digest": _hex("s"),
+    }
+    payload["fees"]["pad"] = "x" * (size - len(canonical_bytes(payload)))
+    assert len(canonical_bytes(payload)) == size
+    return payload
+
+
+def test_payload_bytes_max_is_inclusive_and_one_more_byte_is_refused(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
+    at_limit = EventDraft("settlement", "SettlementComputed",
+                          _settlement_payload(limits.payload_bytes_max))
+    over = EventDraft("settlement", "SettlementComputed",
+                      _settlement_payload(limits.payload_bytes_max + 1))
+    with pytest.raises(LimitExceeded) as caught:
+        store.append([draft("arena-a", 1), over])
+    assert caught.value.path == "$.payload" and caught.value.index == 1
+    assert count_rows("events") == 0
+
+    assert store.append([at_limit]).positions == (1,)
+    assert len(store.get(1).payload_bytes) == limits.payload_bytes_max
+
+
+def test_a_stream_name_over_its_limit_is_refused(store: EventStore, count_rows: Any) -> None:
+    name = "arena-" + "a" * (limits.stream_name_chars_max - len("arena-") + 1)
+    with pytest.raises(LimitExceeded):
+        store.append([EventDraft(name, "ArenaRetired", {"block": 1, "reason": "x"})])
+    assert count_rows("events") == 0
+
+
+# -- reads: filters and paging ---------------------------------------------------------------
+
+
+@pytest.fixture
+def filtered_store(make_store: Callable[..., EventStore], draft: Draft) -> EventStore:
+    """Holds ten events over five streams, one second of clock per append."""
+    ticks = iter(range(100))
+    clocked = make_store(clock=lambda: f"2030-01-01T00:00:{next(ticks):02d}.000000Z")
+    clocked.append([draft("arena-alpha", 1), draft("credit-c1", 1)])  # 1, 2     t=00
+    clocked.append([draft("arena-alphabet", 1)])  # 3                             t=01
+    clocked.append([draft("arena-ab", 1), draft("arena-a-b", 1)])  # 4, 5         t=02
+    clocked.append([draft("credit-c1", 2), draft("settlement", 1)])  # 6, 7       t=03
+    clocked.append([draft("arena-alpha", 2)])  # 8                                t=04
+    clocked.append([draft("credit-c2", 1), draft("submission-" + _hex(0), 1)])  # 9, 10 t=05
+    return clocked
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({}, list(range(1, 11))),
+        ({"types": ["CreditSpent"]}, [2, 6, 9]),
+        ({"types": ("CreditSpent", "EmissionPolicySet")}, [2, 6, 7, 9]),
+        ({"types": ["NoSuchType"]}, []),
+        ({"stream": "arena-alpha"}, [1, 8]),
+        ({"stream": "arena-alph"}, []),
+        ({"stream_prefix": "arena-"}, [1, 3, 4, 5, 8]),
+        ({"stream_prefix": "arena-alpha"}, [1, 3, 8]),
+        ({"stream_prefix": "arena-ab"}, [4]),  # not arena-a-b: a byte range, not a collation
+        ({"stream_prefix": "credit"}, [2, 6, 9]),
+        ({"stream_prefix": "settlement"}, [7]),
+        ({"stream_prefix": "zzz"}, []),
+        ({"from_position": 4}, [4, 5, 6, 7, 8, 9, 10]),
+        ({"from_position": 3, "to_position": 5}, [3, 4, 5]),
+        ({"from_position": 11}, []),
+        ({"recorded_from": "2030-01-01T00:00:02.000000Z"}, [4, 5, 6, 7, 8, 9, 10]),
+        ({"recorded_to": "2030-01-01T00:00:02.000000Z"}, [1, 2, 3]),  # exclusive
+        ({"recorded_from": "2030-01-01T00:00:01.000000Z",
+          "recorded_to": "2030-01-01T00:00:03.000000Z"}, [3, 4, 5]),
+        ({"limit": 3}, [1, 2, 3]),
+        ({"limit": 0}, []),
+        ({"limit": 2, "stream_prefix": "credit-", "from_position": 3}, [6, 9]),
+        ({"types": ["ArenaRetired"], "stream_prefix": "arena-alpha", "to_position": 7}, [1, 3]),
+    ],
+)
+def test_read_all_filters(filtered_store: EventStore, filters: dict[str, Any],
+                          expected: list[int]) -> None:
+    assert _positions(filtered_store, **filters) == expected
+
+
+def test_read_all_with_an_empty_type_list_yields_nothing(filtered_store: EventStore) -> None:
+    # An empty filter matches no type; it must not turn into invalid SQL ("IN ()").
+    assert _positions(filtered_store, types=[]) == []
+
+
+def test_filters_page_correctly_with_a_small_page(
+    filtered_store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "read_page_events", 2)
+    assert _positions(filtered_store, stream_prefix="arena-") == [1, 3, 4, 5, 8]
+    assert _positions(filtered_store, types=["CreditSpent"], from_position=2) == [2, 6, 9]
+    assert [r.version for r in filtered_store.read_stream("credit-c1")] == [1, 2]
+
+
+def _count_event_selects(store: EventStore) -> list[str]:
+    statements: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM events" in statement:
+            statements.append(statement)
+
+    sa_event.listen(store.engine, "before_cursor_execute", before)
+    return statements
+
+
+def test_read_all_is_lazy_and_paged(store: EventStore, draft: Draft,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "read_page_events", 3)
+    store.append([draft(f"arena-p{i % 2}", i) for i in range(1, 11)])
+    selects = _count_event_selects(store)
+
+    rows = store.read_all()
+    assert selects == []  # nothing is read until iterated
+    first = next(rows)
+    assert first.position == 1 and len(selects) == 1
+    rest = list(rows)
+    assert [r.position for r in [first, *rest]] == list(range(1, 11))  # no duplicate, no skip
+    assert len(selects) == 4  # 3 + 3 + 3 + 1
+    assert all(f"LIMIT {3}" in s for s in selects)
+
+    selects.clear()
+    assert [r.version for r in store.read_stream("arena-p0")] == [1, 2, 3, 4, 5]
+    assert len(selects) == 2
+
+
+def test_a_page_boundary_on_the_last_event_neither_repeats_nor_skips(
+    store: EventStore, draft: Draft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "read_page_events", 3)
+    store.append([draft("arena-p", i) for i in range(9)])
+    reader = store.read_all()
+    seen = [next(reader).position for _ in range(9)]
+    store.append([draft("arena-p", 9)])  # lands after the last full page was fetched
+    seen += [r.position for r in reader]
+    assert seen == list(range(1, 11))
+
+
+# -- verify and an un-migrated database -------------------------------------------------------
+
+
+def test_verify_covers_the_whole_chain_and_a_range(store: EventStore, draft: Draft) -> None:
+    result = store.append([draft("arena-v", i) for i in range(6)])
+    report = store.verify()
+    assert (report.ok, report.checked, report.to_position) == (True, 6, 6)
+    assert report.head_hash == result.entry_hashes[-1] == store.head().entry_hash
+    partial = store.verify(3, 5)
+    assert (partial.ok, partial.checked, partial.from_position, partial.to_position) == (
+        True, 3, 3, 5)
+    assert partial.head_hash == result.entry_hashes[4]
+
+
+def test_an_unmigrated_database_raises_schema_not_initialised(
+    store_url: str, draft: Draft
+) -> None:
+    with EventStore(store_url) as bare:
+        assert bare.is_initialised() is False
+        for call in (
+            bare.require_initialised,
+            bare.head,
+            lambda: bare.append([draft("arena-a", 1)]),
+            lambda: list(bare.read_all()),
+            bare.verify,
+        ):
+            with pytest.raises(SchemaNotInitialised) as caught:
+                call()
+            assert caught.value.code == "store_not_initialised"
+
+
+# -- concurrency (separate processes, spawn) -------------------------------------------------
+
+
+def _race_worker(url: str, rounds: int, barrier: Any, results: Any, tag: str) -> None:
+    store = EventStore(url)
+    try:
+        store.head()  # open the connection before the start line
+        for round_ in range(rounds):
+            barrier.wait(timeout=30)
+            payload = {"block": round_, "reason": f"claimed by {tag}"}
+            draft = EventDraft(f"arena-race{round_}", "ArenaRetired", payload,
+                               expected_version=NO_STREAM)
+            try:
+                outcome = ("ok", round_, store.append([draft]).positions)
+            except ConcurrencyConflict as exc:
+                outcome = ("conflict", round_, (exc.stream, exc.expected, exc.actual))
+            results.put((tag, *outcome))
+    except Exception as exc:  # reported to the parent, which fails the test
+        barrier.abort()  # so the other racer stops waiting at the start line
+        results.put((tag, "error", -1, repr(exc)))
+    finally:
+        store.close()
+
+
+def _run_processes(processes: list[Any]) -> None:
+    for process in processes:
+        process.start()
+
+
+def _join(processes: list[Any]) -> None:
+    for process in processes:
+        process.join(PROCESS_TIMEOUT_S)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+            process.join(5)
+            pytest.fail(f"{process.name} did not finish in {PROCESS_TIMEOUT_S}s")
+        assert process.exitcode == 0, f"{process.name} exited with {process.exitcode}"
+
+
+def _drain(results: Any, count: int, processes: list[Any]) -> list[Any]:
+    """Collects ``count`` results, or fewer if every worker has exited (a failure)."""
+    collected: list[Any] = []
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while len(collected) < count and time.monotonic() < deadline:
+        try:
+            collected.append(results.get(timeout=0.2))
+        except queue.Empty:
+            if not any(p.is_alive() for p in processes):
+                break
+    while len(collected) < count:  # a worker may have exited right after its last put
+        try:
+            collected.append(results.get(timeout=0.5))
+        except queue.Empty:
+            break
+    return collected
+
+
+def test_two_processes_racing_on_no_stream_exactly_one_wins(store: EventStore) -> None:
+    rounds = 3
+    barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
+    racers = [SPAWN.Process(target=_race_worker, args=(store.url, rounds, barrier, results, t),
+                            name=f"racer-{t}") for t in ("a", "b")]
+    _run_processes(racers)
+    outcomes = _drain(results, 2 * rounds, racers)
+    _join(racers)
+
+    assert not [o for o in outcomes if o[1] == "error"], outcomes
+    assert len(outcomes) == 2 * rounds, outcomes
+    for round_ in range(rounds):
+        this = sorted((o for o in outcomes if o[2] == round_), key=lambda o: o[1])
+        assert [o[1] for o in this] == ["conflict", "ok"], this
+        assert this[0][3] == (f"arena-race{round_}", "no_stream", 1)
+        winner = this[1][0]
+        events = list(store.read_stream(f"arena-race{round_}"))
+        assert len(events) == 1 and events[0].payload["reason"] == f"claimed by {winner}"
+    assert store.head().position == rounds
+    assert store.verify().ok
+
+
+def _writer_worker(url: str, stream: str, batches: int, pause_s: float, results: Any) -> None:
+    store = EventStore(url)
+    acknowledged: list[int] = []
+    try:
+        version = 0
+        for i in range(batches):
+            size = 1 + i % 2
+            drafts = [
+                EventDraft(stream, "CreditSpent", {"submission_id": _hex((stream, version + j))},
+                           expected_version=version + j)
+                for j in range(size)
+            ]
+            acknowledged.extend(store.append(drafts).positions)
+            version += size
+            if pause_s:
+                time.sleep(pause_s)
+        results.put((stream, "ok", acknowledged))
+    except Exception as exc:
+        results.put((stream, "error", repr(exc)))
+    finally:
+        store.close()
+
+
+def _start_writers(url: str, writers: int, batches: int, pause_s: float) -> tuple[list[Any], Any]:
+    results = SPAWN.Queue()
+    processes = [
+        SPAWN.Process(target=_writer_worker, name=f"writer-{i}",
+                      args=(url, f"credit-w{i}", batches, pause_s, results))
+        for i in range(writers)
+    ]
+    _run_processes(processes)
+    return processes, results
+
+
+def _events_for(batches: int) -> int:
+    return sum(1 + i % 2 for i in range(batches))
+
+
+def test_four_writers_on_different_streams_get_gapless_positions(store: EventStore) -> None:
+    writers, batches = 4, 12
+    processes, results = _start_writers(store.url, writers, batches, 0.0)
+    outcomes = _drain(results, writers, processes)
+    _join(processes)
+
+    assert len(outcomes) == writers and all(o[1] == "ok" for o in outcomes), outcomes
+    total = writers * _events_for(batches)
+    acknowledged = sorted(p for o in outcomes for p in o[2])
+    assert acknowledged == list(range(1, total + 1))  # each exactly once, no gap
+    assert store.head().position == total
+    by_position = {r.position: r for r in store.read_all()}
+    assert sorted(by_position) == acknowledged
+    for stream, _status, positions in outcomes:
+        assert {by_position[p].stream for p in positions} == {stream}
+        assert [r.version for r in store.read_stream(stream)] == list(
+            range(1, _events_for(batches) + 1))
+    report = store.verify()
+    assert report.ok and report.checked == total
+
+
+def test_a_tailing_reader_sees_every_event_in_order_while_writers_run(
+    store: EventStore, make_store: Callable[..., EventStore]
+) -> None:
+    writers, batches = 2, 15
+    total = writers * _events_for(batches)
+    reader = make_store()
+    seen: list[tuple[int, str]] = []
+    problems: list[str] = []
+    polls_with_news: list[int] = []
+    stop = threading.Event()
+
+    def tail() -> None:
+        cursor = 1
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while cursor <= total and not stop.is_set() and time.monotonic() < deadline:
+            got = 0
+            for recorded in reader.read_all(cursor):
+                if recorded.position != cursor:
+                    problems.append(f"expected position {cursor}, read {recorded.position}")
+                    return
+                seen.append((recorded.position, recorded.entry_hash))
+                cursor += 1
+                got += 1
+            if got:
+                polls_with_news.append(got)
+            else:
+                time.sleep(0.002)
+
+    thread = threading.Thread(target=tail, name="tailing-reader")
+    thread.start()
+    try:
+        processes, results = _start_writers(store.url, writers, batches, 0.003)
+        outcomes = _drain(results, writers, processes)
+        _join(processes)
+        thread.join(10)  # everything is committed; the reader only has to catch up
+    finally:
+        stop.set()
+        thread.join(5)
+
+    assert len(outcomes) == writers and all(o[1] == "ok" for o in outcomes), outcomes
+    assert problems == []
+    assert [p for p, _ in seen] == list(range(1, total + 1))
+    assert [h for _, h in seen] == [r.entry_hash for r in store.read_all()]
+    assert len(polls_with_news) > 1  # it really tailed: it caught up more than once
+    assert store.verify().ok
+
+
+def test_stream_state_values_are_stable() -> None:
+    # These spellings enter idempotency digests and the CLI; renaming them breaks both.
+    assert (StreamState.ANY.value, StreamState.NO_STREAM.value) == ("any", "no_stream")

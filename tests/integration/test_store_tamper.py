@@ -1,0 +1,202 @@
+"""Proves the append-only triggers refuse changes, and that verify() finds forced tampering.
+
+Tampering goes around the store with raw SQL. To model an attacker with database rights, the
+triggers are bypassed the way such a person would: SQLite drops them (and they are put back),
+PostgreSQL sets ``session_replication_role = replica`` for one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+
+from ledger.model import EventDraft, VerifyReport
+from ledger.store import EventStore
+
+Draft = Callable[..., EventDraft]
+
+
+@pytest.fixture
+def ledger(store: EventStore, draft: Draft) -> EventStore:
+    """Holds five events on three streams, one of them under an idempotency key."""
+    store.append([draft("arena-t", 1), draft("credit-t", 1)], idempotency_key="first")
+    store.append([draft("arena-t", 2)])
+    store.append([draft("submission-" + "ab" * 32, 1), draft("arena-t", 3)])
+    assert store.verify().ok
+    return store
+
+
+def _row(store: EventStore, position: int) -> tuple[Any, ...]:
+    with store.engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM events WHERE position = :p"), {"p": position}).one()
+    return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+
+
+def _keys(store: EventStore) -> list[tuple[Any, ...]]:
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text("SELECT * FROM idempotency_keys"))]
+
+
+@contextmanager
+def _bypassed(store: EventStore) -> Iterator[Connection]:
+    """Yields a connection in a transaction where the append-only triggers do not fire."""
+    with store.engine.connect() as conn, conn.begin():
+        if store.backend == "postgresql":
+            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
+            yield conn
+            return
+        triggers = conn.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+        ).all()
+        names = {name for name, _sql in triggers}
+        assert {"trg_events_no_update", "trg_events_no_delete"} <= names, names
+        for name, _sql in triggers:
+            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
+        yield conn
+        for _name, sql in triggers:
+            conn.exec_driver_sql(sql)
+
+
+def _flip_byte(payload: bytes, index: int) -> bytes:
+    return payload[:index] + bytes([payload[index] ^ 0x01]) + payload[index + 1 :]
+
+
+def _assert_bad(report: VerifyReport, position: int, kind: str) -> None:
+    assert report.ok is False
+    assert (report.first_bad_position, report.kind) == (position, kind), report
+    assert report.problem  # a sentence a person can act on
+
+
+# -- the triggers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE events SET payload = payload WHERE position = 2",
+        "UPDATE events SET actor = 'mallory' WHERE position = 2",
+        "UPDATE events SET entry_hash = '0000000000000000000000000000000000000000000000000000000000000000' WHERE position = 2",  # noqa: E501
+        "DELETE FROM events WHERE position = 2",
+        "DELETE FROM events",
+        "UPDATE idempotency_keys SET first_position = 3",
+        "DELETE FROM idempotency_keys",
+    ],
+)
+def test_the_database_refuses_update_and_delete_of_recorded_rows(
+    ledger: EventStore, statement: str
+) -> None:
+    before_rows = [_row(ledger, p) for p in range(1, 6)]
+    before_keys = _keys(ledger)
+
+    with pytest.raises(DBAPIError) as caught, ledger.engine.begin() as conn:
+        conn.exec_driver_sql(statement)
+
+    assert "append-only" in str(caught.value.orig)
+    assert [_row(ledger, p) for p in range(1, 6)] == before_rows
+    assert _keys(ledger) == before_keys
+    assert ledger.verify().ok
+
+
+def test_postgresql_also_refuses_truncate(ledger: EventStore) -> None:
+    if ledger.backend != "postgresql":
+        pytest.skip("SQLite has no TRUNCATE; its DELETE without WHERE is refused above")
+    for table in ("events", "idempotency_keys"):
+        with pytest.raises(DBAPIError) as caught, ledger.engine.begin() as conn:
+            conn.exec_driver_sql(f"TRUNCATE {table}")
+        assert "append-only" in str(caught.value.orig)
+    assert ledger.verify().checked == 5
+
+
+def test_appends_still_work_after_a_refused_change(ledger: EventStore, draft: Draft) -> None:
+    with pytest.raises(DBAPIError), ledger.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM events WHERE position = 5")
+    assert ledger.append([draft("arena-t", 4)]).positions == (6,)
+    assert ledger.verify().checked == 6
+
+
+def test_the_bypass_is_temporary_and_the_triggers_come_back(ledger: EventStore) -> None:
+    with _bypassed(ledger) as conn:
+        conn.execute(text("UPDATE events SET actor = 'mallory' WHERE position = 1"))
+    assert _row(ledger, 1)[7] == "mallory"  # the bypass really bypassed
+    with pytest.raises(DBAPIError) as caught, ledger.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE events SET actor = 'eve' WHERE position = 1")
+    assert "append-only" in str(caught.value.orig)
+
+
+# -- what verify() finds ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", [1, 3, 5])
+def test_one_flipped_payload_byte_is_found_at_its_position(
+    ledger: EventStore, position: int
+) -> None:
+    payload = _row(ledger, position)[5]
+    flipped = _flip_byte(payload, len(payload) // 2)
+    with _bypassed(ledger) as conn:
+        conn.execute(text("UPDATE events SET payload = :p WHERE position = :n"),
+                     {"p": flipped, "n": position})
+    assert _row(ledger, position)[5] == flipped
+
+    _assert_bad(ledger.verify(), position, "hash_mismatch")
+    if position > 1:
+        assert ledger.verify(1, position - 1).ok  # the prefix before it still verifies
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("actor", "mallory"), ("recorded_at", "1999-01-01T00:00:00.000000Z"), ("version", 9),
+     ("type", "ArenaRetireD"), ("schema_version", 2), ("stream", "arena-u"),
+     ("entry_hash", "f" * 64)],
+)
+def test_every_envelope_field_is_covered_by_the_hash(
+    ledger: EventStore, column: str, value: Any
+) -> None:
+    with _bypassed(ledger) as conn:
+        conn.execute(text(f"UPDATE events SET {column} = :v WHERE position = 3"), {"v": value})
+    _assert_bad(ledger.verify(), 3, "hash_mismatch")
+
+
+def test_two_swapped_payloads_are_found_at_the_first_of_them(ledger: EventStore) -> None:
+    second, fourth = _row(ledger, 2)[5], _row(ledger, 4)[5]
+    assert second != fourth
+    with _bypassed(ledger) as conn:
+        for position, payload in ((2, fourth), (4, second)):
+            conn.execute(text("UPDATE events SET payload = :p WHERE position = :n"),
+                         {"p": payload, "n": position})
+    _assert_bad(ledger.verify(), 2, "hash_mismatch")
+
+
+def test_a_deleted_row_is_a_gap_at_its_position(ledger: EventStore) -> None:
+    with _bypassed(ledger) as conn:
+        conn.execute(text("DELETE FROM events WHERE position = 3"))
+    report = ledger.verify()
+    _assert_bad(report, 3, "gap")
+    assert report.checked == 2
+
+
+def test_a_truncated_tail_names_the_first_missing_position(ledger: EventStore) -> None:
+    head = ledger.head()
+    with _bypassed(ledger) as conn:
+        conn.execute(text("DELETE FROM events WHERE position >= 4"))
+    assert ledger.head() == head  # the head still says 5
+    report = ledger.verify()
+    _assert_bad(report, 4, "gap")
+    assert report.checked == 3
+
+
+def test_a_head_that_disagrees_with_the_last_event_is_found(ledger: EventStore) -> None:
+    with ledger.engine.begin() as conn:  # ledger_head is updated by every append: no trigger
+        conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"), {"h": "e" * 64})
+    _assert_bad(ledger.verify(), 5, "head_mismatch")
+
+
+def test_events_past_the_head_are_found(ledger: EventStore) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
+                          "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
+    _assert_bad(ledger.verify(), 5, "head_mismatch")

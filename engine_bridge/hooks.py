@@ -1,0 +1,446 @@
+"""Audits a node by forward hooks that follow SGLang's ``forward_hooks`` interface.
+
+SGLang's server argument ``forward_hooks`` is a list of specs
+``{"name", "target_modules": [fnmatch patterns on module names], "hook_factory":
+"pkg.module:factory", "config": {...}, "hook_type": "forward" | "forward_pre"}``; for each
+spec it calls ``factory(config)`` once and registers the returned hook, called as
+``hook(module, args, output)``, on every module whose name matches. This module ships
+such factories, so one hook serves both engines: :func:`register_forward_hooks` applies
+the same specs to the torch reference model.
+
+For every call of an audited node the candidate module (built from that stock module)
+runs on the stock input; the call's score is ``1 - ||c - r||2 / ||r||2`` floored at 0,
+computed in float64 (r = stock output, c = candidate output). A call is a violation when
+its score is below ``bar - near_miss_band``, a near miss when below ``bar`` but within the
+band, uncomparable when either output holds NaN/Inf, the shapes differ, or the candidate
+raises. The hook never changes the stock output. Tallies are kept per node (module name)
+and rank; scheduler processes also write them to receipt files. Torch is imported lazily.
+
+Hooks get no module names, so a pre-hook on the anchor module ``model`` (the decoder stack)
+names every module on the first forward; the anchor, not the root, because SGLang calls
+the root's ``forward`` directly and root hooks would never fire. The same anchor carries
+the receipt writer and, on SGLang candidate lanes, the delta installer.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import json
+import math
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine_bridge.decimals import canonical_decimal, floor_decimal, parse_decimal
+from engine_bridge.deltas import DEFAULT_TARGET_MODULES, DeltaSpec, build_candidate, install_delta
+from engine_bridge.limits import AUDIT_MIN_SCORE_PLACES
+from engine_bridge.protocol import STAGE_AUDIT, Engine
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from engine_bridge.replay import ReplaySlice
+
+__all__ = [
+    "ANCHOR_MODULE",
+    "DEFAULT_BAR",
+    "DEFAULT_NEAR_MISS_BAND",
+    "AuditSpec",
+    "NodeTally",
+    "audit_hook_factory",
+    "audit_hook_specs",
+    "classify",
+    "close_session",
+    "delta_install_specs",
+    "delta_installer_factory",
+    "name_binder_factory",
+    "read_install_receipts",
+    "read_receipts",
+    "receipt_flush_factory",
+    "register_forward_hooks",
+    "resolve_callable",
+    "run_audit",
+    "score_outputs",
+    "session_for",
+    "tallies_to_payloads",
+]
+
+#: Module that carries the per-forward hooks. SGLang calls the root's ``forward`` directly
+#: (root hooks never fire) but the decoder stack ``model`` through ``__call__``.
+ANCHOR_MODULE = "model"
+#: The float32 bar and band of DOMAIN §6.
+DEFAULT_BAR = "0.99999"
+DEFAULT_NEAR_MISS_BAND = "0.03"
+_HOOKS_PATH = "engine_bridge.hooks"
+Verdict = Literal["ok", "near_miss", "violation", "uncomparable"]
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """Says what to audit: the candidate delta, the node patterns, bar and band."""
+
+    candidate: DeltaSpec
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    bar: str = DEFAULT_BAR
+    near_miss_band: str = DEFAULT_NEAR_MISS_BAND
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)
+    receipts_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_decimal(self.bar, field="bar")
+        parse_decimal(self.near_miss_band, field="near_miss_band")
+
+    def to_config(self) -> dict[str, Any]:
+        """Returns the JSON-ready hook ``config`` SGLang hands to each factory."""
+        return {"candidate": self.candidate.to_dict(), "target_modules": list(self.target_modules),
+                "bar": self.bar, "near_miss_band": self.near_miss_band,
+                "session": self.session, "receipts_dir": self.receipts_dir}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> AuditSpec:
+        """Rebuilds the spec inside a scheduler process from the hook config."""
+        return cls(DeltaSpec.from_dict(config["candidate"]), tuple(config["target_modules"]),
+                   config["bar"], config["near_miss_band"], config["session"],
+                   config.get("receipts_dir"))
+
+
+def classify(score: float | None, bar: Decimal, band: Decimal) -> Verdict:
+    """Grades one call's score against the bar (exact decimal comparison)."""
+    if score is None or not math.isfinite(score):
+        return "uncomparable"
+    exact = Decimal(score)
+    if exact >= bar:
+        return "ok"
+    return "near_miss" if exact >= bar - band else "violation"
+
+
+@dataclass
+class NodeTally:
+    """Counts one node's audited calls on one rank."""
+
+    node: str
+    rank: int
+    calls: int = 0
+    violations: int = 0
+    near_misses: int = 0
+    uncomparable: int = 0
+    min_score: float | None = None
+    first_error: str | None = None
+
+    def record(self, score: float | None, bar: Decimal, band: Decimal) -> None:
+        """Adds one call with its score (None when uncomparable)."""
+        self.calls += 1
+        verdict = classify(score, bar, band)
+        if verdict == "uncomparable":
+            self.uncomparable += 1
+            return
+        assert score is not None
+        self.min_score = score if self.min_score is None else min(self.min_score, score)
+        self.violations += verdict == "violation"
+        self.near_misses += verdict == "near_miss"
+
+    def merge(self, other: NodeTally) -> None:
+        """Adds another tally of the same node and rank (e.g. two receipt files)."""
+        self.calls += other.calls
+        self.violations += other.violations
+        self.near_misses += other.near_misses
+        self.uncomparable += other.uncomparable
+        if other.min_score is not None:
+            self.min_score = other.min_score if self.min_score is None else min(
+                self.min_score, other.min_score)
+        self.first_error = self.first_error or other.first_error
+
+    def to_payload(self, bar: str) -> dict[str, Any]:
+        """Returns the AuditNodeGraded payload; min_score is "0" with no comparable call."""
+        low = 0.0 if self.min_score is None else self.min_score
+        return {"node": self.node, "rank": self.rank, "calls": self.calls,
+                "violations": self.violations, "near_misses": self.near_misses,
+                "uncomparable": self.uncomparable,
+                "min_score": floor_decimal(low, AUDIT_MIN_SCORE_PLACES),
+                "bar": canonical_decimal(Decimal(bar))}
+
+
+def score_outputs(candidate: Tensor, stock: Tensor) -> float | None:
+    """Returns 1 - ||c - r|| / ||r|| floored at 0 in float64, or None if uncomparable."""
+    import torch
+
+    if candidate.shape != stock.shape:
+        return None
+    c = candidate.detach().to(torch.float64)
+    r = stock.detach().to(torch.float64)
+    if not bool(torch.isfinite(c).all()) or not bool(torch.isfinite(r).all()):
+        return None
+    ref_norm = float(torch.linalg.vector_norm(r))
+    diff_norm = float(torch.linalg.vector_norm(c - r))
+    if ref_norm == 0.0:
+        return 1.0 if diff_norm == 0.0 else 0.0
+    return max(0.0, 1.0 - diff_norm / ref_norm)
+
+
+def _first_tensor(value: Any) -> Any:
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+def _current_rank(config: Mapping[str, Any]) -> int:
+    if "rank" in config:
+        return int(config["rank"])
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class AuditSession:
+    """Holds one audit's state inside one process: node names, candidates and tallies."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.spec = AuditSpec.from_config(config)
+        self.bar = Decimal(self.spec.bar)
+        self.band = Decimal(self.spec.near_miss_band)
+        self.rank = _current_rank(config)
+        self.names: dict[int, str] = {}
+        self.candidates: dict[int, nn.Module] = {}
+        self.tallies: dict[str, NodeTally] = {}
+
+    def bind_names(self, anchor: nn.Module, prefix: str = ANCHOR_MODULE) -> None:
+        """Names every module under the anchor and opens a zero tally per audited node."""
+        for relative, module in anchor.named_modules():
+            name = f"{prefix}.{relative}" if relative else prefix
+            self.names.setdefault(id(module), name)
+            if name and any(fnmatch.fnmatch(name, p) for p in self.spec.target_modules):
+                self.tallies.setdefault(name, NodeTally(name, self.rank))
+
+    def observe(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        """Runs the candidate on the stock input of one call and tallies its score."""
+        import torch
+
+        name = self.names.get(id(module)) or f"unbound.{type(module).__name__}.{id(module):x}"
+        tally = self.tallies.setdefault(name, NodeTally(name, self.rank))
+        try:
+            candidate = self.candidates.get(id(module))
+            if candidate is None:
+                candidate = self.candidates[id(module)] = build_candidate(
+                    self.spec.candidate, module)
+            with torch.inference_mode():
+                produced = _first_tensor(candidate(*args))
+            score = score_outputs(produced, _first_tensor(output))
+        except Exception as exc:  # a candidate that raises is graded, not propagated
+            tally.first_error = tally.first_error or f"{type(exc).__name__}: {exc}"[:200]
+            score = None
+        tally.record(score, self.bar, self.band)
+
+    def snapshot(self) -> list[NodeTally]:
+        """Returns copies of the tallies in node order."""
+        return [NodeTally(**asdict(t)) for t in sorted(self.tallies.values(), key=_node_key)]
+
+    def flush(self) -> None:
+        """Writes this process's tallies to its receipt file atomically (if configured)."""
+        if self.spec.receipts_dir is None:
+            return
+        body = {"session": self.spec.session, "rank": self.rank, "pid": os.getpid(),
+                "tallies": [asdict(t) for t in self.snapshot()]}
+        _write_atomic(_receipt_path(self.spec.receipts_dir, "audit", self.spec.session,
+                                    self.rank), body)
+
+
+_SESSIONS: dict[str, AuditSession] = {}
+
+
+def session_for(config: Mapping[str, Any]) -> AuditSession:
+    """Returns the process-wide session named in ``config`` (factories share it)."""
+    key = str(config["session"])
+    if key not in _SESSIONS:
+        _SESSIONS[key] = AuditSession(config)
+    return _SESSIONS[key]
+
+
+def close_session(session: str) -> None:
+    """Forgets a session's state in this process."""
+    _SESSIONS.pop(session, None)
+
+
+def _node_key(tally: NodeTally) -> tuple[Any, ...]:
+    parts = re.split(r"(\d+)", tally.node)
+    return (tuple(int(p) if p.isdigit() else p for p in parts), tally.rank)
+
+
+def _receipt_path(directory: str, kind: str, session: str, rank: int) -> Path:
+    return Path(directory) / f"{kind}-{session}-rank{rank}-pid{os.getpid()}.json"
+
+
+def _write_atomic(path: Path, body: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+Hook = Callable[..., Any]
+
+
+def audit_hook_factory(config: Mapping[str, Any]) -> Hook:
+    """Returns the forward hook ``(module, args, output)`` that audits each call."""
+    session = session_for(config)
+
+    def audit_hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        session.observe(module, args, output)
+
+    return audit_hook
+
+
+def name_binder_factory(config: Mapping[str, Any]) -> Hook:
+    """Returns an anchor forward-pre hook that names modules once (hooks get no names)."""
+    session = session_for(config)
+    bound: list[bool] = []
+
+    def bind_names(module: nn.Module, args: tuple[Any, ...]) -> None:
+        if not bound:
+            session.bind_names(module, config.get("anchor", ANCHOR_MODULE))
+            bound.append(True)
+
+    return bind_names
+
+
+def receipt_flush_factory(config: Mapping[str, Any]) -> Hook:
+    """Returns an anchor forward hook that writes the receipt after every model forward."""
+    session = session_for(config)
+
+    def flush_receipt(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        session.flush()
+
+    return flush_receipt
+
+
+def delta_installer_factory(config: Mapping[str, Any]) -> Hook:
+    """Returns an anchor forward-pre hook that installs the delta before the first forward.
+
+    This is how an SGLang candidate lane gets its delta: the engine has no module swap
+    option, but every forward (CUDA graph capture included) enters the anchor first.
+    """
+    spec = DeltaSpec.from_dict(config["delta"])
+    patterns = tuple(config["target_modules"])
+    installed: list[str] = []
+
+    def install(module: nn.Module, args: tuple[Any, ...]) -> None:
+        if installed:
+            return
+        prefix = config.get("anchor", ANCHOR_MODULE)
+        installed.extend(install_delta(module, spec, patterns, prefix=prefix)
+                         or ["<none matched>"])
+        if config.get("receipts_dir"):
+            body = {"session": config["session"], "pid": os.getpid(), "nodes": installed,
+                    "delta_digest": spec.digest}
+            _write_atomic(_receipt_path(config["receipts_dir"], "install", config["session"],
+                                        _current_rank(config)), body)
+
+    return install
+
+
+def resolve_callable(path: str) -> Callable[..., Any]:
+    """Imports ``pkg.module:name`` (or ``pkg.module.name``) like SGLang's hook manager."""
+    if ":" in path:
+        module_name, attr = path.split(":", 1)
+    else:
+        module_name, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+
+
+def register_forward_hooks(model: nn.Module, specs: Iterable[Mapping[str, Any]]) -> list[Any]:
+    """Applies SGLang-style hook specs to a torch model; returns the removable handles."""
+    handles = []
+    named = list(model.named_modules())
+    for spec in specs:
+        hook = resolve_callable(spec["hook_factory"])(spec.get("config") or {})
+        for name, module in named:
+            if not any(fnmatch.fnmatch(name, p) for p in spec["target_modules"]):
+                continue
+            if spec.get("hook_type", "forward") == "forward_pre":
+                handles.append(module.register_forward_pre_hook(hook))
+            else:
+                handles.append(module.register_forward_hook(hook))
+    return handles
+
+
+def audit_hook_specs(spec: AuditSpec) -> list[dict[str, Any]]:
+    """Returns the ``forward_hooks`` server argument that audits ``spec`` on a stock engine.
+
+    The anchor module (``model``) gets a pre-hook that binds module names and, when
+    receipts are configured, a post-hook that writes the receipt after each forward.
+    """
+    config = {**spec.to_config(), "anchor": ANCHOR_MODULE}
+    specs = [
+        {"name": "arena-audit-names", "target_modules": [ANCHOR_MODULE],
+         "hook_type": "forward_pre",
+         "hook_factory": f"{_HOOKS_PATH}:name_binder_factory", "config": config},
+        {"name": "arena-audit", "target_modules": list(spec.target_modules),
+         "hook_factory": f"{_HOOKS_PATH}:audit_hook_factory", "config": config},
+    ]
+    if spec.receipts_dir is not None:
+        specs.append({"name": "arena-audit-receipt", "target_modules": [ANCHOR_MODULE],
+                      "hook_factory": f"{_HOOKS_PATH}:receipt_flush_factory",
+                      "config": config})
+    return specs
+
+
+def delta_install_specs(delta: DeltaSpec, *, target_modules: Sequence[str] =
+                        DEFAULT_TARGET_MODULES, receipts_dir: str | None = None,
+                        session: str | None = None) -> list[dict[str, Any]]:
+    """Returns the ``forward_hooks`` server argument that installs ``delta`` (candidate lane)."""
+    config = {"delta": delta.to_dict(), "target_modules": list(target_modules),
+              "receipts_dir": receipts_dir, "session": session or uuid.uuid4().hex,
+              "anchor": ANCHOR_MODULE}
+    return [{"name": "arena-delta-install", "target_modules": [ANCHOR_MODULE],
+             "hook_type": "forward_pre",
+             "hook_factory": f"{_HOOKS_PATH}:delta_installer_factory", "config": config}]
+
+
+def read_receipts(receipts_dir: str, session: str) -> list[NodeTally]:
+    """Merges every audit receipt of ``session`` (one per scheduler process) by node and rank."""
+    merged: dict[tuple[str, int], NodeTally] = {}
+    for path in sorted(Path(receipts_dir).glob(f"audit-{session}-rank*.json")):
+        body = json.loads(path.read_text(encoding="utf-8"))
+        for row in body["tallies"]:
+            tally = NodeTally(**row)
+            key = (tally.node, tally.rank)
+            if key in merged:
+                merged[key].merge(tally)
+            else:
+                merged[key] = tally
+    return sorted(merged.values(), key=_node_key)
+
+
+def read_install_receipts(receipts_dir: str, session: str) -> list[dict[str, Any]]:
+    """Returns the install receipts of ``session`` (which nodes each process replaced)."""
+    paths = sorted(Path(receipts_dir).glob(f"install-{session}-rank*.json"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+
+
+def tallies_to_payloads(tallies: Iterable[NodeTally], bar: str) -> list[dict[str, Any]]:
+    """Returns one AuditNodeGraded payload per node and rank, in node order."""
+    return [t.to_payload(bar) for t in sorted(tallies, key=_node_key)]
+
+
+def run_audit(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *,
+              target_modules: Sequence[str] = DEFAULT_TARGET_MODULES, bar: str = DEFAULT_BAR,
+              near_miss_band: str = DEFAULT_NEAR_MISS_BAND,
+              receipts_dir: str | None = None) -> list[dict[str, Any]]:
+    """Runs the slice once on a stock lane with the audit hook; returns AuditNodeGraded payloads.
+
+    An empty list means no node was graded (the machine decides ``audit_not_covered``).
+    Raises EngineFault (stage "audit") when the lane fails or its evidence is missing.
+    """
+    spec = AuditSpec(candidate, tuple(target_modules), bar, near_miss_band,
+                     receipts_dir=receipts_dir)
+    lane = engine.boot_lane("audit", None, audit=spec, stage=STAGE_AUDIT)
+    try:
+        lane.ready()
+        lane.run_window(replay)
+        tallies = lane.audit_tallies()
+    finally:
+        lane.shutdown()
+    return tallies_to_payloads(tallies, bar)

@@ -1,0 +1,105 @@
+"""Tests lanes in child processes: real kills, boot failures, timeouts, isolation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_bridge.deltas import load_file_delta, registered
+from engine_bridge.reference_model import write_reference_model
+from engine_bridge.replay import load_replay_slice
+from engine_bridge.speed import run_windows
+from engine_bridge.subprocess_lane import SubprocessEngine
+from ledger.errors import EngineFault
+
+pytest.importorskip("torch")
+
+REPLAY = load_replay_slice()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_reference_model(tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture
+def engine(model_dir: Path) -> Any:
+    engine = SubprocessEngine(model_dir)
+    yield engine
+    engine.shutdown()
+
+
+def test_engine_killed_mid_window_keeps_earlier_windows(engine: SubprocessEngine) -> None:
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(EngineFault) as caught:
+        run_windows(engine, registered("engine_kill", window="2"), REPLAY, windows=4,
+                    on_window=lambda p: seen.append(p) or True, warmup_runs=0)
+    assert [p["window"] for p in seen] == [1]
+    assert caught.value.context["fault_code"] == "engine_killed"
+    assert caught.value.context["stage"] == "speed"
+    assert caught.value.context["exitcode"] == -9  # SIGKILL, not a clean exit
+    assert engine.lanes == []
+
+
+def test_external_kill_between_windows_is_engine_killed(engine: SubprocessEngine) -> None:
+    def kill_candidate_after_first(payload: dict[str, Any]) -> bool:
+        candidate = next(lane for lane in engine.lanes if lane.lane_id == "A")
+        candidate.kill()
+        return True
+
+    with pytest.raises(EngineFault) as caught:
+        run_windows(engine, registered("faithful"), REPLAY, windows=4,
+                    on_window=kill_candidate_after_first, warmup_runs=0)
+    assert caught.value.context["fault_code"] == "engine_killed"
+
+
+def test_boot_failure_is_adapter_start_failed(engine: SubprocessEngine, tmp_path: Path) -> None:
+    source = tmp_path / "broken.py"
+    source.write_text("raise ImportError('missing kernel')\ndef build_mlp(stock):\n"
+                      "    return stock\n")
+    lane = engine.boot_lane("A", load_file_delta(source))
+    with pytest.raises(EngineFault) as caught:
+        lane.ready()
+    assert caught.value.context["fault_code"] == "adapter_start_failed"
+    assert "missing kernel" in caught.value.message
+
+
+def test_window_timeout_is_adapter_timeout(model_dir: Path) -> None:
+    engine = SubprocessEngine(model_dir, window_timeout_s=0.01)
+    lane = engine.boot_lane("A", registered("slow", repeats="8"))
+    try:
+        with pytest.raises(EngineFault) as caught:
+            lane.run_window(REPLAY, window=1)
+        assert caught.value.context["fault_code"] == "adapter_timeout"
+    finally:
+        engine.shutdown()
+
+
+def test_child_output_matches_in_process_and_file_delta_runs_in_child(
+        engine: SubprocessEngine, model_dir: Path, tmp_path: Path) -> None:
+    from engine_bridge.torch_engine import TorchReferenceEngine
+
+    marker = tmp_path / "pid.txt"
+    source = tmp_path / "delta.py"
+    source.write_text(f"import os\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+                      "def build_mlp(stock):\n    return stock\n")
+    child = engine.boot_lane("A", load_file_delta(source))
+    child.ready()
+    remote = child.run_window(REPLAY)
+    local = TorchReferenceEngine(model_dir).boot_lane("A").run_window(REPLAY)
+    assert remote.output_token_ids == local.output_token_ids
+    assert int(marker.read_text()) not in (os.getpid(), None)
+
+
+def test_thread_time_clock_is_selectable_by_name(model_dir: Path) -> None:
+    engine = SubprocessEngine(model_dir, clock="thread_time")
+    try:
+        lane = engine.boot_lane("A")
+        lane.ready()
+        run = lane.run_window(REPLAY)
+        assert run.cost_ns > 0 and run.output_tokens == 128
+    finally:
+        engine.shutdown()

@@ -1,0 +1,127 @@
+"""Tests audit grading arithmetic, payloads, receipts and hook specs (no torch needed)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from engine_bridge.decimals import is_canonical_decimal
+from engine_bridge.deltas import registered
+from engine_bridge.hooks import (
+    ANCHOR_MODULE,
+    AuditSpec,
+    NodeTally,
+    audit_hook_specs,
+    classify,
+    delta_install_specs,
+    read_receipts,
+    resolve_callable,
+    run_audit,
+    tallies_to_payloads,
+)
+from ledger.errors import CanonicalFormError
+
+BAR, BAND = Decimal("0.99999"), Decimal("0.03")
+
+
+@pytest.mark.parametrize(("score", "verdict"), [
+    # The float 0.99999 is a hair above the decimal bar "0.99999".
+    (1.0, "ok"), (0.99999, "ok"),
+    (0.99998999, "near_miss"), (0.999991, "ok"), (0.999, "near_miss"), (0.97, "near_miss"),
+    (0.969, "violation"),
+    (0.0, "violation"), (None, "uncomparable"), (float("nan"), "uncomparable"),
+    (float("inf"), "uncomparable"),
+])
+def test_classify_uses_exact_decimal_thresholds(score: float | None, verdict: str) -> None:
+    assert classify(score, BAR, BAND) == verdict
+
+
+def test_tally_counts_and_payload_are_canonical() -> None:
+    tally = NodeTally("model.layers.0.mlp", 0)
+    for score in (1.0, 0.998999123, 0.5, None):
+        tally.record(score, BAR, BAND)
+    payload = tally.to_payload("0.99999")
+    assert payload == {"node": "model.layers.0.mlp", "rank": 0, "calls": 4, "violations": 1,
+                       "near_misses": 1, "uncomparable": 1, "min_score": "0.5",
+                       "bar": "0.99999"}
+    assert is_canonical_decimal(payload["min_score"])
+
+
+def test_min_score_floors_to_six_places_and_is_zero_without_comparable_calls() -> None:
+    tally = NodeTally("n", 0)
+    tally.record(0.9999999, BAR, BAND)
+    assert tally.to_payload("0.99999")["min_score"] == "0.999999"
+    empty = NodeTally("n", 1)
+    empty.record(None, BAR, BAND)
+    assert empty.to_payload("0.99999")["min_score"] == "0"
+    assert NodeTally("n", 0).to_payload("0.984")["bar"] == "0.984"
+
+
+def test_payloads_are_sorted_naturally_by_node_then_rank() -> None:
+    tallies = [NodeTally(f"model.layers.{i}.mlp", r) for i in (10, 2, 1) for r in (1, 0)]
+    nodes = [(p["node"], p["rank"]) for p in tallies_to_payloads(tallies, "0.99999")]
+    assert nodes == [("model.layers.1.mlp", 0), ("model.layers.1.mlp", 1),
+                     ("model.layers.2.mlp", 0), ("model.layers.2.mlp", 1),
+                     ("model.layers.10.mlp", 0), ("model.layers.10.mlp", 1)]
+
+
+def test_receipts_from_two_processes_merge_per_node_and_rank(tmp_path: Path) -> None:
+    def write(pid: int, rank: int, calls: int, low: float) -> None:
+        row = {"node": "model.layers.0.mlp", "rank": rank, "calls": calls, "violations": 0,
+               "near_misses": calls, "uncomparable": 0, "min_score": low, "first_error": None}
+        body = {"session": "s1", "rank": rank, "pid": pid, "tallies": [row]}
+        (tmp_path / f"audit-s1-rank{rank}-pid{pid}.json").write_text(json.dumps(body))
+
+    write(10, 0, 3, 0.999)
+    write(11, 0, 2, 0.998)
+    write(12, 1, 4, 0.997)
+    (tmp_path / "audit-other-rank0-pid1.json").write_text('{"tallies": []}')
+    merged = read_receipts(str(tmp_path), "s1")
+    assert [(t.rank, t.calls, t.near_misses, t.min_score) for t in merged] == [
+        (0, 5, 5, 0.998), (1, 4, 4, 0.997)]
+
+
+def test_audit_hook_specs_follow_sglang_forward_hooks_shape() -> None:
+    spec = AuditSpec(registered("wrong_mlp"), receipts_dir="/tmp/r")
+    specs = audit_hook_specs(spec)
+    assert [s["name"] for s in specs] == ["arena-audit-names", "arena-audit",
+                                          "arena-audit-receipt"]
+    for entry in specs:
+        assert set(entry) <= {"name", "target_modules", "hook_factory", "config", "hook_type"}
+        assert callable(resolve_callable(entry["hook_factory"]))
+        json.dumps(entry)  # SGLang takes the specs as JSON
+    audit = specs[1]
+    assert fnmatch.fnmatch("model.layers.3.mlp", audit["target_modules"][0])
+    assert not fnmatch.fnmatch("model.layers.3.self_attn", audit["target_modules"][0])
+    assert specs[0]["target_modules"] == [ANCHOR_MODULE]
+    assert specs[0]["hook_type"] == "forward_pre"
+    assert AuditSpec.from_config(audit["config"]) == spec
+
+
+def test_install_specs_target_the_anchor_with_a_pre_hook() -> None:
+    [entry] = delta_install_specs(registered("fused_gate_up"), receipts_dir="/r", session="s")
+    assert entry["hook_type"] == "forward_pre" and entry["target_modules"] == [ANCHOR_MODULE]
+    assert entry["config"]["delta"]["name"] == "fused_gate_up"
+    assert callable(resolve_callable(entry["hook_factory"]))
+
+
+def test_audit_spec_refuses_float_bar() -> None:
+    with pytest.raises(CanonicalFormError):
+        AuditSpec(registered("faithful"), bar=0.99999)  # type: ignore[arg-type]
+
+
+def test_run_audit_through_the_fake_engine_boots_one_audit_lane() -> None:
+    from engine_bridge.protocol import FakeEngine
+    from engine_bridge.replay import load_replay_slice
+
+    tally = NodeTally("model.layers.0.mlp", 0, calls=32, near_misses=32, min_score=0.999)
+    engine = FakeEngine(tallies=[tally])
+    payloads = run_audit(engine, registered("scaled"), load_replay_slice())
+    assert payloads == [{"node": "model.layers.0.mlp", "rank": 0, "calls": 32,
+                         "violations": 0, "near_misses": 32, "uncomparable": 0,
+                         "min_score": "0.998999", "bar": "0.99999"}]
+    assert engine.booted == [("audit", None, "audit")] and engine.live == []

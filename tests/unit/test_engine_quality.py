@@ -1,0 +1,79 @@
+"""Tests quality grading arithmetic on synthetic scores and through the fake engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_bridge.deltas import registered
+from engine_bridge.protocol import FakeEngine, TokenScores
+from engine_bridge.quality import QualityPolicy, assess_quality, grade_quality
+from engine_bridge.replay import load_replay_slice
+from ledger.errors import EngineFault
+
+
+def _scores(ids: list[int], lps: list[float]) -> TokenScores:
+    return TokenScores(tuple(ids), tuple(lps))
+
+
+STOCK = [_scores([1, 2, 3], [-1.0, -2.0, -0.5])]
+
+
+def test_identical_scores_agree_fully_within_envelope() -> None:
+    report = assess_quality([[1, 2, 3]], STOCK, STOCK, STOCK)
+    assert report.payload == {"tokens_scored": 3, "argmax_agreement": "1",
+                              "drift_within_envelope": True, "regression": False}
+    assert report.candidate_drift_nats == report.reference_drift_nats == 0.0
+
+
+def test_agreement_is_floored_and_regression_uses_the_policy() -> None:
+    tokens = [list(range(128))]
+    stock = [_scores(list(range(128)), [-1.0] * 128)]
+    one_off = [_scores([999, *range(1, 128)], [-1.0] * 128)]
+    report = assess_quality(tokens, stock, one_off, stock)
+    assert report.payload["argmax_agreement"] == "0.992187"  # 127/128 rounded down
+    assert report.payload["regression"] is False
+    strict = assess_quality(tokens, stock, one_off, stock, QualityPolicy(agreement_min="0.995"))
+    assert strict.payload["regression"] is True
+
+
+@pytest.mark.parametrize(("candidate_lp", "regression"), [
+    (-1.04, False), (-1.06, True), (float("nan"), True)])
+def test_candidate_drift_beyond_its_limit_is_a_regression(candidate_lp: float,
+                                                          regression: bool) -> None:
+    stock = [_scores([5], [-1.0])]
+    report = assess_quality([[5]], stock, [_scores([5], [candidate_lp])], stock)
+    assert report.payload["regression"] is regression
+    assert report.payload["drift_within_envelope"] is True  # stock reproduced itself
+
+
+@pytest.mark.parametrize(("reference_lp", "within"), [
+    (-1.005, True), (-1.02, False), (float("nan"), False)])
+def test_reference_drift_decides_the_envelope(reference_lp: float, within: bool) -> None:
+    stock = [_scores([5], [-1.0])]
+    report = assess_quality([[5]], stock, stock, [_scores([5], [reference_lp])])
+    assert report.payload["drift_within_envelope"] is within
+    assert report.payload["regression"] is False
+
+
+def test_mismatched_positions_are_work_mismatch() -> None:
+    with pytest.raises(EngineFault) as caught:
+        assess_quality([[1, 2]], [_scores([1, 2], [0.0, 0.0])], [_scores([1], [0.0])],
+                       [_scores([1, 2], [0.0, 0.0])])
+    assert caught.value.context["fault_code"] == "work_mismatch"
+
+
+def test_grade_quality_through_the_fake_engine_shuts_lanes() -> None:
+    engine = FakeEngine(disagree=3, logprob_shift=0.5)
+    report = grade_quality(engine, registered("wrong_mlp"), load_replay_slice())
+    assert report.payload == {"tokens_scored": 128, "argmax_agreement": "0.976562",
+                              "drift_within_envelope": True, "regression": True}
+    assert engine.live == []
+    assert engine.booted == [("A", None, "quality"), ("B", "wrong_mlp", "quality"),
+                             ("B", None, "quality")]
+
+
+def test_unreproducible_reference_is_outside_the_envelope() -> None:
+    engine = FakeEngine(reference_shift=0.02)
+    report = grade_quality(engine, registered("faithful"), load_replay_slice())
+    assert report.payload["drift_within_envelope"] is False
+    assert report.payload["regression"] is False

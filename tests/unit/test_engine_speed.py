@@ -1,0 +1,169 @@
+"""Tests the paired speed windows against the fake engine and an injected clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine_bridge.deltas import DeltaSpec, registered
+from engine_bridge.protocol import FakeEngine, FaultCode
+from engine_bridge.replay import load_replay_slice
+from engine_bridge.speed import iter_windows, lane_roles, orientation_of, run_windows
+from ledger.catalogue import CATALOGUE
+from ledger.errors import EngineFault, LimitExceeded
+
+REPLAY = load_replay_slice()
+CANDIDATE = registered("fast_mlp")
+
+
+def _ratios_cost(ratios: dict[int, float]) -> Any:
+    # Stock costs 1 s; the candidate costs ratio[k] s in window k (DOMAIN §6 worked example).
+    def cost(lane: str, delta: DeltaSpec | None, window: int) -> int:
+        if delta is None or window == 0:
+            return 1_000_000_000
+        return round(ratios[window] * 1_000_000_000)
+
+    return cost
+
+
+@pytest.mark.parametrize(("windows", "expected"), [
+    (2, [1, 2]), (3, [1, 2, 2]), (4, [1, 1, 2, 2]), (5, [1, 1, 2, 2, 2]),
+])
+def test_orientation_splits_at_half(windows: int, expected: list[int]) -> None:
+    assert [orientation_of(k, windows) for k in range(1, windows + 1)] == expected
+
+
+def test_orientation_refuses_out_of_range() -> None:
+    with pytest.raises(LimitExceeded):
+        orientation_of(1, 6)
+    with pytest.raises(LimitExceeded):
+        orientation_of(5, 4)
+
+
+def test_lane_roles_swap_between_orientations() -> None:
+    assert lane_roles(1) == ("A", "B")
+    assert lane_roles(2) == ("B", "A")
+
+
+def test_worked_example_costs_come_from_the_injected_clock() -> None:
+    engine = FakeEngine(cost_ns=_ratios_cost({1: 0.990, 2: 0.985, 3: 0.975, 4: 0.980}))
+    payloads = list(iter_windows(engine, CANDIDATE, REPLAY, windows=4))
+    assert payloads[0] == {"window": 1, "orientation": 1, "stock_cost_ns": 1_000_000_000,
+                           "candidate_cost_ns": 990_000_000, "stock_output_tokens": 128,
+                           "candidate_output_tokens": 128}
+    assert [p["candidate_cost_ns"] for p in payloads] == [990_000_000, 985_000_000,
+                                                          975_000_000, 980_000_000]
+    assert all(type(v) is int for p in payloads for v in p.values())
+
+
+def test_candidate_lane_is_a_then_b_and_lanes_reboot_per_orientation() -> None:
+    engine = FakeEngine()
+    list(iter_windows(engine, CANDIDATE, REPLAY, windows=4))
+    assert engine.booted == [("A", "fast_mlp", "speed"), ("B", None, "speed"),
+                             ("B", "fast_mlp", "speed"), ("A", None, "speed")]
+    assert engine.live == []
+
+
+def test_arms_alternate_which_goes_first() -> None:
+    order: list[tuple[int, str]] = []
+
+    def cost(lane: str, delta: DeltaSpec | None, window: int) -> int:
+        if window:
+            order.append((window, "candidate" if delta else "stock"))
+        return 1
+
+    list(iter_windows(FakeEngine(cost_ns=cost), CANDIDATE, REPLAY, windows=4))
+    assert order == [(1, "candidate"), (1, "stock"), (2, "stock"), (2, "candidate"),
+                     (3, "candidate"), (3, "stock"), (4, "stock"), (4, "candidate")]
+
+
+def test_token_count_mismatch_is_work_mismatch() -> None:
+    engine = FakeEngine(candidate_tokens_short=1)
+    with pytest.raises(EngineFault) as caught:
+        list(iter_windows(engine, CANDIDATE, REPLAY, windows=2))
+    assert caught.value.context["fault_code"] == "work_mismatch"
+    assert caught.value.context["stage"] == "speed"
+    assert engine.live == []
+
+
+def test_fault_in_window_three_keeps_windows_one_and_two() -> None:
+    engine = FakeEngine(fail={("speed", "fast_mlp", 3): FaultCode.ADAPTER_REQUEST_FAILED})
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(EngineFault) as caught:
+        run_windows(engine, CANDIDATE, REPLAY, windows=4, on_window=lambda p: seen.append(p)
+                    or True)
+    assert [p["window"] for p in seen] == [1, 2]
+    assert caught.value.context["fault_code"] == "adapter_request_failed"
+    assert engine.live == []
+
+
+def test_engine_kill_control_on_the_fake_keeps_earlier_windows() -> None:
+    seen: list[int] = []
+    with pytest.raises(EngineFault) as caught:
+        for payload in iter_windows(FakeEngine(), registered("engine_kill", window="2"),
+                                    REPLAY, windows=4):
+            seen.append(payload["window"])
+    assert seen == [1]
+    assert caught.value.context["fault_code"] == "engine_killed"
+
+
+def test_pod_restart_control_is_detected_by_boot_id() -> None:
+    with pytest.raises(EngineFault) as caught:
+        list(iter_windows(FakeEngine(), registered("pod_restart", window="3"), REPLAY,
+                          windows=4))
+    assert caught.value.context["fault_code"] == "pod_service_restart"
+
+
+def test_callback_stop_runs_no_further_window_and_shuts_lanes() -> None:
+    engine = FakeEngine()
+    measured = run_windows(engine, CANDIDATE, REPLAY, windows=4,
+                           on_window=lambda p: p["window"] < 3)
+    assert [p["window"] for p in measured] == [1, 2, 3]
+    assert engine.live == []
+
+
+def test_breaking_out_of_the_generator_shuts_lanes() -> None:
+    engine = FakeEngine()
+    stream = iter_windows(engine, CANDIDATE, REPLAY, windows=4)
+    assert next(stream)["window"] == 1
+    assert len(engine.live) == 2
+    stream.close()
+    assert engine.live == []
+
+
+def test_unexpected_lane_error_becomes_unproven_failure() -> None:
+    def cost(lane: str, delta: DeltaSpec | None, window: int) -> int:
+        if window == 2:
+            raise RuntimeError("driver hiccup")
+        return 1
+
+    with pytest.raises(EngineFault) as caught:
+        list(iter_windows(FakeEngine(cost_ns=cost), CANDIDATE, REPLAY, windows=2))
+    assert caught.value.context["fault_code"] == "unproven_infrastructure_failure"
+
+
+def test_boot_failure_is_adapter_start_failed() -> None:
+    engine = FakeEngine(fail={("speed", "stock", 0): FaultCode.ADAPTER_START_FAILED})
+    with pytest.raises(EngineFault) as caught:
+        list(iter_windows(engine, CANDIDATE, REPLAY, windows=2))
+    assert caught.value.context["fault_code"] == "adapter_start_failed"
+    assert engine.live == []
+
+
+def test_optional_rates_are_canonical_decimals() -> None:
+    engine = FakeEngine(cost_ns=lambda lane, delta, window: 2_000_000_000 if delta else
+                        1_000_000_000)
+    [first, _] = list(iter_windows(engine, CANDIDATE, REPLAY, windows=2, include_rates=True))
+    assert first["stock_decode_tps"] == "128" and first["candidate_decode_tps"] == "64"
+    assert first["stock_ttft_ms"] == "500" and first["candidate_ttft_ms"] == "1000"
+    assert CATALOGUE.validate("WindowMeasured", 1, first, stream="attempt-x")
+    plain = next(iter_windows(FakeEngine(), CANDIDATE, REPLAY, windows=2))
+    assert "stock_decode_tps" not in plain
+
+
+def test_a_clock_that_does_not_move_is_evidence_unavailable() -> None:
+    engine = FakeEngine(cost_ns=lambda lane, delta, window: 0)
+    with pytest.raises(EngineFault) as caught:
+        list(iter_windows(engine, CANDIDATE, REPLAY, windows=2))
+    assert caught.value.context["fault_code"] == "evidence_unavailable"

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+# Credit grants: valid domain events that need no other stream, so the machines accept them.
 EVENTS = "\n".join(
-    json.dumps({"stream": stream, "type": "ArenaRetired",
-                "payload": {"block": n, "reason": f"r{n}"}})
-    for n, stream in enumerate(["arena-a", "arena-b", "arena-a", "arena-c", "arena-b", "arena-a",
-                                "arena-d", "arena-d", "arena-a"], start=1)
+    json.dumps({"stream": f"credit-c{n}", "type": "CreditGranted",
+                "payload": {"credit_id": f"c{n}", "hotkey": f"hk{n % 3}", "amount_rao": n,
+                            "note": f"grant {n}"}})
+    for n in range(1, 10)
 )
 
 

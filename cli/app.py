@@ -223,6 +223,14 @@ from cli.settlement import register as _register_settlement  # noqa: E402
 
 _register_settlement(app)
 
+from cli.evaluate import register as _register_evaluate  # noqa: E402
+
+_register_evaluate(app)
+
+from cli.demo import register as _register_demo  # noqa: E402
+
+_register_demo(app)
+
 
 def main() -> None:
     """Runs the CLI (the ``arena-ledger`` console script)."""

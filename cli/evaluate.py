@@ -1,0 +1,112 @@
+"""Implements ``evaluate`` and ``run-controls``: real evaluations through the engine bridge."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from ledger.domain import ArenaLedger
+
+__all__ = ["register"]
+
+
+def _printer(as_json: bool) -> Any:
+    if as_json:
+        return None
+    interactive = sys.stdout.isatty()
+
+    def show(stage: str, info: dict[str, Any]) -> None:
+        if stage == "window":
+            ratio = info["candidate_cost_ns"] / info["stock_cost_ns"]
+            console.print(f"  window {info['window']} (orientation {info['orientation']}): "
+                          f"stock {info['stock_cost_ns']:,} ns, candidate "
+                          f"{info['candidate_cost_ns']:,} ns, ratio {ratio:.4f}")
+        elif stage == "audit":
+            console.print(f"  audit: {info['nodes']} node(s) graded")
+        elif stage == "quality":
+            console.print(f"  quality: agreement {info['argmax_agreement']}, regression "
+                          f"{info['regression']}, envelope {info['drift_within_envelope']}")
+        elif stage == "fault":
+            console.print(f"  infrastructure fault {info['code']} at {info['stage']}")
+        elif stage == "control":
+            console.print(f"control {info['control_id']} ({info['kind']})")
+        elif stage == "decided" and interactive:
+            console.print(f"  -> {info['verdict']} {info['reason']}")
+
+    return show
+
+
+@handle_errors
+def evaluate(
+    submission_id: str = typer.Argument(..., help="The QUEUED submission to evaluate."),
+    attempt_id: str | None = typer.Option(None, "--attempt", help="Attempt id (default: "
+                                          "derived from the submission and block)."),
+    pair: str = typer.Option("pair-0", "--pair", help="The machine pair."),
+    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the claim."),
+    validator: str = typer.Option("validator", "--validator", help="Validator hotkey."),
+    plan: str = typer.Option("normal", "--plan", help="normal or calibration_observation."),
+    delta_file: str | None = typer.Option(None, "--delta-file", help="The submission's delta "
+                                          "file, when it is not a registered delta."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Claims, measures, audits, grades and concludes one submission on the engine."""
+    from engine_bridge.runner import evaluate as run, make_engine, resolve_delta
+
+    with ArenaLedger(state.db_url, actor=state.actor) as ledger:
+        sub = ledger.fold.submission(submission_id)
+        arena = ledger.fold.arena(sub.arena_id) if sub is not None else None
+        runtime = arena.commission.event.engine.runtime if arena is not None else "torch-reference"
+        candidate = resolve_delta(sub.delta_digest, delta_file) if sub is not None else None
+        config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}
+        engine = make_engine(runtime, engine_config=config)
+        try:
+            result = run(ledger, engine, submission_id=submission_id,
+                         attempt_id=attempt_id or f"{submission_id[:16]}-{block}",
+                         block=block, pair_id=pair, validator_hotkey=validator, plan=plan,
+                         candidate=candidate, progress=_printer(as_json))
+        finally:
+            engine.shutdown()
+    if as_json:
+        emit_json(result.to_json())
+        return
+    d = result.decision
+    console.print(f"attempt {result.attempt_id}: {d['verdict']} {d['reason'] or ''} "
+                  f"({d['disposition']}) speedup {d['speedup']} pass line {d['pass_line']}")
+
+
+@handle_errors
+def run_controls(
+    arena_id: str = typer.Argument(...),
+    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the runs."),
+    validator: str = typer.Option("validator", "--validator", help="Validator hotkey."),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines of the control report."),
+) -> None:
+    """Evaluates every registered control of an arena and prints expected vs observed."""
+    from engine_bridge.runner import make_engine, run_controls as run
+
+    with ArenaLedger(state.db_url, actor=state.actor) as ledger:
+        arena = ledger.fold.arena(arena_id)
+        runtime = arena.commission.event.engine.runtime if arena is not None else "torch-reference"
+        config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}
+        engine = make_engine(runtime, engine_config=config)
+        try:
+            rows = run(ledger, engine, arena_id=arena_id, block=block,
+                       validator_hotkey=validator, progress=_printer(as_json))
+        finally:
+            engine.shutdown()
+    if as_json:
+        emit_jsonl(rows)
+        return
+    for row in rows:
+        console.print(f"{row['control_id']:<16} {row['kind']:<12} expected "
+                      f"{row['expected_verdict']:<12} observed {row.get('verdict') or '-':<12} "
+                      f"{row.get('reason') or '':<24} {row['outcome']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Adds the engine commands to the main app."""
+    app.command("evaluate")(evaluate)
+    app.command("run-controls")(run_controls)

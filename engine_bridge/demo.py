@@ -1,0 +1,237 @@
+"""Runs the main job end to end on the CPU reference engine: the `arena-ledger demo` command.
+
+One demo session commissions a reference arena on the torch engine, registers controls,
+takes several miners' submissions through intake (paid, credit-paid, a reused payment that
+is rejected, a duplicate of a failed one), evaluates the admitted ones for real, settles,
+signs a checkpoint, replays the whole ledger from nothing and verifies its chain. Every
+step goes through the same library calls the CLI uses. A second run on the same database
+appends a new session (a new arena, later blocks) instead of failing or duplicating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine_bridge.deltas import registered
+from engine_bridge.runner import evaluate, make_engine, run_controls
+from ledger.codec import digest
+from ledger.domain import ArenaLedger
+
+__all__ = ["DemoSummary", "demo_commission", "run_demo"]
+
+Notify = Callable[[str, dict[str, Any]], None]
+
+#: Blocks between two demo sessions on one database (keeps every session's chain time apart).
+session_blocks = 100_000
+#: Evaluation fee of the demo arena, in rao (0.1 TAO).
+demo_fee_rao = 100_000_000
+#: The demo arena's share of emissions, in parts per million (the rest is burned).
+demo_emission_share_ppm = 600_000
+
+_CONTROLS = (  # (delta, kind, expected verdict, expected reason, listed audit control)
+    ("faithful", "identity", "FAIL", None, False),
+    ("wrong_mlp", "wrong_mlp", "FAIL", "slot_audit_failed", True),
+    ("skip_mlp", "skip_mlp", "FAIL", "slot_audit_failed", True),
+    ("engine_kill", "engine_kill", "NO_DECISION", "engine_killed", False),
+)
+_MINERS = (  # (hotkey, delta, its parameters, how the fee is paid); none is a control delta
+    ("5Alice", "fast_mlp", {}, "payment"),
+    ("5Bob", "fused_gate_up", {}, "credit"),
+    ("5Carol", "scaled", {"epsilon": "0.01"}, "payment"),
+)
+
+
+@dataclass
+class DemoSummary:
+    """Is what a person reads at the end: verdicts, controls, fees, weights, digests."""
+
+    session: int
+    arena_id: str
+    submissions: list[dict[str, Any]] = field(default_factory=list)
+    controls: list[dict[str, Any]] = field(default_factory=list)
+    fees: dict[str, Any] = field(default_factory=dict)
+    weights_ppm: dict[str, int] = field(default_factory=dict)
+    settlement_digest: str = ""
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    replay: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Tells whether the replay reproduced the settlement and the chain verified."""
+        return bool(self.replay.get("ok")) and bool(self.verify.get("ok")) and (
+            self.replay.get("settlement_digest") == self.settlement_digest)
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the summary as a JSON-ready object."""
+        return {"ok": self.ok, "session": self.session, "arena_id": self.arena_id,
+                "submissions": self.submissions, "controls": self.controls, "fees": self.fees,
+                "weights_ppm": self.weights_ppm, "settlement_digest": self.settlement_digest,
+                "checkpoint": self.checkpoint, "replay": self.replay, "verify": self.verify}
+
+
+def demo_commission(arena_id: str, block: int) -> dict[str, Any]:
+    """Returns the reference arena's commission: torch engine, sealed paired-windows policy."""
+    listed = sorted(registered(d).digest for d, _, _, _, is_listed in _CONTROLS if is_listed)
+    return {
+        "arena_id": arena_id,
+        "commissioned_block": block,
+        "model": {"name": "arena-ledger/reference-llama-1m", "revision": "seed-20250101"},
+        "hardware": {"gpu": "cpu", "count": 1},
+        "engine": {
+            "runtime": "torch-reference", "runtime_version": "torch-2.13.0",
+            "image_digest": "sha256:" + digest("arena-ledger.demo-image", {"arena": "reference"}),
+            # CPU time is the steadier cost on a shared CPU host; GPU hosts use wall time.
+            "engine_config": {"cost_clock": "thread_time"},
+            "engine_env": {},
+        },
+        "policy": {
+            "policy_version": "paired-windows.v1", "windows": 4,
+            "z": {"3": "2", "4": "1.5"}, "window_noise": "0.01", "boot_noise": "0.005",
+            "required_gain": "0", "futility_margin": "0.05",
+            "audit": {"bar": "0.99999", "near_miss_band": "0.03", "near_miss_rate_max": "0.01",
+                      "min_calls": 8},
+            "reward_margin": "0.015", "audit_control_delta_digests": listed,
+            "sla_blocks": 500_000,
+        },
+        "fee_rao": demo_fee_rao,
+        "incumbent_digest": digest("arena-ledger.delta", {"stock": "reference-mlp"}),
+        "emission_share_ppm": demo_emission_share_ppm,
+    }
+
+
+#: The demo's arena; every session re-commissions it (attempts stay bound to their commission).
+demo_arena_id = "reference"
+
+
+def _session(ledger: ArenaLedger) -> int:
+    arena = ledger.fold.arena(demo_arena_id)
+    return 1 if arena is None else len(arena.commissions) + 1
+
+
+def _arrival(arena_id: str, hotkey: str, delta: str, block: int, index: int,
+             payment_ref: str | None, content_hash: str | None = None,
+             params: dict[str, str] | None = None) -> dict[str, Any]:
+    spec = registered(delta, **(params or {}))
+    arrival: dict[str, Any] = {
+        "arena_id": arena_id, "miner_hotkey": hotkey,
+        "content_hash": content_hash or digest("arena-ledger.demo-content",
+                                               {"hotkey": hotkey, "delta": delta, "b": block}),
+        "delta_digest": spec.digest, "target": "model.layers.*.mlp",
+        "arrival": {"block": block, "event_index": index, "event_subindex": 0},
+    }
+    if payment_ref is not None:
+        arrival["payment_ref"] = payment_ref
+    return arrival
+
+
+def _intake_miners(ledger: ArenaLedger, arena_id: str, base: int, miners: int,
+                   notify: Notify) -> list[tuple[str, str, str, Any]]:
+    """Takes the miners' submissions through intake; returns (sid, hotkey, delta, spec)."""
+    admitted = []
+    tag = f"{arena_id}-{base}"
+    for index, (hotkey, delta, params, paid_by) in enumerate(_MINERS[:miners], start=1):
+        ref = f"pay-{tag}-{index}" if paid_by == "payment" else None
+        if paid_by == "credit":
+            ledger.grant_credit(f"cr-{tag}-{index}", hotkey, demo_fee_rao, "demo grant")
+        arrival = _arrival(arena_id, hotkey, delta, base + 10, index, ref, params=params)
+        outcome = ledger.intake(arrival, payment_amount_rao=demo_fee_rao if ref else None)
+        notify("intake", {"hotkey": hotkey, "delta": delta, **outcome.to_json()})
+        if outcome.admitted:
+            admitted.append((outcome.submission_id, hotkey, delta, registered(delta, **params)))
+    if miners == 0:
+        return admitted
+    # Dave reuses the first paid submission's payment: refused, nothing consumed twice.
+    reused = ledger.intake(_arrival(arena_id, "5Dave", "slow", base + 11, 1,
+                                    f"pay-{tag}-1"), payment_amount_rao=demo_fee_rao)
+    notify("intake", {"hotkey": "5Dave", "delta": "slow", **reused.to_json()})
+    return admitted
+
+
+def _duplicate_of_failed(ledger: ArenaLedger, arena_id: str, base: int, notify: Notify) -> None:
+    """Submits again the content of a FAILED submission: refused as a duplicate."""
+    failed = [s for s in ledger.fold.submissions(arena_id)
+              if s.status == "FAILED" and s.hotkey != "arena-ledger-controls"
+              and s.arrival_key[0] >= base]
+    if not failed:
+        return
+    first = failed[0]
+    arrival = _arrival(arena_id, "5Erin", "fast_mlp", base + 30, 1, f"pay-{arena_id}-{base}-dup",
+                       content_hash=first.content_hash)
+    arrival["delta_digest"] = first.delta_digest
+    outcome = ledger.intake(arrival, payment_amount_rao=demo_fee_rao)
+    notify("intake", {"hotkey": "5Erin", "delta": f"copy of {first.hotkey}'s",
+                      **outcome.to_json()})
+
+
+def run_demo(url: str, workdir: Path, *, miners: int = len(_MINERS), controls: bool = True,
+             notify: Notify | None = None) -> DemoSummary:
+    """Runs one demo session on the ledger at ``url``; returns the summary."""
+    from ledger import migrate
+
+    say = notify or (lambda stage, info: None)
+    workdir.mkdir(parents=True, exist_ok=True)
+    migrate.upgrade(url)
+    with ArenaLedger(url, actor="demo") as ledger:
+        session = _session(ledger)
+        arena_id, base = demo_arena_id, session * session_blocks
+        summary = DemoSummary(session, arena_id)
+        ledger.commission(demo_commission(arena_id, base))
+        say("commissioned", {"arena_id": arena_id, "block": base, "session": session})
+        if session == 1:
+            ledger.set_emission_policy(7_200, "5BurnBurnBurn", "5DemoValidator")
+            _register_controls(ledger, arena_id)
+        engine = make_engine("torch-reference", engine_config={"cost_clock": "thread_time"})
+        try:
+            if controls:
+                summary.controls = run_controls(ledger, engine, arena_id=arena_id,
+                                                block=base + 5, progress=say)
+            admitted = _intake_miners(ledger, arena_id, base, miners, say)
+            for sid, hotkey, delta, spec in admitted:
+                say("evaluate", {"hotkey": hotkey, "delta": delta, "submission_id": sid})
+                evaluate(ledger, engine, submission_id=sid, attempt_id=f"a-{sid[:12]}-{base}",
+                         block=base + 20, candidate=spec, progress=say)
+        finally:
+            engine.shutdown()
+        _duplicate_of_failed(ledger, arena_id, base, say)
+        summary.controls = ledger.controls(arena_id)
+        _finish(ledger, summary, workdir, base, say)
+    return summary
+
+
+def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
+    for delta, kind, verdict, reason, _ in _CONTROLS:
+        control: dict[str, Any] = {"control_id": delta.replace("_", "-"), "kind": kind,
+                                   "delta_digest": registered(delta).digest,
+                                   "expected_verdict": verdict}
+        if reason is not None:
+            control["expected_reason"] = reason
+        ledger.register_control(arena_id, control)
+
+
+def _finish(ledger: ArenaLedger, summary: DemoSummary, workdir: Path, base: int,
+            say: Notify) -> None:
+    from ledger.checkpoint import load_signer, sign_tree, write_key_files
+    from ledger.replay import replay_events
+    from machines.settlement import settlement_payload
+
+    summary.submissions = [r for r in ledger.submissions(summary.arena_id)
+                           if r["hotkey"] != "arena-ledger-controls" and r["arrival"][0] >= base]
+    summary.fees = ledger.fees(summary.arena_id)
+    settlement, _ = ledger.settle(base + 1_000)
+    payload = settlement_payload(settlement)
+    summary.weights_ppm = dict(payload["weights_ppm"])
+    summary.settlement_digest = payload["settlement_digest"]
+    say("settled", {"digest": summary.settlement_digest})
+    key = workdir / "validator.key"
+    if not key.exists():
+        write_key_files("demo.arena-ledger.local", key)
+    summary.checkpoint = sign_tree(ledger.store, load_signer(key)).to_json()
+    say("checkpoint", {"tree_size": summary.checkpoint["tree_size"]})
+    report = replay_events(ledger.store.read_all())
+    summary.replay = report.to_json()
+    summary.verify = ledger.store.verify().to_json()
+    say("replayed", summary.replay)

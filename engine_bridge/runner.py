@@ -1,0 +1,243 @@
+"""Evaluates a submission for real: claim, paired windows, audit, quality, conclude.
+
+Every measurement is appended as it happens, through the machines, so a crash leaves a
+valid partial attempt that a later fault event or conclusion completes. The runner asks the
+ledger's fold after each window whether speed is decided and stops there (futility or a
+passing look), exactly where the attempt machine says the evaluation stops.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine_bridge.deltas import DeltaSpec, load_file_delta, registered_by_digest
+from engine_bridge.protocol import Engine
+from ledger.domain import ArenaLedger
+from ledger.errors import EngineFault, InvalidInput, NotFound
+from ledger.events import AuditNodeGraded, QualityGraded, WindowMeasured
+
+__all__ = [
+    "CONTROL_HOTKEY",
+    "EvaluationResult",
+    "default_model_dir",
+    "evaluate",
+    "make_engine",
+    "resolve_delta",
+    "run_controls",
+]
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class EvaluationResult:
+    """Reports one evaluation: the attempt, what was appended and the decision."""
+
+    attempt_id: str
+    submission_id: str
+    windows: int = 0
+    audit_nodes: int = 0
+    quality: bool = False
+    fault: str | None = None
+    decision: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the result as a JSON-ready object."""
+        return {"attempt_id": self.attempt_id, "submission_id": self.submission_id,
+                "windows": self.windows, "audit_nodes": self.audit_nodes,
+                "quality": self.quality, "fault": self.fault, **self.decision}
+
+
+def default_model_dir() -> Path:
+    """Returns where the reference model is built (``$ARENA_LEDGER_MODEL_DIR`` or a cache)."""
+    configured = os.environ.get("ARENA_LEDGER_MODEL_DIR")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".cache" / "arena-ledger" / "reference-model"
+
+
+def make_engine(
+    runtime: str, *, model_dir: Path | None = None, in_process: bool = False,
+    engine_config: dict[str, Any] | None = None,
+) -> Engine:
+    """Boots the engine adapter for a commission's runtime (torch-reference here).
+
+    ``engine_config["cost_clock"]`` picks the lanes' cost clock: ``perf_counter`` (wall
+    time, the default and what GPU hosts use) or ``thread_time`` (CPU time of the lane,
+    steadier on a shared CPU host).
+    """
+    if runtime != "torch-reference":
+        raise InvalidInput(
+            f"runtime {runtime!r} needs a GPU host with sglang; this machine runs "
+            "torch-reference only (see docs/engine.md)", runtime=runtime,
+        )
+    from engine_bridge.reference_model import ensure_reference_model
+
+    directory = ensure_reference_model(model_dir or default_model_dir())
+    if in_process:
+        from engine_bridge.torch_engine import TorchReferenceEngine
+
+        return TorchReferenceEngine(directory)
+    from engine_bridge.subprocess_lane import SubprocessEngine
+
+    clock = str((engine_config or {}).get("cost_clock", "perf_counter"))
+    if clock not in ("perf_counter", "thread_time"):
+        raise InvalidInput(f"cost_clock {clock!r} is not perf_counter or thread_time",
+                           path="$.engine.engine_config.cost_clock")
+    return SubprocessEngine(directory, clock=clock)  # type: ignore[arg-type]
+
+
+def resolve_delta(delta_digest: str, delta_file: str | None = None) -> DeltaSpec:
+    """Finds the candidate: a registered delta by digest, or a file whose sha256 matches."""
+    if delta_file is not None:
+        spec = load_file_delta(delta_file)
+        if spec.digest != delta_digest:
+            raise InvalidInput(
+                f"delta file {delta_file} has digest {spec.digest}, but the submission "
+                f"names {delta_digest}", path=delta_file,
+            )
+        return spec
+    try:
+        return registered_by_digest(delta_digest)
+    except NotFound:
+        raise NotFound(
+            f"no registered delta has digest {delta_digest}; pass --delta-file with the "
+            "submission's delta", digest=delta_digest,
+        ) from None
+
+
+def evaluate(
+    ledger: ArenaLedger, engine: Engine, *, submission_id: str, attempt_id: str, block: int,
+    pair_id: str = "pair-0", validator_hotkey: str = "validator", plan: str = "normal",
+    candidate: DeltaSpec | None = None, progress: Progress | None = None,
+) -> EvaluationResult:
+    """Runs one attempt end to end and concludes it; returns what was recorded."""
+    from engine_bridge.replay import load_replay_slice
+
+    notify = progress or (lambda stage, info: None)
+    sub = ledger.fold.submission(submission_id)
+    if sub is None:
+        raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
+    spec = candidate or resolve_delta(sub.delta_digest)
+    ledger.claim(attempt_id=attempt_id, pair_id=pair_id, validator_hotkey=validator_hotkey,
+                 block=block, submission_id=submission_id, plan=plan)
+    result = EvaluationResult(attempt_id, submission_id)
+    replay = load_replay_slice()
+    try:
+        _speed(ledger, engine, spec, replay, result, notify)
+        if _stage(ledger, attempt_id) == "AUDIT":
+            _audit(ledger, engine, spec, replay, result, notify)
+            # An audit that passes decides nothing by itself: quality comes next.
+            if ledger.fold.derive_decision(attempt_id) is None:
+                _quality(ledger, engine, spec, replay, result, notify)
+    except EngineFault as fault:
+        code = str(fault.context["fault_code"])
+        result.fault = code
+        notify("fault", {"code": code, "stage": fault.context["stage"]})
+        ledger.fault(attempt_id, code, str(fault.context["stage"]), fault.message[:2000])
+    decided = ledger.conclude(attempt_id, block)
+    result.decision = {k: v for k, v in decided.model_dump().items()
+                       if k in ("verdict", "reason", "disposition", "speedup", "pass_line",
+                                "look_window")}
+    notify("decided", result.decision)
+    return result
+
+
+def _stage(ledger: ArenaLedger, attempt_id: str) -> str:
+    state = ledger.fold.attempt(attempt_id)
+    if state is None:
+        return "NONE"
+    if getattr(state, "fault", None) is not None or state.decision is not None:
+        return "DECIDED"
+    return str(state.status)
+
+
+def _speed(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
+           result: EvaluationResult, notify: Progress) -> None:
+    from engine_bridge.speed import run_windows
+
+    attempt_id = result.attempt_id
+    state = ledger.fold.attempt(attempt_id)
+    windows = state.params.windows  # type: ignore[union-attr]
+
+    def on_window(payload: dict[str, Any]) -> bool:
+        recorded = ledger.record(attempt_id, WindowMeasured.model_validate(payload))
+        result.windows += 1
+        notify("window", payload)
+        if not isinstance(recorded, WindowMeasured):  # a token mismatch became work_mismatch
+            result.fault = "work_mismatch"
+            return False
+        now = ledger.fold.attempt(attempt_id)
+        decided = now is None or now.decision is not None
+        return not decided and getattr(now, "speed", None) is None
+
+    run_windows(engine, spec, replay, windows=windows, on_window=on_window)
+
+
+def _audit(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
+           result: EvaluationResult, notify: Progress) -> None:
+    from engine_bridge.hooks import run_audit
+
+    params = ledger.fold.attempt(result.attempt_id).params  # type: ignore[union-attr]
+    payloads = run_audit(engine, spec, replay, bar=str(params.audit_bar),
+                         near_miss_band=str(params.near_miss_band))
+    for payload in payloads:
+        ledger.record(result.attempt_id, AuditNodeGraded.model_validate(payload))
+        result.audit_nodes += 1
+    notify("audit", {"nodes": len(payloads)})
+
+
+def _quality(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
+             result: EvaluationResult, notify: Progress) -> None:
+    from engine_bridge.quality import grade_quality
+
+    report = grade_quality(engine, spec, replay)
+    ledger.record(result.attempt_id, QualityGraded.model_validate(report.payload))
+    result.quality = True
+    notify("quality", report.payload)
+
+
+#: Hotkey the validator submits its own control runs under (credits pay them; not revenue).
+CONTROL_HOTKEY = "arena-ledger-controls"
+
+
+def run_controls(
+    ledger: ArenaLedger, engine: Engine, *, arena_id: str, block: int,
+    validator_hotkey: str = "validator", progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Submits and evaluates every registered control of an arena; returns the control report.
+
+    Each control run is an ordinary submission from ``CONTROL_HOTKEY``, paid by a credit
+    granted for it (so it is reported apart from fee revenue), whose content hash names the
+    control and the block, so a control expected to FAIL is never refused as a duplicate.
+    """
+    from ledger.codec import digest
+
+    arena = ledger.fold.arena(arena_id)
+    if arena is None:
+        raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+    for index, (control_id, control) in enumerate(sorted(arena.controls.items())):
+        run = f"ctl-{control_id}-{block}"[:64]
+        ledger.grant_credit(run, CONTROL_HOTKEY, arena.fee_rao, f"control run {control_id}")
+        arrival = {
+            "arena_id": arena_id, "miner_hotkey": CONTROL_HOTKEY,
+            "content_hash": digest("arena-ledger.control-run",
+                                   {"control_id": control_id, "block": block}),
+            "delta_digest": control.delta_digest, "target": "model.layers.*.mlp",
+            "arrival": {"block": block, "event_index": 0, "event_subindex": index},
+        }
+        outcome = ledger.intake(arrival)
+        if not outcome.admitted:
+            continue
+        if progress is not None:
+            progress("control", {"control_id": control_id, "kind": control.kind})
+        # A listed audit control is observed even when it is slower: the audit must run.
+        listed = control.delta_digest in arena.params.calibration_digests
+        evaluate(ledger, engine, submission_id=outcome.submission_id, attempt_id=run,
+                 block=block, validator_hotkey=validator_hotkey, progress=progress,
+                 plan="calibration_observation" if listed else "normal")
+    return ledger.controls(arena_id)

@@ -15,13 +15,16 @@ __all__ = ["register"]
 
 def _narrate(stage: str, info: dict[str, Any]) -> None:
     if stage == "commissioned":
-        console.print(f"[bold]commissioned[/bold] {info['arena_id']} at block {info['block']} "
-                      "(torch reference engine, paired-windows.v1)")
+        console.print(
+            f"[bold]commissioned[/bold] {info['arena_id']} at block {info['block']} "
+            "(torch reference engine, paired-windows.v1)"
+        )
     elif stage == "control":
         console.print(f"[bold]control[/bold] {info['control_id']} ({info['kind']})")
     elif stage == "evaluate":
-        console.print(f"[bold]evaluate[/bold] {info['hotkey']} {info['delta']} "
-                      f"{info['submission_id'][:16]}…")
+        console.print(
+            f"[bold]evaluate[/bold] {info['hotkey']} {info['delta']} {info['submission_id'][:16]}…"
+        )
     elif stage == "intake":
         verdict = "admitted" if info["admitted"] else f"rejected: {info['reason']}"
         fee = info.get("fee") or {}
@@ -29,8 +32,9 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
         console.print(f"[bold]intake[/bold] {info['hotkey']} {info['delta']}: {verdict}{paid}")
     elif stage == "window":
         ratio = info["candidate_cost_ns"] / info["stock_cost_ns"]
-        console.print(f"    window {info['window']} (orientation {info['orientation']}) "
-                      f"ratio {ratio:.4f}")
+        console.print(
+            f"    window {info['window']} (orientation {info['orientation']}) ratio {ratio:.4f}"
+        )
     elif stage == "audit":
         console.print(f"    audit: {info['nodes']} node(s) graded")
     elif stage == "quality":
@@ -38,8 +42,9 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
     elif stage == "fault":
         console.print(f"    infrastructure fault: {info['code']}")
     elif stage == "decided":
-        console.print(f"    -> [bold]{info['verdict']}[/bold] {info['reason']} "
-                      f"speedup {info['speedup']}")
+        console.print(
+            f"    -> [bold]{info['verdict']}[/bold] {info['reason']} speedup {info['speedup']}"
+        )
 
 
 def _render(summary: Any) -> None:
@@ -49,37 +54,55 @@ def _render(summary: Any) -> None:
         table.add_row(row["hotkey"], row["status"], row["reason"] or "-", row["cause"])
     console.print(table)
     expected = sum(1 for c in summary.controls if c["outcome"] == "as_expected")
-    console.print(f"controls as expected: {expected}/{len(summary.controls)}  " + ", ".join(
-        f"{c['control_id']}={c.get('verdict') or '-'}/{c['outcome']}" for c in summary.controls))
+    console.print(
+        f"controls as expected: {expected}/{len(summary.controls)}  "
+        + ", ".join(
+            f"{c['control_id']}={c.get('verdict') or '-'}/{c['outcome']}" for c in summary.controls
+        )
+    )
     fees = summary.fees["total"]
-    console.print(f"fees: {fees['net_rao']:,} rao net ({fees['consumed_rao']:,} consumed, "
-                  f"{fees['released_rao']:,} released); credits {fees['credits_spent_rao']:,} rao")
-    console.print("weights (ppm): " + ", ".join(
-        f"{k} {v:,}" for k, v in sorted(summary.weights_ppm.items())))
+    console.print(
+        f"fees: {fees['net_rao']:,} rao net ({fees['consumed_rao']:,} consumed, "
+        f"{fees['released_rao']:,} released); credits {fees['credits_spent_rao']:,} rao"
+    )
+    console.print(
+        "weights (ppm): " + ", ".join(f"{k} {v:,}" for k, v in sorted(summary.weights_ppm.items()))
+    )
     console.print(f"settlement digest: {summary.settlement_digest}")
     cp = summary.checkpoint
     console.print(f"checkpoint: size {cp['tree_size']} root {cp['root_hash']} ({cp['origin']})")
     replay = summary.replay
-    console.print(f"replay: {'reproduced' if summary.ok else 'DIVERGED'} "
-                  f"({replay['events']} events, {replay['verdicts_checked']} verdicts, "
-                  f"{replay['settlements_checked']} settlements); chain "
-                  f"{'verified' if summary.verify.get('ok') else 'BROKEN'}")
+    console.print(
+        f"replay: {'reproduced' if summary.ok else 'DIVERGED'} "
+        f"({replay['events']} events, {replay['verdicts_checked']} verdicts, "
+        f"{replay['settlements_checked']} settlements); chain "
+        f"{'verified' if summary.verify.get('ok') else 'BROKEN'}"
+    )
 
 
 @handle_errors
 def demo(
-    workdir: Path = typer.Option(Path("arena-ledger-demo"), "--workdir", help="Where the "
-                                 "validator key is kept (created if missing)."),
+    workdir: Path = typer.Option(
+        Path("arena-ledger-demo"),
+        "--workdir",
+        help="Where the validator key is kept (created if missing).",
+    ),
     miners: int = typer.Option(3, "--miners", min=0, max=3, help="Miners to evaluate (0-3)."),
-    controls: bool = typer.Option(True, "--controls/--no-controls", help="Evaluate the "
-                                  "registered controls."),
+    controls: bool = typer.Option(
+        True, "--controls/--no-controls", help="Evaluate the registered controls."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON only."),
 ) -> None:
     """Runs a whole arena session for real on the CPU reference engine and summarises it."""
     from engine_bridge.demo import run_demo
 
-    summary = run_demo(state.db_url, workdir, miners=miners, controls=controls,
-                       notify=None if as_json else _narrate)
+    summary = run_demo(
+        state.db_url,
+        workdir,
+        miners=miners,
+        controls=controls,
+        notify=None if as_json else _narrate,
+    )
     if as_json:
         emit_json(summary.to_json())
     else:

@@ -166,8 +166,9 @@ def render_events_md() -> str:
         lines += [
             f"## {event_type} (v{version})",
             "",
-            f"Stream: `{model.category}-…`" if model.category != "settlement" else
-            "Stream: `settlement`",
+            f"Stream: `{model.category}-…`"
+            if model.category != "settlement"
+            else "Stream: `settlement`",
             "",
             doc,
             "",

@@ -45,23 +45,33 @@ def commission(
         result = ledger.commission(payload)
         arena = ledger.fold.arena(str(payload["arena_id"]))
     digest = arena.commission_digest if arena is not None else "?"
-    console.print(f"commissioned {payload['arena_id']} at position {_positions(result)}; "
-                  f"commission_digest {digest}")
+    console.print(
+        f"commissioned {payload['arena_id']} at position {_positions(result)}; "
+        f"commission_digest {digest}"
+    )
 
 
 @handle_errors
 def register_control(
     arena_id: str = typer.Argument(..., help="The arena."),
     control_id: str = typer.Option(..., "--id", help="Control id ([a-z0-9._-], 1-64)."),
-    kind: str = typer.Option(..., "--kind", help="identity, honest, wrong_mlp, skip_mlp, "
-                             "wrong_cache, corrupted_cache, engine_kill, pod_restart, custom."),
+    kind: str = typer.Option(
+        ...,
+        "--kind",
+        help="identity, honest, wrong_mlp, skip_mlp, "
+        "wrong_cache, corrupted_cache, engine_kill, pod_restart, custom.",
+    ),
     delta_digest: str = typer.Option(..., "--delta-digest", help="The control delta's digest."),
     expected_verdict: str = typer.Option(..., "--expect", help="PASS, FAIL or NO_DECISION."),
     expected_reason: str | None = typer.Option(None, "--expect-reason", help="Reason code."),
 ) -> None:
     """Registers a control delta with its expected verdict on an arena."""
-    control: dict[str, Any] = {"control_id": control_id, "kind": kind,
-                               "delta_digest": delta_digest, "expected_verdict": expected_verdict}
+    control: dict[str, Any] = {
+        "control_id": control_id,
+        "kind": kind,
+        "delta_digest": delta_digest,
+        "expected_verdict": expected_verdict,
+    }
     if expected_reason is not None:
         control["expected_reason"] = expected_reason
     with _ledger() as ledger:
@@ -71,12 +81,18 @@ def register_control(
 
 @handle_errors
 def intake(
-    file: str = typer.Argument(..., help="SubmissionArrived fields as JSON, without "
-                               "submission_id (or - for stdin)."),
-    paid_rao: int | None = typer.Option(None, "--paid-rao", min=0, help="Amount the chain "
-                                        "shows for the payment_ref (omit: no payment found)."),
-    block: int | None = typer.Option(None, "--block", min=0, help="Intake block (default: "
-                                     "the arrival block)."),
+    file: str = typer.Argument(
+        ..., help="SubmissionArrived fields as JSON, without submission_id (or - for stdin)."
+    ),
+    paid_rao: int | None = typer.Option(
+        None,
+        "--paid-rao",
+        min=0,
+        help="Amount the chain shows for the payment_ref (omit: no payment found).",
+    ),
+    block: int | None = typer.Option(
+        None, "--block", min=0, help="Intake block (default: the arrival block)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Records an arrival and its intake outcome (admission with fee, or rejection)."""
@@ -90,8 +106,9 @@ def intake(
         return
     verb = "admitted" if outcome.admitted else f"rejected ({outcome.reason})"
     again = " (already recorded)" if outcome.already_recorded else ""
-    console.print(f"submission {outcome.submission_id} {verb} at positions "
-                  f"{_positions(outcome)}{again}")
+    console.print(
+        f"submission {outcome.submission_id} {verb} at positions {_positions(outcome)}{again}"
+    )
 
 
 @handle_errors
@@ -106,9 +123,15 @@ def claim(
 ) -> None:
     """Claims a QUEUED submission for an attempt (AttemptClaimed + QualificationStarted)."""
     with _ledger() as ledger:
-        claimed = ledger.claim(attempt_id=attempt_id, pair_id=pair_id, validator_hotkey=validator,
-                               block=block, submission_id=submission_id, arena_id=arena_id,
-                               plan=plan)
+        claimed = ledger.claim(
+            attempt_id=attempt_id,
+            pair_id=pair_id,
+            validator_hotkey=validator,
+            block=block,
+            submission_id=submission_id,
+            arena_id=arena_id,
+            plan=plan,
+        )
     console.print(f"attempt {attempt_id} claims submission {claimed.submission_id}")
 
 
@@ -124,13 +147,18 @@ def conclude(
     if as_json:
         emit_json(decided.model_dump())
         return
-    console.print(f"attempt {attempt_id}: {decided.verdict} {decided.reason or ''} "
-                  f"({decided.disposition}) speedup {decided.speedup} line {decided.pass_line}")
+    console.print(
+        f"attempt {attempt_id}: {decided.verdict} {decided.reason or ''} "
+        f"({decided.disposition}) speedup {decided.speedup} line {decided.pass_line}"
+    )
 
 
 @handle_errors
-def hold(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reason"),
-         block: int = typer.Option(..., "--block", min=0)) -> None:
+def hold(
+    sid: str = typer.Argument(...),
+    reason: str = typer.Option(..., "--reason"),
+    block: int = typer.Option(..., "--block", min=0),
+) -> None:
     """Holds a non-terminal submission."""
     with _ledger() as ledger:
         result = ledger.hold(sid, reason, block)
@@ -138,9 +166,12 @@ def hold(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reas
 
 
 @handle_errors
-def release(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reason"),
-            block: int = typer.Option(..., "--block", min=0),
-            operator: str = typer.Option(..., "--operator", help="Operator hotkey.")) -> None:
+def release(
+    sid: str = typer.Argument(...),
+    reason: str = typer.Option(..., "--reason"),
+    block: int = typer.Option(..., "--block", min=0),
+    operator: str = typer.Option(..., "--operator", help="Operator hotkey."),
+) -> None:
     """Releases a hold; the submission is queued again."""
     with _ledger() as ledger:
         result = ledger.release(sid, reason, block, operator)
@@ -148,8 +179,11 @@ def release(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--r
 
 
 @handle_errors
-def requeue(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--reason"),
-            block: int = typer.Option(..., "--block", min=0)) -> None:
+def requeue(
+    sid: str = typer.Argument(...),
+    reason: str = typer.Option(..., "--reason"),
+    block: int = typer.Option(..., "--block", min=0),
+) -> None:
     """Queues a completed NO_DECISION again."""
     with _ledger() as ledger:
         result = ledger.requeue(sid, reason, block)
@@ -157,8 +191,10 @@ def requeue(sid: str = typer.Argument(...), reason: str = typer.Option(..., "--r
 
 
 @handle_errors
-def expire(block: int = typer.Option(..., "--block", min=0),
-           sid: str | None = typer.Option(None, "--submission", help="Only this one.")) -> None:
+def expire(
+    block: int = typer.Option(..., "--block", min=0),
+    sid: str | None = typer.Option(None, "--submission", help="Only this one."),
+) -> None:
     """Expires submissions whose SLA has passed at the finalized block."""
     with _ledger() as ledger:
         expired = ledger.expire(block, sid)
@@ -202,8 +238,15 @@ def submissions(
         return
     table = Table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
     for row in rows:
-        table.add_row(row["submission_id"][:16], row["arena_id"], row["hotkey"], row["status"],
-                      row["reason"], row["cause"], row["next_step"])
+        table.add_row(
+            row["submission_id"][:16],
+            row["arena_id"],
+            row["hotkey"],
+            row["status"],
+            row["reason"],
+            row["cause"],
+            row["next_step"],
+        )
     console.print(table)
 
 
@@ -228,7 +271,8 @@ def controls(
 
 @handle_errors
 def grant_credit(
-    credit_id: str = typer.Option(..., "--id"), hotkey: str = typer.Option(..., "--hotkey"),
+    credit_id: str = typer.Option(..., "--id"),
+    hotkey: str = typer.Option(..., "--hotkey"),
     amount_rao: int = typer.Option(..., "--amount-rao", min=0),
     note: str = typer.Option("", "--note"),
 ) -> None:
@@ -241,9 +285,18 @@ def grant_credit(
 def register(app: typer.Typer) -> None:
     """Adds the arena commands to the main app."""
     for name, func in [
-        ("commission", commission), ("register-control", register_control),
-        ("intake", intake), ("claim", claim), ("conclude", conclude), ("hold", hold),
-        ("release", release), ("requeue", requeue), ("expire", expire), ("explain", explain),
-        ("submissions", submissions), ("controls", controls), ("grant-credit", grant_credit),
+        ("commission", commission),
+        ("register-control", register_control),
+        ("intake", intake),
+        ("claim", claim),
+        ("conclude", conclude),
+        ("hold", hold),
+        ("release", release),
+        ("requeue", requeue),
+        ("expire", expire),
+        ("explain", explain),
+        ("submissions", submissions),
+        ("controls", controls),
+        ("grant-credit", grant_credit),
     ]:
         app.command(name)(func)

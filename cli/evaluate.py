@@ -21,14 +21,18 @@ def _printer(as_json: bool) -> Any:
     def show(stage: str, info: dict[str, Any]) -> None:
         if stage == "window":
             ratio = info["candidate_cost_ns"] / info["stock_cost_ns"]
-            console.print(f"  window {info['window']} (orientation {info['orientation']}): "
-                          f"stock {info['stock_cost_ns']:,} ns, candidate "
-                          f"{info['candidate_cost_ns']:,} ns, ratio {ratio:.4f}")
+            console.print(
+                f"  window {info['window']} (orientation {info['orientation']}): "
+                f"stock {info['stock_cost_ns']:,} ns, candidate "
+                f"{info['candidate_cost_ns']:,} ns, ratio {ratio:.4f}"
+            )
         elif stage == "audit":
             console.print(f"  audit: {info['nodes']} node(s) graded")
         elif stage == "quality":
-            console.print(f"  quality: agreement {info['argmax_agreement']}, regression "
-                          f"{info['regression']}, envelope {info['drift_within_envelope']}")
+            console.print(
+                f"  quality: agreement {info['argmax_agreement']}, regression "
+                f"{info['regression']}, envelope {info['drift_within_envelope']}"
+            )
         elif stage == "fault":
             console.print(f"  infrastructure fault {info['code']} at {info['stage']}")
         elif stage == "control":
@@ -42,18 +46,21 @@ def _printer(as_json: bool) -> Any:
 @handle_errors
 def evaluate(
     submission_id: str = typer.Argument(..., help="The QUEUED submission to evaluate."),
-    attempt_id: str | None = typer.Option(None, "--attempt", help="Attempt id (default: "
-                                          "derived from the submission and block)."),
+    attempt_id: str | None = typer.Option(
+        None, "--attempt", help="Attempt id (default: derived from the submission and block)."
+    ),
     pair: str = typer.Option("pair-0", "--pair", help="The machine pair."),
     block: int = typer.Option(..., "--block", min=0, help="Finalized block of the claim."),
     validator: str = typer.Option("validator", "--validator", help="Validator hotkey."),
     plan: str = typer.Option("normal", "--plan", help="normal or calibration_observation."),
-    delta_file: str | None = typer.Option(None, "--delta-file", help="The submission's delta "
-                                          "file, when it is not a registered delta."),
+    delta_file: str | None = typer.Option(
+        None, "--delta-file", help="The submission's delta file, when it is not a registered delta."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Claims, measures, audits, grades and concludes one submission on the engine."""
-    from engine_bridge.runner import evaluate as run, make_engine, resolve_delta
+    from engine_bridge.runner import evaluate as run
+    from engine_bridge.runner import make_engine, resolve_delta
 
     with ArenaLedger(state.db_url, actor=state.actor) as ledger:
         sub = ledger.fold.submission(submission_id)
@@ -63,18 +70,28 @@ def evaluate(
         config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}
         engine = make_engine(runtime, engine_config=config)
         try:
-            result = run(ledger, engine, submission_id=submission_id,
-                         attempt_id=attempt_id or f"{submission_id[:16]}-{block}",
-                         block=block, pair_id=pair, validator_hotkey=validator, plan=plan,
-                         candidate=candidate, progress=_printer(as_json))
+            result = run(
+                ledger,
+                engine,
+                submission_id=submission_id,
+                attempt_id=attempt_id or f"{submission_id[:16]}-{block}",
+                block=block,
+                pair_id=pair,
+                validator_hotkey=validator,
+                plan=plan,
+                candidate=candidate,
+                progress=_printer(as_json),
+            )
         finally:
             engine.shutdown()
     if as_json:
         emit_json(result.to_json())
         return
     d = result.decision
-    console.print(f"attempt {result.attempt_id}: {d['verdict']} {d['reason'] or ''} "
-                  f"({d['disposition']}) speedup {d['speedup']} pass line {d['pass_line']}")
+    console.print(
+        f"attempt {result.attempt_id}: {d['verdict']} {d['reason'] or ''} "
+        f"({d['disposition']}) speedup {d['speedup']} pass line {d['pass_line']}"
+    )
 
 
 @handle_errors
@@ -85,7 +102,8 @@ def run_controls(
     as_json: bool = typer.Option(False, "--json", help="JSON Lines of the control report."),
 ) -> None:
     """Evaluates every registered control of an arena and prints expected vs observed."""
-    from engine_bridge.runner import make_engine, run_controls as run
+    from engine_bridge.runner import make_engine
+    from engine_bridge.runner import run_controls as run
 
     with ArenaLedger(state.db_url, actor=state.actor) as ledger:
         arena = ledger.fold.arena(arena_id)
@@ -93,17 +111,25 @@ def run_controls(
         config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}
         engine = make_engine(runtime, engine_config=config)
         try:
-            rows = run(ledger, engine, arena_id=arena_id, block=block,
-                       validator_hotkey=validator, progress=_printer(as_json))
+            rows = run(
+                ledger,
+                engine,
+                arena_id=arena_id,
+                block=block,
+                validator_hotkey=validator,
+                progress=_printer(as_json),
+            )
         finally:
             engine.shutdown()
     if as_json:
         emit_jsonl(rows)
         return
     for row in rows:
-        console.print(f"{row['control_id']:<16} {row['kind']:<12} expected "
-                      f"{row['expected_verdict']:<12} observed {row.get('verdict') or '-':<12} "
-                      f"{row.get('reason') or '':<24} {row['outcome']}")
+        console.print(
+            f"{row['control_id']:<16} {row['kind']:<12} expected "
+            f"{row['expected_verdict']:<12} observed {row.get('verdict') or '-':<12} "
+            f"{row.get('reason') or '':<24} {row['outcome']}"
+        )
 
 
 def register(app: typer.Typer) -> None:

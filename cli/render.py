@@ -24,8 +24,9 @@ def render_explain(kind: str, document: dict[str, Any]) -> None:
 
 def _submission(doc: dict[str, Any]) -> None:
     console.print(f"[bold]submission[/bold] {doc['submission_id']}")
-    console.print(f"  arena {doc['arena_id']}  hotkey {doc['hotkey']}  arrival "
-                  f"{tuple(doc['arrival'])}")
+    console.print(
+        f"  arena {doc['arena_id']}  hotkey {doc['hotkey']}  arrival {tuple(doc['arrival'])}"
+    )
     console.print(f"  status [bold]{doc['status']}[/bold]  reason {doc['reason'] or '-'}")
     if doc.get("cause"):
         console.print(f"  cause: {doc['cause']}")
@@ -34,38 +35,92 @@ def _submission(doc: dict[str, Any]) -> None:
 
 
 def _attempt(doc: dict[str, Any]) -> None:
-    console.print(f"[bold]attempt[/bold] {doc['attempt_id']} ({doc.get('plan')}) state "
-                  f"{doc.get('state')}  commission {str(doc.get('commission_digest'))[:16]}…")
-    windows = Table("window", "orientation", "stock ns", "candidate ns", "ratio",
-                    title="speed windows", title_justify="left")
+    console.print(
+        f"[bold]attempt[/bold] {doc['attempt_id']} ({doc.get('plan')}) state "
+        f"{doc.get('state')}  commission {str(doc.get('commission_digest'))[:16]}…"
+    )
+    windows = Table(
+        "window",
+        "orientation",
+        "stock ns",
+        "candidate ns",
+        "ratio",
+        title="speed windows",
+        title_justify="left",
+    )
     for w in doc.get("windows", []):
-        windows.add_row(str(w["window"]), str(w["orientation"]), f"{w['stock_cost_ns']:,}",
-                        f"{w['candidate_cost_ns']:,}", w["ratio"])
+        windows.add_row(
+            str(w["window"]),
+            str(w["orientation"]),
+            f"{w['stock_cost_ns']:,}",
+            f"{w['candidate_cost_ns']:,}",
+            w["ratio"],
+        )
     console.print(windows)
     if doc.get("futility_limit"):
         console.print(f"  futility: R1 {doc.get('r1')} vs limit {doc['futility_limit']}")
-    looks = Table("look", "R1", "R2", "S", "SE", "z", "pass line L", "S-1 ≥ L?",
-                  title="looks", title_justify="left")
+    looks = Table(
+        "look",
+        "R1",
+        "R2",
+        "S",
+        "SE",
+        "z",
+        "pass line L",
+        "S-1 ≥ L?",
+        title="looks",
+        title_justify="left",
+    )
     for k in doc.get("looks", []):
-        looks.add_row(str(k["window"]), _d(k["r1"]), _d(k["r2"]), _d(k["speedup"]), _d(k["se"]),
-                      _d(k["z"]), _d(k["pass_line"]), str(k["outcome"]))
+        looks.add_row(
+            str(k["window"]),
+            _d(k["r1"]),
+            _d(k["r2"]),
+            _d(k["speedup"]),
+            _d(k["se"]),
+            _d(k["z"]),
+            _d(k["pass_line"]),
+            str(k["outcome"]),
+        )
     console.print(looks)
-    audit = Table("node", "calls", "violations", "near misses", "uncomparable", "min score",
-                  "outcome", title="audit", title_justify="left")
+    audit = Table(
+        "node",
+        "calls",
+        "violations",
+        "near misses",
+        "uncomparable",
+        "min score",
+        "outcome",
+        title="audit",
+        title_justify="left",
+    )
     for node, tally in (doc.get("audit") or {}).items():
-        audit.add_row(node, *(str(tally.get(k, "")) for k in
-                              ("calls", "violations", "near_misses", "uncomparable",
-                               "min_score", "outcome")))
+        audit.add_row(
+            node,
+            *(
+                str(tally.get(k, ""))
+                for k in (
+                    "calls",
+                    "violations",
+                    "near_misses",
+                    "uncomparable",
+                    "min_score",
+                    "outcome",
+                )
+            ),
+        )
     console.print(audit)
     if doc.get("quality"):
         console.print(f"  quality: {doc['quality']}")
     if doc.get("fault"):
         console.print(f"  fault: {doc['fault']}")
     decision = doc.get("decision") or {}
-    console.print(f"  [bold]verdict {decision.get('verdict', '-')}[/bold] reason "
-                  f"{decision.get('reason') or '-'} disposition {decision.get('disposition', '-')}"
-                  f" speedup {decision.get('speedup')} pass line {decision.get('pass_line')} "
-                  f"look {decision.get('look_window')}")
+    console.print(
+        f"  [bold]verdict {decision.get('verdict', '-')}[/bold] reason "
+        f"{decision.get('reason') or '-'} disposition {decision.get('disposition', '-')}"
+        f" speedup {decision.get('speedup')} pass line {decision.get('pass_line')} "
+        f"look {decision.get('look_window')}"
+    )
 
 
 def _d(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""Implements settlement and replay commands: emission-policy, weights, settle, rewards, fees, replay."""
+"""Implements settlement and replay: emission-policy, weights, settle, rewards, fees, replay."""
 
 from __future__ import annotations
 
@@ -39,14 +39,20 @@ def _render_settlement(settlement: Any, as_json: bool, position: int | None = No
     if as_json:
         emit_json({**payload, "position": position})
         return
-    table = Table("hotkey", "weight (ppm)", title=f"weights at block {settlement.block} "
-                  f"as of position {settlement.as_of_position}", title_justify="left")
+    table = Table(
+        "hotkey",
+        "weight (ppm)",
+        title=f"weights at block {settlement.block} as of position {settlement.as_of_position}",
+        title_justify="left",
+    )
     for hotkey, ppm in sorted(payload["weights_ppm"].items()):
         table.add_row(hotkey, f"{ppm:,}")
     console.print(table)
     for claim in payload["claims"]:
-        console.print(f"  claim {claim['hotkey']} arena {claim['arena_id']} speedup_ppm "
-                      f"{claim['speedup_ppm']} credit {claim['credit']}")
+        console.print(
+            f"  claim {claim['hotkey']} arena {claim['arena_id']} speedup_ppm "
+            f"{claim['speedup_ppm']} credit {claim['credit']}"
+        )
     console.print(f"settlement_digest {payload['settlement_digest']}")
     if position is not None:
         console.print(f"recorded at position {position}")
@@ -85,13 +91,17 @@ def rewards(
     if as_json:
         emit_jsonl(rows)
         return
-    table = Table("submission", "arena", "hotkey", "speedup", "best before", "status",
-                  "blocked by")
+    table = Table("submission", "arena", "hotkey", "speedup", "best before", "status", "blocked by")
     for row in rows:
-        table.add_row(str(row.get("submission_id", ""))[:16], str(row.get("arena_id")),
-                      str(row.get("hotkey")), str(row.get("speedup")),
-                      str(row.get("best_before") or "-"), str(row.get("status")),
-                      ", ".join(b[:16] for b in row.get("blocked_by") or []) or "-")
+        table.add_row(
+            str(row.get("submission_id", ""))[:16],
+            str(row.get("arena_id")),
+            str(row.get("hotkey")),
+            str(row.get("speedup")),
+            str(row.get("best_before") or "-"),
+            str(row.get("status")),
+            ", ".join(b[:16] for b in row.get("blocked_by") or []) or "-",
+        )
     console.print(table)
 
 
@@ -107,10 +117,15 @@ def fees(
         emit_json(summary)
         return
     table = Table("arena", "consumed rao", "released rao", "net rao", "credits rao")
-    rows = list(summary["arenas"].items()) + [("TOTAL", summary["total"])]
+    rows = [*summary["arenas"].items(), ("TOTAL", summary["total"])]
     for name, row in rows:
-        table.add_row(name, f"{row['consumed_rao']:,}", f"{row['released_rao']:,}",
-                      f"{row['net_rao']:,}", f"{row['credits_spent_rao']:,}")
+        table.add_row(
+            name,
+            f"{row['consumed_rao']:,}",
+            f"{row['released_rao']:,}",
+            f"{row['net_rao']:,}",
+            f"{row['credits_spent_rao']:,}",
+        )
     console.print(table)
 
 
@@ -118,8 +133,9 @@ def fees(
 def replay(
     as_of: int | None = typer.Option(None, "--as-of", min=1, help="Replay up to position N."),
     expect: str | None = typer.Option(None, "--expect", help="Settlement digest to expect."),
-    from_bundle: str | None = typer.Option(None, "--from-bundle", help="Replay an exported "
-                                           "bundle instead of the database."),
+    from_bundle: str | None = typer.Option(
+        None, "--from-bundle", help="Replay an exported bundle instead of the database."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
@@ -187,23 +203,33 @@ class _progress:
 
 def _render_replay(report: Any) -> None:
     status = "OK" if report.ok else "DIVERGED"
-    console.print(f"replay {status}: {report.events} events to position {report.last_position}, "
-                  f"{report.verdicts_checked} verdicts, {report.resolutions_checked} resolutions, "
-                  f"{report.settlements_checked} settlements checked")
+    console.print(
+        f"replay {status}: {report.events} events to position {report.last_position}, "
+        f"{report.verdicts_checked} verdicts, {report.resolutions_checked} resolutions, "
+        f"{report.settlements_checked} settlements checked"
+    )
     console.print(f"head hash {report.head_hash}")
     console.print(f"settlement digest {report.settlement_digest or '-'}")
     if report.divergence is not None:
         d = report.divergence
-        console.print(f"first divergence at position {d.position} ({d.stream}, {d.type}): "
-                      f"{d.code} field {d.field}: recorded {d.recorded!r}, recomputed "
-                      f"{d.recomputed!r}", markup=False)
+        console.print(
+            f"first divergence at position {d.position} ({d.stream}, {d.type}): "
+            f"{d.code} field {d.field}: recorded {d.recorded!r}, recomputed "
+            f"{d.recomputed!r}",
+            markup=False,
+        )
     elif report.expected_digest is not None and not report.ok:
         console.print(f"expected digest {report.expected_digest} differs", markup=False)
 
 
 def register(app: typer.Typer) -> None:
     """Adds the settlement and replay commands to the main app."""
-    for name, func in [("emission-policy", emission_policy), ("weights", weights),
-                       ("settle", settle), ("rewards", rewards), ("fees", fees),
-                       ("replay", replay)]:
+    for name, func in [
+        ("emission-policy", emission_policy),
+        ("weights", weights),
+        ("settle", settle),
+        ("rewards", rewards),
+        ("fees", fees),
+        ("replay", replay),
+    ]:
         app.command(name)(func)

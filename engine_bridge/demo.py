@@ -62,15 +62,27 @@ class DemoSummary:
     @property
     def ok(self) -> bool:
         """Tells whether the replay reproduced the settlement and the chain verified."""
-        return bool(self.replay.get("ok")) and bool(self.verify.get("ok")) and (
-            self.replay.get("settlement_digest") == self.settlement_digest)
+        return (
+            bool(self.replay.get("ok"))
+            and bool(self.verify.get("ok"))
+            and (self.replay.get("settlement_digest") == self.settlement_digest)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Returns the summary as a JSON-ready object."""
-        return {"ok": self.ok, "session": self.session, "arena_id": self.arena_id,
-                "submissions": self.submissions, "controls": self.controls, "fees": self.fees,
-                "weights_ppm": self.weights_ppm, "settlement_digest": self.settlement_digest,
-                "checkpoint": self.checkpoint, "replay": self.replay, "verify": self.verify}
+        return {
+            "ok": self.ok,
+            "session": self.session,
+            "arena_id": self.arena_id,
+            "submissions": self.submissions,
+            "controls": self.controls,
+            "fees": self.fees,
+            "weights_ppm": self.weights_ppm,
+            "settlement_digest": self.settlement_digest,
+            "checkpoint": self.checkpoint,
+            "replay": self.replay,
+            "verify": self.verify,
+        }
 
 
 def demo_commission(arena_id: str, block: int) -> dict[str, Any]:
@@ -82,19 +94,29 @@ def demo_commission(arena_id: str, block: int) -> dict[str, Any]:
         "model": {"name": "arena-ledger/reference-llama-1m", "revision": "seed-20250101"},
         "hardware": {"gpu": "cpu", "count": 1},
         "engine": {
-            "runtime": "torch-reference", "runtime_version": "torch-2.13.0",
+            "runtime": "torch-reference",
+            "runtime_version": "torch-2.13.0",
             "image_digest": "sha256:" + digest("arena-ledger.demo-image", {"arena": "reference"}),
             # CPU time is the steadier cost on a shared CPU host; GPU hosts use wall time.
             "engine_config": {"cost_clock": "thread_time"},
             "engine_env": {},
         },
         "policy": {
-            "policy_version": "paired-windows.v1", "windows": 4,
-            "z": {"3": "2", "4": "1.5"}, "window_noise": "0.01", "boot_noise": "0.005",
-            "required_gain": "0", "futility_margin": "0.05",
-            "audit": {"bar": "0.99999", "near_miss_band": "0.03", "near_miss_rate_max": "0.01",
-                      "min_calls": 8},
-            "reward_margin": "0.015", "audit_control_delta_digests": listed,
+            "policy_version": "paired-windows.v1",
+            "windows": 4,
+            "z": {"3": "2", "4": "1.5"},
+            "window_noise": "0.01",
+            "boot_noise": "0.005",
+            "required_gain": "0",
+            "futility_margin": "0.05",
+            "audit": {
+                "bar": "0.99999",
+                "near_miss_band": "0.03",
+                "near_miss_rate_max": "0.01",
+                "min_calls": 8,
+            },
+            "reward_margin": "0.015",
+            "audit_control_delta_digests": listed,
             "sla_blocks": 500_000,
         },
         "fee_rao": demo_fee_rao,
@@ -112,15 +134,24 @@ def _session(ledger: ArenaLedger) -> int:
     return 1 if arena is None else len(arena.commissions) + 1
 
 
-def _arrival(arena_id: str, hotkey: str, delta: str, block: int, index: int,
-             payment_ref: str | None, content_hash: str | None = None,
-             params: dict[str, str] | None = None) -> dict[str, Any]:
+def _arrival(
+    arena_id: str,
+    hotkey: str,
+    delta: str,
+    block: int,
+    index: int,
+    payment_ref: str | None,
+    content_hash: str | None = None,
+    params: dict[str, str] | None = None,
+) -> dict[str, Any]:
     spec = registered(delta, **(params or {}))
     arrival: dict[str, Any] = {
-        "arena_id": arena_id, "miner_hotkey": hotkey,
-        "content_hash": content_hash or digest("arena-ledger.demo-content",
-                                               {"hotkey": hotkey, "delta": delta, "b": block}),
-        "delta_digest": spec.digest, "target": "model.layers.*.mlp",
+        "arena_id": arena_id,
+        "miner_hotkey": hotkey,
+        "content_hash": content_hash
+        or digest("arena-ledger.demo-content", {"hotkey": hotkey, "delta": delta, "b": block}),
+        "delta_digest": spec.digest,
+        "target": "model.layers.*.mlp",
         "arrival": {"block": block, "event_index": index, "event_subindex": 0},
     }
     if payment_ref is not None:
@@ -128,8 +159,9 @@ def _arrival(arena_id: str, hotkey: str, delta: str, block: int, index: int,
     return arrival
 
 
-def _intake_miners(ledger: ArenaLedger, arena_id: str, base: int, miners: int,
-                   notify: Notify) -> list[tuple[str, str, str, Any]]:
+def _intake_miners(
+    ledger: ArenaLedger, arena_id: str, base: int, miners: int, notify: Notify
+) -> list[tuple[str, str, str, Any]]:
     """Takes the miners' submissions through intake; returns (sid, hotkey, delta, spec)."""
     admitted = []
     tag = f"{arena_id}-{base}"
@@ -145,30 +177,46 @@ def _intake_miners(ledger: ArenaLedger, arena_id: str, base: int, miners: int,
     if miners == 0:
         return admitted
     # Dave reuses the first paid submission's payment: refused, nothing consumed twice.
-    reused = ledger.intake(_arrival(arena_id, "5Dave", "slow", base + 11, 1,
-                                    f"pay-{tag}-1"), payment_amount_rao=demo_fee_rao)
+    reused = ledger.intake(
+        _arrival(arena_id, "5Dave", "slow", base + 11, 1, f"pay-{tag}-1"),
+        payment_amount_rao=demo_fee_rao,
+    )
     notify("intake", {"hotkey": "5Dave", "delta": "slow", **reused.to_json()})
     return admitted
 
 
 def _duplicate_of_failed(ledger: ArenaLedger, arena_id: str, base: int, notify: Notify) -> None:
     """Submits again the content of a FAILED submission: refused as a duplicate."""
-    failed = [s for s in ledger.fold.submissions(arena_id)
-              if s.status == "FAILED" and s.hotkey != "arena-ledger-controls"
-              and s.arrival_key[0] >= base]
+    failed = [
+        s
+        for s in ledger.fold.submissions(arena_id)
+        if s.status == "FAILED" and s.hotkey != "arena-ledger-controls" and s.arrival_key[0] >= base
+    ]
     if not failed:
         return
     first = failed[0]
-    arrival = _arrival(arena_id, "5Erin", "fast_mlp", base + 30, 1, f"pay-{arena_id}-{base}-dup",
-                       content_hash=first.content_hash)
+    arrival = _arrival(
+        arena_id,
+        "5Erin",
+        "fast_mlp",
+        base + 30,
+        1,
+        f"pay-{arena_id}-{base}-dup",
+        content_hash=first.content_hash,
+    )
     arrival["delta_digest"] = first.delta_digest
     outcome = ledger.intake(arrival, payment_amount_rao=demo_fee_rao)
-    notify("intake", {"hotkey": "5Erin", "delta": f"copy of {first.hotkey}'s",
-                      **outcome.to_json()})
+    notify("intake", {"hotkey": "5Erin", "delta": f"copy of {first.hotkey}'s", **outcome.to_json()})
 
 
-def run_demo(url: str, workdir: Path, *, miners: int = len(_MINERS), controls: bool = True,
-             notify: Notify | None = None) -> DemoSummary:
+def run_demo(
+    url: str,
+    workdir: Path,
+    *,
+    miners: int = len(_MINERS),
+    controls: bool = True,
+    notify: Notify | None = None,
+) -> DemoSummary:
     """Runs one demo session on the ledger at ``url``; returns the summary."""
     from ledger import migrate
 
@@ -187,13 +235,21 @@ def run_demo(url: str, workdir: Path, *, miners: int = len(_MINERS), controls: b
         engine = make_engine("torch-reference", engine_config={"cost_clock": "thread_time"})
         try:
             if controls:
-                summary.controls = run_controls(ledger, engine, arena_id=arena_id,
-                                                block=base + 5, progress=say)
+                summary.controls = run_controls(
+                    ledger, engine, arena_id=arena_id, block=base + 5, progress=say
+                )
             admitted = _intake_miners(ledger, arena_id, base, miners, say)
             for sid, hotkey, delta, spec in admitted:
                 say("evaluate", {"hotkey": hotkey, "delta": delta, "submission_id": sid})
-                evaluate(ledger, engine, submission_id=sid, attempt_id=f"a-{sid[:12]}-{base}",
-                         block=base + 20, candidate=spec, progress=say)
+                evaluate(
+                    ledger,
+                    engine,
+                    submission_id=sid,
+                    attempt_id=f"a-{sid[:12]}-{base}",
+                    block=base + 20,
+                    candidate=spec,
+                    progress=say,
+                )
         finally:
             engine.shutdown()
         _duplicate_of_failed(ledger, arena_id, base, say)
@@ -204,22 +260,29 @@ def run_demo(url: str, workdir: Path, *, miners: int = len(_MINERS), controls: b
 
 def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
     for delta, kind, verdict, reason, _ in _CONTROLS:
-        control: dict[str, Any] = {"control_id": delta.replace("_", "-"), "kind": kind,
-                                   "delta_digest": registered(delta).digest,
-                                   "expected_verdict": verdict}
+        control: dict[str, Any] = {
+            "control_id": delta.replace("_", "-"),
+            "kind": kind,
+            "delta_digest": registered(delta).digest,
+            "expected_verdict": verdict,
+        }
         if reason is not None:
             control["expected_reason"] = reason
         ledger.register_control(arena_id, control)
 
 
-def _finish(ledger: ArenaLedger, summary: DemoSummary, workdir: Path, base: int,
-            say: Notify) -> None:
+def _finish(
+    ledger: ArenaLedger, summary: DemoSummary, workdir: Path, base: int, say: Notify
+) -> None:
     from ledger.checkpoint import load_signer, sign_tree, write_key_files
     from ledger.replay import replay_events
     from machines.settlement import settlement_payload
 
-    summary.submissions = [r for r in ledger.submissions(summary.arena_id)
-                           if r["hotkey"] != "arena-ledger-controls" and r["arrival"][0] >= base]
+    summary.submissions = [
+        r
+        for r in ledger.submissions(summary.arena_id)
+        if r["hotkey"] != "arena-ledger-controls" and r["arrival"][0] >= base
+    ]
     summary.fees = ledger.fees(summary.arena_id)
     settlement, _ = ledger.settle(base + 1_000)
     payload = settlement_payload(settlement)

@@ -47,9 +47,15 @@ class EvaluationResult:
 
     def to_json(self) -> dict[str, Any]:
         """Returns the result as a JSON-ready object."""
-        return {"attempt_id": self.attempt_id, "submission_id": self.submission_id,
-                "windows": self.windows, "audit_nodes": self.audit_nodes,
-                "quality": self.quality, "fault": self.fault, **self.decision}
+        return {
+            "attempt_id": self.attempt_id,
+            "submission_id": self.submission_id,
+            "windows": self.windows,
+            "audit_nodes": self.audit_nodes,
+            "quality": self.quality,
+            "fault": self.fault,
+            **self.decision,
+        }
 
 
 def default_model_dir() -> Path:
@@ -61,7 +67,10 @@ def default_model_dir() -> Path:
 
 
 def make_engine(
-    runtime: str, *, model_dir: Path | None = None, in_process: bool = False,
+    runtime: str,
+    *,
+    model_dir: Path | None = None,
+    in_process: bool = False,
     engine_config: dict[str, Any] | None = None,
 ) -> Engine:
     """Boots the engine adapter for a commission's runtime (torch-reference here).
@@ -73,7 +82,8 @@ def make_engine(
     if runtime != "torch-reference":
         raise InvalidInput(
             f"runtime {runtime!r} needs a GPU host with sglang; this machine runs "
-            "torch-reference only (see docs/engine.md)", runtime=runtime,
+            "torch-reference only (see docs/engine.md)",
+            runtime=runtime,
         )
     from engine_bridge.reference_model import ensure_reference_model
 
@@ -86,8 +96,10 @@ def make_engine(
 
     clock = str((engine_config or {}).get("cost_clock", "perf_counter"))
     if clock not in ("perf_counter", "thread_time"):
-        raise InvalidInput(f"cost_clock {clock!r} is not perf_counter or thread_time",
-                           path="$.engine.engine_config.cost_clock")
+        raise InvalidInput(
+            f"cost_clock {clock!r} is not perf_counter or thread_time",
+            path="$.engine.engine_config.cost_clock",
+        )
     return SubprocessEngine(directory, clock=clock)  # type: ignore[arg-type]
 
 
@@ -98,7 +110,8 @@ def resolve_delta(delta_digest: str, delta_file: str | None = None) -> DeltaSpec
         if spec.digest != delta_digest:
             raise InvalidInput(
                 f"delta file {delta_file} has digest {spec.digest}, but the submission "
-                f"names {delta_digest}", path=delta_file,
+                f"names {delta_digest}",
+                path=delta_file,
             )
         return spec
     try:
@@ -106,14 +119,23 @@ def resolve_delta(delta_digest: str, delta_file: str | None = None) -> DeltaSpec
     except NotFound:
         raise NotFound(
             f"no registered delta has digest {delta_digest}; pass --delta-file with the "
-            "submission's delta", digest=delta_digest,
+            "submission's delta",
+            digest=delta_digest,
         ) from None
 
 
 def evaluate(
-    ledger: ArenaLedger, engine: Engine, *, submission_id: str, attempt_id: str, block: int,
-    pair_id: str = "pair-0", validator_hotkey: str = "validator", plan: str = "normal",
-    candidate: DeltaSpec | None = None, progress: Progress | None = None,
+    ledger: ArenaLedger,
+    engine: Engine,
+    *,
+    submission_id: str,
+    attempt_id: str,
+    block: int,
+    pair_id: str = "pair-0",
+    validator_hotkey: str = "validator",
+    plan: str = "normal",
+    candidate: DeltaSpec | None = None,
+    progress: Progress | None = None,
 ) -> EvaluationResult:
     """Runs one attempt end to end and concludes it; returns what was recorded."""
     from engine_bridge.replay import load_replay_slice
@@ -123,8 +145,14 @@ def evaluate(
     if sub is None:
         raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
     spec = candidate or resolve_delta(sub.delta_digest)
-    ledger.claim(attempt_id=attempt_id, pair_id=pair_id, validator_hotkey=validator_hotkey,
-                 block=block, submission_id=submission_id, plan=plan)
+    ledger.claim(
+        attempt_id=attempt_id,
+        pair_id=pair_id,
+        validator_hotkey=validator_hotkey,
+        block=block,
+        submission_id=submission_id,
+        plan=plan,
+    )
     result = EvaluationResult(attempt_id, submission_id)
     replay = load_replay_slice()
     try:
@@ -140,9 +168,11 @@ def evaluate(
         notify("fault", {"code": code, "stage": fault.context["stage"]})
         ledger.fault(attempt_id, code, str(fault.context["stage"]), fault.message[:2000])
     decided = ledger.conclude(attempt_id, block)
-    result.decision = {k: v for k, v in decided.model_dump().items()
-                       if k in ("verdict", "reason", "disposition", "speedup", "pass_line",
-                                "look_window")}
+    result.decision = {
+        k: v
+        for k, v in decided.model_dump().items()
+        if k in ("verdict", "reason", "disposition", "speedup", "pass_line", "look_window")
+    }
     notify("decided", result.decision)
     return result
 
@@ -156,8 +186,14 @@ def _stage(ledger: ArenaLedger, attempt_id: str) -> str:
     return str(state.status)
 
 
-def _speed(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
-           result: EvaluationResult, notify: Progress) -> None:
+def _speed(
+    ledger: ArenaLedger,
+    engine: Engine,
+    spec: DeltaSpec,
+    replay: Any,
+    result: EvaluationResult,
+    notify: Progress,
+) -> None:
     from engine_bridge.speed import run_windows
 
     attempt_id = result.attempt_id
@@ -178,21 +214,34 @@ def _speed(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
     run_windows(engine, spec, replay, windows=windows, on_window=on_window)
 
 
-def _audit(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
-           result: EvaluationResult, notify: Progress) -> None:
+def _audit(
+    ledger: ArenaLedger,
+    engine: Engine,
+    spec: DeltaSpec,
+    replay: Any,
+    result: EvaluationResult,
+    notify: Progress,
+) -> None:
     from engine_bridge.hooks import run_audit
 
     params = ledger.fold.attempt(result.attempt_id).params  # type: ignore[union-attr]
-    payloads = run_audit(engine, spec, replay, bar=str(params.audit_bar),
-                         near_miss_band=str(params.near_miss_band))
+    payloads = run_audit(
+        engine, spec, replay, bar=str(params.audit_bar), near_miss_band=str(params.near_miss_band)
+    )
     for payload in payloads:
         ledger.record(result.attempt_id, AuditNodeGraded.model_validate(payload))
         result.audit_nodes += 1
     notify("audit", {"nodes": len(payloads)})
 
 
-def _quality(ledger: ArenaLedger, engine: Engine, spec: DeltaSpec, replay: Any,
-             result: EvaluationResult, notify: Progress) -> None:
+def _quality(
+    ledger: ArenaLedger,
+    engine: Engine,
+    spec: DeltaSpec,
+    replay: Any,
+    result: EvaluationResult,
+    notify: Progress,
+) -> None:
     from engine_bridge.quality import grade_quality
 
     report = grade_quality(engine, spec, replay)
@@ -206,8 +255,13 @@ CONTROL_HOTKEY = "arena-ledger-controls"
 
 
 def run_controls(
-    ledger: ArenaLedger, engine: Engine, *, arena_id: str, block: int,
-    validator_hotkey: str = "validator", progress: Progress | None = None,
+    ledger: ArenaLedger,
+    engine: Engine,
+    *,
+    arena_id: str,
+    block: int,
+    validator_hotkey: str = "validator",
+    progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Submits and evaluates every registered control of an arena; returns the control report.
 
@@ -224,10 +278,13 @@ def run_controls(
         run = f"ctl-{control_id}-{block}"[:64]
         ledger.grant_credit(run, CONTROL_HOTKEY, arena.fee_rao, f"control run {control_id}")
         arrival = {
-            "arena_id": arena_id, "miner_hotkey": CONTROL_HOTKEY,
-            "content_hash": digest("arena-ledger.control-run",
-                                   {"control_id": control_id, "block": block}),
-            "delta_digest": control.delta_digest, "target": "model.layers.*.mlp",
+            "arena_id": arena_id,
+            "miner_hotkey": CONTROL_HOTKEY,
+            "content_hash": digest(
+                "arena-ledger.control-run", {"control_id": control_id, "block": block}
+            ),
+            "delta_digest": control.delta_digest,
+            "target": "model.layers.*.mlp",
             "arrival": {"block": block, "event_index": 0, "event_subindex": index},
         }
         outcome = ledger.intake(arrival)
@@ -237,7 +294,14 @@ def run_controls(
             progress("control", {"control_id": control_id, "kind": control.kind})
         # A listed audit control is observed even when it is slower: the audit must run.
         listed = control.delta_digest in arena.params.calibration_digests
-        evaluate(ledger, engine, submission_id=outcome.submission_id, attempt_id=run,
-                 block=block, validator_hotkey=validator_hotkey, progress=progress,
-                 plan="calibration_observation" if listed else "normal")
+        evaluate(
+            ledger,
+            engine,
+            submission_id=outcome.submission_id,
+            attempt_id=run,
+            block=block,
+            validator_hotkey=validator_hotkey,
+            progress=progress,
+            plan="calibration_observation" if listed else "normal",
+        )
     return ledger.controls(arena_id)

@@ -53,8 +53,8 @@ from ledger.checkpoint import (
 from ledger.codec import loads
 from ledger.errors import IntegrityError, InvalidInput, LedgerError, LimitExceeded, StoreError
 from ledger.log import get_logger
-from ledger.model import RecordedEvent
 from ledger.merkle import EMPTY_ROOT, CompactRange, leaf_hash, node_hash
+from ledger.model import RecordedEvent
 from ledger.note import Checkpoint, Signer, Verifier
 from ledger.tree import advance_frontier, frontier_root
 
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from ledger.store import EventStore
 
 __all__ = [
-    "read_bundle_events",
     "BUNDLE_FORMAT",
     "CHECKPOINT_FILE",
     "EVENTS_FILE",
@@ -76,6 +75,7 @@ __all__ = [
     "import_bundle",
     "import_chunk_events",
     "manifest_bytes_max",
+    "read_bundle_events",
     "read_manifest",
     "verify_bundle",
 ]

@@ -121,7 +121,9 @@ class Catalogue:
                     raise CatalogueError(f"{event_type} has no schema version {version}")
                 has_up = (event_type, version) in self._upcasters
                 if version < current and not has_up:
-                    raise CatalogueError(f"{event_type} v{version} has no upcaster to v{version + 1}")
+                    raise CatalogueError(
+                        f"{event_type} v{version} has no upcaster to v{version + 1}"
+                    )
                 if version == current and has_up:
                     raise CatalogueError(f"{event_type} v{current} is current but has an upcaster")
         for event_type, version in self._upcasters:
@@ -170,14 +172,14 @@ class Catalogue:
             model.model_validate(document)
         except ValidationError as exc:
             raise _schema_error(event_type, version, exc) from None
-        if stream is not None and model.category is not None:
-            if stream_category(stream) != model.category:
-                raise SchemaError(
-                    f"{event_type} belongs to a {model.category}-… stream, not {stream!r}",
-                    path="$.stream",
-                    stream=stream,
-                    type=event_type,
-                )
+        category = model.category
+        if stream is not None and category is not None and stream_category(stream) != category:
+            raise SchemaError(
+                f"{event_type} belongs to a {model.category}-… stream, not {stream!r}",
+                path="$.stream",
+                stream=stream,
+                type=event_type,
+            )
         data = canonical_bytes(document)
         if len(data) > limits.payload_bytes_max:
             raise LimitExceeded(
@@ -192,9 +194,7 @@ class Catalogue:
         """Lifts a recorded payload to the current version through the upcaster chain."""
         current = self.current_version(event_type)
         if version > current or version < 1:
-            raise UnknownEventType(
-                f"{event_type} has no schema version {version}", type=event_type
-            )
+            raise UnknownEventType(f"{event_type} has no schema version {version}", type=event_type)
         while version < current:
             # A deep copy: an upcaster that edits a nested value must not touch the caller's.
             payload = self._upcasters[(event_type, version)](copy.deepcopy(payload))

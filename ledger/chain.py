@@ -13,7 +13,7 @@ import hashlib
 
 import orjson
 
-__all__ = ["GENESIS_HASH", "envelope_bytes", "entry_hash", "next_entry_hash"]
+__all__ = ["GENESIS_HASH", "entry_hash", "envelope_bytes", "next_entry_hash"]
 
 #: The hash "before" position 1, as 64 hex characters.
 GENESIS_HASH = "0" * 64

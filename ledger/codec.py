@@ -21,8 +21,8 @@ from ledger import limits
 from ledger.errors import CanonicalFormError, LimitExceeded
 
 __all__ = [
-    "canonical_decimal",
     "canonical_bytes",
+    "canonical_decimal",
     "digest",
     "fixed6",
     "is_canonical_decimal",
@@ -60,7 +60,9 @@ def canonical_decimal(value: Decimal) -> str:
 
 def fixed6(value: Decimal) -> str:
     """Quantizes to exactly 6 places (ROUND_HALF_EVEN) and spells all six, e.g. "1.019129"."""
-    quantized = value.quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN, context=_FIXED_CONTEXT)
+    quantized = value.quantize(
+        Decimal("0.000001"), rounding=ROUND_HALF_EVEN, context=_FIXED_CONTEXT
+    )
     text = format(quantized, "f")
     return "0.000000" if text == "-0.000000" else text
 
@@ -73,9 +75,7 @@ def _sorted_keys(obj: Mapping[Any, Any], path: str) -> list[str]:
     keys = list(obj)
     for key in keys:
         if type(key) is not str:
-            raise CanonicalFormError(
-                f"object key {key!r} at {path} is not a string", path=path
-            )
+            raise CanonicalFormError(f"object key {key!r} at {path} is not a string", path=path)
     if all(k.isascii() for k in keys):
         keys.sort()
     else:
@@ -97,13 +97,9 @@ def normalise(value: Any, path: str = "$", depth: int = 0) -> Any:
             f"integer at {path} is outside ±(2**53 - 1)", path=path, value=value
         )
     if depth >= limits.json_depth_max:
-        raise LimitExceeded(
-            f"nesting at {path} is deeper than {limits.json_depth_max}", path=path
-        )
+        raise LimitExceeded(f"nesting at {path} is deeper than {limits.json_depth_max}", path=path)
     if isinstance(value, Mapping):
-        return {
-            k: normalise(value[k], f"{path}.{k}", depth + 1) for k in _sorted_keys(value, path)
-        }
+        return {k: normalise(value[k], f"{path}.{k}", depth + 1) for k in _sorted_keys(value, path)}
     if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray, memoryview)):
         return [normalise(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, float):
@@ -116,9 +112,7 @@ def normalise(value: Any, path: str = "$", depth: int = 0) -> Any:
         raise CanonicalFormError(
             f"Decimal at {path} must be written as a canonical decimal string", path=path
         )
-    raise CanonicalFormError(
-        f"value of type {kind.__name__} at {path} has no JSON form", path=path
-    )
+    raise CanonicalFormError(f"value of type {kind.__name__} at {path} has no JSON form", path=path)
 
 
 def canonical_bytes(value: Any) -> bytes:

@@ -116,7 +116,9 @@ class DomainGuard:
         if index != 0:
             raise Refused(
                 "a SettlementComputed must open its batch (it is computed as of the position "
-                "before it); nothing was written", reason="settlement_not_at_head", index=index,
+                "before it); nothing was written",
+                reason="settlement_not_at_head",
+                index=index,
             )
         difference = check_recorded(self.fold, self.emission_policy, event, payload)
         if difference is not None:
@@ -124,7 +126,9 @@ class DomainGuard:
             raise Refused(
                 f"SettlementComputed differs from the ledger at field {name!r}: recorded "
                 f"{_short(recorded)}, recomputed {_short(recomputed)}; nothing was written",
-                reason="settlement_mismatch", field=name, index=index,
+                reason="settlement_mismatch",
+                field=name,
+                index=index,
             )
 
 
@@ -203,12 +207,14 @@ class ArenaLedger:
         return self.guard.fold
 
     def append(
-        self, batch: Sequence[tuple[str, Event] | tuple[str, Event, ExpectedVersion]],
-        *, key: str | None = None,
+        self,
+        batch: Sequence[tuple[str, Event] | tuple[str, Event, ExpectedVersion]],
+        *,
+        key: str | None = None,
     ) -> AppendResult:
         """Appends event models atomically (each checked by its machine)."""
         drafts = [
-            EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY)  # type: ignore[misc]
+            EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY)
             for item in batch
         ]
         return self.store.append(drafts, idempotency_key=key, actor=self.actor)
@@ -233,17 +239,24 @@ class ArenaLedger:
         event = CreditGranted(credit_id=credit_id, hotkey=hotkey, amount_rao=amount_rao, note=note)
         return self.append([(f"credit-{credit_id}", event, NO_STREAM)])
 
-    def set_emission_policy(self, half_life_blocks: int, burn_hotkey: str,
-                            validator_hotkey: str) -> AppendResult:
+    def set_emission_policy(
+        self, half_life_blocks: int, burn_hotkey: str, validator_hotkey: str
+    ) -> AppendResult:
         """Appends EmissionPolicySet to the settlement stream."""
-        event = EmissionPolicySet(half_life_blocks=half_life_blocks, burn_hotkey=burn_hotkey,
-                                  validator_hotkey=validator_hotkey)
+        event = EmissionPolicySet(
+            half_life_blocks=half_life_blocks,
+            burn_hotkey=burn_hotkey,
+            validator_hotkey=validator_hotkey,
+        )
         return self.append([("settlement", event)])
 
     # -- intake ----------------------------------------------------------------------------
 
     def intake(
-        self, arrival: dict[str, Any], *, payment_amount_rao: int | None = None,
+        self,
+        arrival: dict[str, Any],
+        *,
+        payment_amount_rao: int | None = None,
         block: int | None = None,
     ) -> IntakeOutcome:
         """Records an arrival and its intake outcome in one atomic, idempotent append.
@@ -259,8 +272,9 @@ class ArenaLedger:
         arrived = SubmissionArrived.model_validate({**fields, "submission_id": sid})
         fold = self.fold
         if fold.arena(arrived.arena_id) is None:
-            raise NotFound(f"arena {arrived.arena_id!r} is not commissioned",
-                           arena_id=arrived.arena_id)
+            raise NotFound(
+                f"arena {arrived.arena_id!r} is not commissioned", arena_id=arrived.arena_id
+            )
         state = fold.submission(sid) or submission_machine.start(arrived)
         outcome = intake(state, fold.intake_context(state, payment_amount_rao))
         at = arrived.arrival.block if block is None else block
@@ -276,16 +290,22 @@ class ArenaLedger:
         else:
             batch.append((stream, SubmissionRejected(block=at, reason=outcome.reason)))
         result = self.append(batch, key=f"intake-{sid}")
+        reason = "" if isinstance(outcome, Admission) else outcome.reason
         return IntakeOutcome(
-            sid, fee is not None, "" if fee is not None else outcome.reason, fee,  # type: ignore[union-attr]
-            result.positions, result.already_recorded,
+            sid, fee is not None, reason, fee, result.positions, result.already_recorded
         )
 
     @staticmethod
-    def _fee_events(sid: str, arena_id: str, admission: Any) -> list[tuple[str, Event, ExpectedVersion]]:
+    def _fee_events(
+        sid: str, arena_id: str, admission: Any
+    ) -> list[tuple[str, Event, ExpectedVersion]]:
         if admission.kind == "payment":
-            consumed = PaymentConsumed(payment_ref=admission.ref, submission_id=sid,
-                                       arena_id=arena_id, amount_rao=admission.amount_rao)
+            consumed = PaymentConsumed(
+                payment_ref=admission.ref,
+                submission_id=sid,
+                arena_id=arena_id,
+                amount_rao=admission.amount_rao,
+            )
             return [(f"payment-{admission.ref}", consumed, NO_STREAM)]
         if admission.kind == "credit":
             return [(f"credit-{admission.ref}", CreditSpent(submission_id=sid), ANY)]
@@ -294,10 +314,17 @@ class ArenaLedger:
     # -- attempts --------------------------------------------------------------------------
 
     def claim(
-        self, *, attempt_id: str, pair_id: str, validator_hotkey: str, block: int,
-        submission_id: str | None = None, arena_id: str | None = None, plan: str = "normal",
+        self,
+        *,
+        attempt_id: str,
+        pair_id: str,
+        validator_hotkey: str,
+        block: int,
+        submission_id: str | None = None,
+        arena_id: str | None = None,
+        plan: str = "normal",
     ) -> AttemptClaimed:
-        """Claims a QUEUED submission (or the arena's next one): AttemptClaimed + QualificationStarted."""
+        """Claims a QUEUED submission (or the arena's next): claim + QualificationStarted."""
         fold = self.fold
         if submission_id is None:
             if arena_id is None:
@@ -308,18 +335,30 @@ class ArenaLedger:
             submission_id = nxt.submission_id
         sub = fold.submission(submission_id)
         if sub is None:
-            raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
+            raise NotFound(
+                f"submission {submission_id} does not exist", submission_id=submission_id
+            )
         arena = fold.arena(sub.arena_id)
         assert arena is not None
-        claimed = AttemptClaimed.model_validate({
-            "attempt_id": attempt_id, "submission_id": submission_id, "arena_id": sub.arena_id,
-            "commission_digest": arena.commission_digest, "pair_id": pair_id,
-            "validator_hotkey": validator_hotkey, "claimed_block": block, "plan": plan,
-        })
-        self.append([
-            (f"attempt-{attempt_id}", claimed, NO_STREAM),
-            (f"submission-{submission_id}", QualificationStarted(attempt_id=attempt_id)),
-        ], key=f"claim-{attempt_id}")
+        claimed = AttemptClaimed.model_validate(
+            {
+                "attempt_id": attempt_id,
+                "submission_id": submission_id,
+                "arena_id": sub.arena_id,
+                "commission_digest": arena.commission_digest,
+                "pair_id": pair_id,
+                "validator_hotkey": validator_hotkey,
+                "claimed_block": block,
+                "plan": plan,
+            }
+        )
+        self.append(
+            [
+                (f"attempt-{attempt_id}", claimed, NO_STREAM),
+                (f"submission-{submission_id}", QualificationStarted(attempt_id=attempt_id)),
+            ],
+            key=f"claim-{attempt_id}",
+        )
         return claimed
 
     def record(self, attempt_id: str, event: Event) -> Event:
@@ -352,16 +391,27 @@ class ArenaLedger:
             raise Refused(
                 f"attempt {attempt_id} cannot be concluded yet: it is in state {state.status} "
                 "and its evidence decides nothing so far; nothing was written",
-                reason="attempt_not_decidable", state=state.status, attempt_id=attempt_id,
+                reason="attempt_not_decidable",
+                state=state.status,
+                attempt_id=attempt_id,
             )
-        decided = AttemptDecided.model_validate({
-            **decision._asdict(), "decided_block": block, "rules_version": RULES_VERSION,
-        })
+        decided = AttemptDecided.model_validate(
+            {
+                **decision._asdict(),
+                "decided_block": block,
+                "rules_version": RULES_VERSION,
+            }
+        )
         sid = state.submission_id
-        resolved = SubmissionResolved(attempt_id=attempt_id, verdict=decision.verdict,
-                                      reason=decision.reason, disposition=decision.disposition)
+        resolved = SubmissionResolved(
+            attempt_id=attempt_id,
+            verdict=decision.verdict,
+            reason=decision.reason,
+            disposition=decision.disposition,
+        )
         batch: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = [
-            (f"attempt-{attempt_id}", decided), (f"submission-{sid}", resolved),
+            (f"attempt-{attempt_id}", decided),
+            (f"submission-{sid}", resolved),
         ]
         self.append(batch, key=f"conclude-{attempt_id}")
         return decided
@@ -444,17 +494,19 @@ class ArenaLedger:
         decision = document.get("decision") or {}
         claimed = events[0]
         assert isinstance(claimed, AttemptClaimed)
-        document.update({
-            "submission_id": claimed.submission_id,
-            "arena_id": claimed.arena_id,
-            "recorded": None if recorded is None else recorded.model_dump(),
-            "verdict": decision.get("verdict"),
-            "reason": decision.get("reason"),
-            "disposition": decision.get("disposition"),
-            "speedup": decision.get("speedup"),
-            "pass_line": decision.get("pass_line"),
-            "look_window": decision.get("look_window"),
-        })
+        document.update(
+            {
+                "submission_id": claimed.submission_id,
+                "arena_id": claimed.arena_id,
+                "recorded": None if recorded is None else recorded.model_dump(),
+                "verdict": decision.get("verdict"),
+                "reason": decision.get("reason"),
+                "disposition": decision.get("disposition"),
+                "speedup": decision.get("speedup"),
+                "pass_line": decision.get("pass_line"),
+                "look_window": decision.get("look_window"),
+            }
+        )
         return document
 
     def explain_submission(self, sid: str) -> dict[str, Any]:
@@ -465,22 +517,28 @@ class ArenaLedger:
         sub = fold.submission(sid)
         if sub is None:
             raise NotFound(f"submission {sid} does not exist", submission_id=sid)
-        attempts = sorted({e.payload.get("attempt_id") for e in self.store.read_stream(
-            f"submission-{sid}") if e.type == "QualificationStarted"} - {None})
+        attempts = [  # in the order they were claimed
+            str(e.payload["attempt_id"])
+            for e in self.store.read_stream(f"submission-{sid}")
+            if e.type == "QualificationStarted"
+        ]
         row = submission_row(sub, describe)
         explained = [self.explain_attempt(str(a)) for a in attempts]
         latest = explained[-1] if explained else {}
-        row.update({
-            "attempts": explained,
-            "speedup": latest.get("speedup"),
-            "pass_line": latest.get("pass_line"),
-            "look_window": latest.get("look_window"),
-            "looks": latest.get("looks", []),
-        })
+        row.update(
+            {
+                "attempts": explained,
+                "speedup": latest.get("speedup"),
+                "pass_line": latest.get("pass_line"),
+                "look_window": latest.get("look_window"),
+                "looks": latest.get("looks", []),
+            }
+        )
         return row
 
-    def submissions(self, arena_id: str | None = None, hotkey: str | None = None,
-                    status: str | None = None) -> list[dict[str, Any]]:
+    def submissions(
+        self, arena_id: str | None = None, hotkey: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
         """Lists submissions in arrival-key order per arena with status, cause and next step."""
         from machines.reasons import describe
 

@@ -12,7 +12,7 @@ attributes. The CLI maps each subtree to a documented exit code.
     │   ├── UnknownEventType             unknown_event_type 1
     │   ├── LimitExceeded                limit_exceeded     1
     │   └── IdempotencyKeyReused         idempotency_key_reused 1
-    ├── Refused                          refused            1   (a machine said no; carries a Refusal)
+    ├── Refused                          refused            1   (a machine said no)
     ├── NotFound                         not_found          1
     ├── ConcurrencyConflict              concurrency_conflict 3
     ├── IntegrityError                   integrity_failure  4

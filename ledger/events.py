@@ -28,10 +28,10 @@ from ledger.fields import (
 __all__ = [
     "ALL_EVENTS_V1",
     "FAULT_CODES",
-    "AttemptClaimed",
-    "AttemptDecided",
     "ArenaCommissioned",
     "ArenaRetired",
+    "AttemptClaimed",
+    "AttemptDecided",
     "AuditNodeGraded",
     "AuditPolicy",
     "ControlRegistered",

@@ -110,8 +110,11 @@ def history() -> list[dict[str, str | None]]:
     """Lists every shipped revision, newest first."""
     script = ScriptDirectory.from_config(alembic_config("sqlite://"))
     return [
-        {"revision": rev.revision, "down_revision": str(rev.down_revision or "") or None,
-         "doc": rev.doc}
+        {
+            "revision": rev.revision,
+            "down_revision": str(rev.down_revision or "") or None,
+            "doc": rev.doc,
+        }
         for rev in script.walk_revisions()
     ]
 

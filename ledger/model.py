@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Final, Literal, Union
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -32,7 +32,7 @@ class StreamState(Enum):
 
 ANY: Final = StreamState.ANY
 NO_STREAM: Final = StreamState.NO_STREAM
-ExpectedVersion = Union[StreamState, int]
+ExpectedVersion = StreamState | int
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +46,7 @@ class EventDraft:
     expected_version: ExpectedVersion = ANY
 
     @classmethod
-    def of(
-        cls, stream: str, event: Event, expected_version: ExpectedVersion = ANY
-    ) -> EventDraft:
+    def of(cls, stream: str, event: Event, expected_version: ExpectedVersion = ANY) -> EventDraft:
         """Builds a draft from an event model, keeping only the fields that were set."""
         return cls(
             stream=stream,

@@ -45,8 +45,12 @@ class Divergence:
     def to_json(self) -> dict[str, Any]:
         """Returns the divergence as a JSON-ready object."""
         return {
-            "position": self.position, "stream": self.stream, "type": self.type,
-            "field": self.field, "recorded": self.recorded, "recomputed": self.recomputed,
+            "position": self.position,
+            "stream": self.stream,
+            "type": self.type,
+            "field": self.field,
+            "recorded": self.recorded,
+            "recomputed": self.recomputed,
             "code": self.code,
         }
 
@@ -101,22 +105,51 @@ class _Replayer:
     def step(self, r: RecordedEvent) -> Divergence | None:
         expected_position = self.report.last_position + 1
         if r.position != expected_position:
-            return Divergence(expected_position, r.stream, r.type, "position", r.position,
-                              expected_position, "gap")
-        envelope = envelope_bytes(r.position, r.stream, r.version, r.type, r.schema_version,
-                                  r.payload_bytes, r.recorded_at, r.actor)
+            return Divergence(
+                expected_position,
+                r.stream,
+                r.type,
+                "position",
+                r.position,
+                expected_position,
+                "gap",
+            )
+        envelope = envelope_bytes(
+            r.position,
+            r.stream,
+            r.version,
+            r.type,
+            r.schema_version,
+            r.payload_bytes,
+            r.recorded_at,
+            r.actor,
+        )
         self.previous = next_entry_hash(self.previous, envelope)
         if self.previous.hex() != r.entry_hash:
-            return Divergence(r.position, r.stream, r.type, "entry_hash", r.entry_hash,
-                              self.previous.hex(), "hash_mismatch")
+            return Divergence(
+                r.position,
+                r.stream,
+                r.type,
+                "entry_hash",
+                r.entry_hash,
+                self.previous.hex(),
+                "hash_mismatch",
+            )
         payload = loads(r.payload_bytes)
         event = CATALOGUE.decode(r.type, r.schema_version, payload)
         divergence = self._check(r, event, payload)
         if divergence is None:
             refusal = self.fold.apply(r.position, r.stream, event, payload)
             if refusal is not None:
-                divergence = Divergence(r.position, r.stream, r.type, _field_of(refusal.detail),
-                                        None, refusal.detail, refusal.code)
+                divergence = Divergence(
+                    r.position,
+                    r.stream,
+                    r.type,
+                    _field_of(refusal.detail),
+                    None,
+                    refusal.detail,
+                    refusal.code,
+                )
         self.report.events += 1
         self.report.last_position = r.position
         self.report.head_hash = r.entry_hash
@@ -138,35 +171,46 @@ class _Replayer:
             return self._check_settlement(r, event, payload)
         return None
 
-    def _check_settlement(self, r: RecordedEvent, event: SettlementComputed,
-                          payload: Any) -> Divergence | None:
+    def _check_settlement(
+        self, r: RecordedEvent, event: SettlementComputed, payload: Any
+    ) -> Divergence | None:
         from ledger.settle import check_recorded
 
         self.report.settlements_checked += 1
         try:
             difference = check_recorded(self.fold, self.policy, event, payload)
         except LedgerError as exc:
-            return Divergence(r.position, r.stream, r.type, "settlement", None, exc.message,
-                              exc.context.get("reason", exc.code))
+            return Divergence(
+                r.position,
+                r.stream,
+                r.type,
+                "settlement",
+                None,
+                exc.message,
+                exc.context.get("reason", exc.code),
+            )
         if difference is not None:
             name, recorded, recomputed = difference
-            return Divergence(r.position, r.stream, r.type, name, recorded, recomputed,
-                              "settlement_mismatch")
+            return Divergence(
+                r.position, r.stream, r.type, name, recorded, recomputed, "settlement_mismatch"
+            )
         self.report.settlement_digest = event.settlement_digest
         return None
 
 
 def _compare(r: RecordedEvent, event: Any, derived: dict[str, Any] | None) -> Divergence | None:
     if derived is None:
-        return Divergence(r.position, r.stream, r.type, "verdict", event.verdict, None,
-                          "decision_not_derivable")
+        return Divergence(
+            r.position, r.stream, r.type, "verdict", event.verdict, None, "decision_not_derivable"
+        )
     for name in _DECISION_FIELDS:
         if name not in type(event).model_fields:
             continue
         recorded = getattr(event, name)
         if recorded != derived[name]:
-            return Divergence(r.position, r.stream, r.type, name, recorded, derived[name],
-                              "decision_mismatch")
+            return Divergence(
+                r.position, r.stream, r.type, name, recorded, derived[name], "decision_mismatch"
+            )
     return None
 
 
@@ -176,10 +220,12 @@ def _field_of(detail: str) -> str:
 
 
 def replay_events(
-    records: Iterable[RecordedEvent], *, expect: str | None = None,
+    records: Iterable[RecordedEvent],
+    *,
+    expect: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ReplayReport:
-    """Replays ``records`` (position order, from 1) and returns the report; stops at a divergence."""
+    """Replays ``records`` (position order, from 1); stops at the first divergence."""
     report = ReplayReport(expected_digest=expect)
     replayer = _Replayer(report)
     for recorded in records:

@@ -14,9 +14,9 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Table,
-    SmallInteger,
     Text,
     UniqueConstraint,
 )

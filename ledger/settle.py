@@ -52,13 +52,20 @@ def _arena_input(fold: LedgerFold, arena: Any) -> Any:
     for sub in fold.submissions(arena.arena_id):
         resolution = fold.resolution(sub.submission_id) if sub.status == "QUALIFIED" else None
         block, index, subindex = sub.arrival_key[:3]
-        subs.append(rules.SubmissionInput(
-            submission_id=sub.submission_id, hotkey=sub.hotkey, content_hash=sub.content_hash,
-            block=block, event_index=index, event_subindex=subindex, status=sub.status,
-            incumbent_digest=fold.reward_group(sub.submission_id) or arena.incumbent_digest,
-            verdict="PASS" if sub.status == "QUALIFIED" else _verdict(sub),
-            speedup=None if resolution is None else resolution.speedup,
-        ))
+        subs.append(
+            rules.SubmissionInput(
+                submission_id=sub.submission_id,
+                hotkey=sub.hotkey,
+                content_hash=sub.content_hash,
+                block=block,
+                event_index=index,
+                event_subindex=subindex,
+                status=sub.status,
+                incumbent_digest=fold.reward_group(sub.submission_id) or arena.incumbent_digest,
+                verdict="PASS" if sub.status == "QUALIFIED" else _verdict(sub),
+                speedup=None if resolution is None else resolution.speedup,
+            )
+        )
     return rules.ArenaInput(
         arena_id=arena.arena_id,
         emission_share_ppm=arena.commissions[arena.commission_digest].event.emission_share_ppm,
@@ -99,7 +106,9 @@ def compute(fold: LedgerFold, policy: EmissionPolicySet | None, block: int) -> S
 
 
 def check_recorded(
-    fold: LedgerFold, policy: EmissionPolicySet | None, event: SettlementComputed,
+    fold: LedgerFold,
+    policy: EmissionPolicySet | None,
+    event: SettlementComputed,
     payload: dict[str, Any],
 ) -> tuple[str, Any, Any] | None:
     """Returns (field, recorded, recomputed) of the first difference, or None when equal.
@@ -122,8 +131,9 @@ def rewards(fold: LedgerFold, arena_id: str | None = None) -> list[dict[str, Any
     """Explains every PASS: its group, the best before it, rewarded/lost_potential/pending."""
     from machines import settlement as rules
 
-    arenas = [_arena_input(fold, a) for a in fold.arenas()
-              if arena_id is None or a.arena_id == arena_id]
+    arenas = [
+        _arena_input(fold, a) for a in fold.arenas() if arena_id is None or a.arena_id == arena_id
+    ]
     return rules.explain_rewards(arenas)
 
 

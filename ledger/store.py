@@ -38,7 +38,6 @@ from ledger.errors import (
     StoreUnavailable,
 )
 from ledger.log import get_logger
-from ledger.tree import StoredTree, advance_frontier, frontier_root
 from ledger.model import (
     ANY,
     NO_STREAM,
@@ -50,6 +49,7 @@ from ledger.model import (
     StreamState,
     VerifyReport,
 )
+from ledger.tree import StoredTree, advance_frontier, frontier_root
 
 __all__ = [
     "DEFAULT_URL",
@@ -64,7 +64,9 @@ DEFAULT_URL = "sqlite:///arena-ledger.db"
 #: How long a SQLite writer waits for the write lock before giving up, in milliseconds.
 sqlite_busy_timeout_ms = 30_000
 
-_COLUMNS = "position, stream, version, type, schema_version, payload, recorded_at, actor, entry_hash"
+_COLUMNS = (
+    "position, stream, version, type, schema_version, payload, recorded_at, actor, entry_hash"
+)
 _log = get_logger("arena_ledger.store")
 
 
@@ -97,7 +99,7 @@ def parse_expected_version(value: Any, where: str = "expected_version") -> Expec
     if type(value) is int and value >= 0:
         return value
     raise SchemaError(
-        f"{where} must be \"any\", \"no_stream\" or a non-negative integer, not {value!r}",
+        f'{where} must be "any", "no_stream" or a non-negative integer, not {value!r}',
         path=where,
     )
 
@@ -276,8 +278,10 @@ class EventStore:
                     nodes,
                 )
             conn.execute(
-                text("UPDATE ledger_head SET position = :p, entry_hash = :h, frontier = :f "
-                     "WHERE id = 1"),
+                text(
+                    "UPDATE ledger_head SET position = :p, entry_hash = :h, frontier = :f "
+                    "WHERE id = 1"
+                ),
                 {"p": rows[-1][0], "h": tip, "f": frontier},
             )
             if key is not None:
@@ -308,7 +312,8 @@ class EventStore:
             if "ledger_head" in str(exc.orig) or "frontier" in str(exc.orig):
                 raise SchemaNotInitialised(
                     "the ledger's tables are missing or not at the latest revision; run "
-                    "`arena-ledger db upgrade`", url=_safe(self.url)
+                    "`arena-ledger db upgrade`",
+                    url=_safe(self.url),
                 ) from None
             raise
         if row is None:
@@ -333,7 +338,9 @@ class EventStore:
                 first_position=int(row[1]),
             )
         hashes = conn.execute(
-            text("SELECT entry_hash FROM events WHERE position BETWEEN :f AND :l ORDER BY position"),
+            text(
+                "SELECT entry_hash FROM events WHERE position BETWEEN :f AND :l ORDER BY position"
+            ),
             {"f": row[1], "l": row[2]},
         ).scalars()
         return AppendResult(
@@ -347,7 +354,9 @@ class EventStore:
         current = {s: 0 for s in streams}
         marks = ", ".join(f":s{i}" for i in range(len(streams)))
         rows = conn.execute(
-            text(f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream"),
+            text(
+                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream"
+            ),
             {f"s{i}": s for i, s in enumerate(streams)},
         )
         for stream, version in rows:
@@ -371,13 +380,28 @@ class EventStore:
             running[p.stream] += 1
             version = running[p.stream]
             envelope = envelope_bytes(
-                position, p.stream, version, p.type, p.schema_version, p.payload_bytes,
-                recorded_at, actor,
+                position,
+                p.stream,
+                version,
+                p.type,
+                p.schema_version,
+                p.payload_bytes,
+                recorded_at,
+                actor,
             )
             previous = next_entry_hash(previous, envelope)
             rows.append(
-                (position, p.stream, version, p.type, p.schema_version, p.payload_bytes,
-                 recorded_at, actor, previous.hex())
+                (
+                    position,
+                    p.stream,
+                    version,
+                    p.type,
+                    p.schema_version,
+                    p.payload_bytes,
+                    recorded_at,
+                    actor,
+                    previous.hex(),
+                )
             )
         return rows, previous.hex()
 
@@ -496,8 +520,15 @@ class EventStore:
                 raise _store_error(exc, self.url) from None
             for row in rows:
                 yield RecordedEvent(
-                    int(row[0]), row[1], int(row[2]), row[3], int(row[4]), bytes(row[5]),
-                    row[6], row[7], row[8],
+                    int(row[0]),
+                    row[1],
+                    int(row[2]),
+                    row[3],
+                    int(row[4]),
+                    bytes(row[5]),
+                    row[6],
+                    row[7],
+                    row[8],
                 )
             if len(rows) < page:
                 return
@@ -542,21 +573,33 @@ class EventStore:
         """Stores a signed checkpoint note (its own table, append-only) and returns its id."""
         with self.engine.begin() as conn:
             result = conn.execute(
-                text("INSERT INTO checkpoints (tree_size, root_hash, origin, key_name, note, "
-                     "created_at) VALUES (:s, :r, :o, :k, :n, :c)"),
-                {"s": tree_size, "r": root_hash, "o": origin, "k": key_name, "n": note,
-                 "c": self.clock()},
+                text(
+                    "INSERT INTO checkpoints (tree_size, root_hash, origin, key_name, note, "
+                    "created_at) VALUES (:s, :r, :o, :k, :n, :c)"
+                ),
+                {
+                    "s": tree_size,
+                    "r": root_hash,
+                    "o": origin,
+                    "k": key_name,
+                    "n": note,
+                    "c": self.clock(),
+                },
             )
-            return int(result.lastrowid or 0) if self.backend == "sqlite" else int(
-                conn.execute(text("SELECT MAX(id) FROM checkpoints")).scalar() or 0
+            return (
+                int(result.lastrowid or 0)
+                if self.backend == "sqlite"
+                else int(conn.execute(text("SELECT MAX(id) FROM checkpoints")).scalar() or 0)
             )
 
     def checkpoints(self, limit: int = 20) -> list[dict[str, Any]]:
         """Returns stored checkpoints, newest first."""
         with self.engine.connect() as conn:
             rows = conn.execute(
-                text("SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
-                     "FROM checkpoints ORDER BY id DESC LIMIT :n"),
+                text(
+                    "SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
+                    "FROM checkpoints ORDER BY id DESC LIMIT :n"
+                ),
                 {"n": limit},
             ).all()
         keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
@@ -627,9 +670,7 @@ def _expect(prepared: PreparedEvent, actual: int, index: int) -> None:
 
 def _check_actor_and_key(actor: str, key: str | None) -> None:
     if not isinstance(actor, str) or not 1 <= len(actor) <= limits.actor_chars_max:
-        raise InvalidInput(
-            f"actor must be 1..{limits.actor_chars_max} characters", path="actor"
-        )
+        raise InvalidInput(f"actor must be 1..{limits.actor_chars_max} characters", path="actor")
     if not actor.isprintable():
         raise InvalidInput("actor must be printable text", path="actor")
     if key is not None:
@@ -657,7 +698,7 @@ def _store_error(exc: SQLAlchemyError, url: str) -> LedgerError:
     orig = getattr(exc, "orig", None)
     message = str(orig if orig is not None else exc).strip().splitlines()[0]
     lowered = message.lower()
-    if "no such table" in lowered or "does not exist" in lowered and "relation" in lowered:
+    if "no such table" in lowered or ("does not exist" in lowered and "relation" in lowered):
         return SchemaNotInitialised(
             "the ledger's tables do not exist; run `arena-ledger init`", url=_safe(url)
         )
@@ -674,4 +715,3 @@ def _safe(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return "<invalid url>"
-

@@ -102,14 +102,22 @@ class StoredTree:
                 {"l": level, "i": index},
             ).scalar()
             if value is None:
-                raise NotFound(f"Merkle node ({level}, {index}) is not stored; the store is damaged")
+                raise NotFound(
+                    f"Merkle node ({level}, {index}) is not stored; the store is damaged"
+                )
             return bytes(value)
         first = (index << level) + 1
-        rows = self._conn.execute(
-            text("SELECT entry_hash FROM events WHERE position >= :a AND position <= :b "
-                 "ORDER BY position"),
-            {"a": first, "b": first + (1 << level) - 1},
-        ).scalars().all()
+        rows = (
+            self._conn.execute(
+                text(
+                    "SELECT entry_hash FROM events WHERE position >= :a AND position <= :b "
+                    "ORDER BY position"
+                ),
+                {"a": first, "b": first + (1 << level) - 1},
+            )
+            .scalars()
+            .all()
+        )
         if len(rows) != 1 << level:
             raise NotFound(f"events {first}.. are missing for Merkle node ({level}, {index})")
         return merkle.root_from_leaves([bytes.fromhex(h) for h in rows])

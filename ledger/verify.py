@@ -37,8 +37,15 @@ def verify_chain(
     start = max(1, from_position)
     previous_hex = GENESIS_HASH if start == 1 else _stored_hash(store, start - 1)
     if previous_hex is None:
-        return _bad(start, start - 1, last, 0, GENESIS_HASH, "gap",
-                    f"position {start - 1} (the one before the range) is missing")
+        return _bad(
+            start,
+            start - 1,
+            last,
+            0,
+            GENESIS_HASH,
+            "gap",
+            f"position {start - 1} (the one before the range) is missing",
+        )
     previous = bytes.fromhex(previous_hex)
     expected_position = start
     checked = 0
@@ -51,30 +58,65 @@ def verify_chain(
         for row in rows:
             position = int(row[0])
             if position != expected_position:
-                return _bad(start, expected_position, last, checked, previous.hex(), "gap",
-                            f"position {expected_position} is missing (next stored is {position})")
+                return _bad(
+                    start,
+                    expected_position,
+                    last,
+                    checked,
+                    previous.hex(),
+                    "gap",
+                    f"position {expected_position} is missing (next stored is {position})",
+                )
             envelope = envelope_bytes(
                 position, row[1], int(row[2]), row[3], int(row[4]), bytes(row[5]), row[6], row[7]
             )
             previous = next_entry_hash(previous, envelope)
             if previous.hex() != row[8]:
-                return _bad(start, position, last, checked, previous.hex(), "hash_mismatch",
-                            f"entry hash at position {position} does not match its content "
-                            "and the chain before it")
+                return _bad(
+                    start,
+                    position,
+                    last,
+                    checked,
+                    previous.hex(),
+                    "hash_mismatch",
+                    f"entry hash at position {position} does not match its content "
+                    "and the chain before it",
+                )
             checked += 1
             expected_position += 1
     if expected_position <= last:
-        return _bad(start, expected_position, last, checked, previous.hex(), "gap",
-                    f"events end at position {expected_position - 1} but the head says {last}")
-    if to_position is None and last == head.position and last >= start:
-        if previous.hex() != head.entry_hash:
-            return _bad(start, last, last, checked, previous.hex(), "head_mismatch",
-                        "the ledger head's hash differs from the last event's hash")
+        return _bad(
+            start,
+            expected_position,
+            last,
+            checked,
+            previous.hex(),
+            "gap",
+            f"events end at position {expected_position - 1} but the head says {last}",
+        )
+    at_head = to_position is None and last == head.position and last >= start
+    if at_head and previous.hex() != head.entry_hash:
+        return _bad(
+            start,
+            last,
+            last,
+            checked,
+            previous.hex(),
+            "head_mismatch",
+            "the ledger head's hash differs from the last event's hash",
+        )
     if to_position is None:
         beyond = _max_position(store)
         if beyond > head.position:
-            return _bad(start, head.position + 1, last, checked, previous.hex(), "head_mismatch",
-                        f"events exist past the head (up to position {beyond})")
+            return _bad(
+                start,
+                head.position + 1,
+                last,
+                checked,
+                previous.hex(),
+                "head_mismatch",
+                f"events exist past the head (up to position {beyond})",
+            )
     return VerifyReport(True, checked, start, last, previous.hex())
 
 
@@ -82,7 +124,13 @@ def _bad(
     start: int, position: int, last: int, checked: int, head_hash: str, kind: str, problem: str
 ) -> VerifyReport:
     return VerifyReport(
-        False, checked, start, last, head_hash, first_bad_position=position, problem=problem,
+        False,
+        checked,
+        start,
+        last,
+        head_hash,
+        first_bad_position=position,
+        problem=problem,
         kind=kind,  # type: ignore[arg-type]
     )
 

@@ -38,6 +38,8 @@ def _head_table(with_frontier: bool, nullable: bool = True) -> sa.Table:
         *columns,
         sa.CheckConstraint("id = 1", name="ck_ledger_head_single_row"),
     )
+
+
 _PAGE = 5_000
 
 

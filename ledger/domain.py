@@ -265,7 +265,7 @@ class ArenaLedger:
         ``payment_amount_rao`` is what the chain shows for its payment_ref (None: none).
         """
         from machines import submission as submission_machine
-        from machines.intake import Admission, intake
+        from machines.intake import Admission, Rejection, intake
 
         fields = {k: v for k, v in arrival.items() if k != "submission_id"}
         sid = submission_id(fields) if isinstance(fields.get("arrival"), dict) else "0" * 64
@@ -275,8 +275,18 @@ class ArenaLedger:
             raise NotFound(
                 f"arena {arrived.arena_id!r} is not commissioned", arena_id=arrived.arena_id
             )
-        state = fold.submission(sid) or submission_machine.start(arrived)
-        outcome = intake(state, fold.intake_context(state, payment_amount_rao))
+        state = fold.submission(sid)
+        outcome: Admission | Rejection
+        if state is not None and (state.fee is not None or state.rejection is not None):
+            # Intake was decided already: rebuild the recorded batch so a retry hits the
+            # idempotency key instead of re-deriving under a ledger that has moved on.
+            if state.fee is not None:
+                outcome = Admission(*state.fee)
+            else:
+                outcome = Rejection(str(state.rejection))
+        else:
+            state = state or submission_machine.start(arrived)
+            outcome = intake(state, fold.intake_context(state, payment_amount_rao))
         at = arrived.arrival.block if block is None else block
         stream = f"submission-{sid}"
         batch: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = [
@@ -604,6 +614,7 @@ _STATUS_TEXT = {
     "QUEUED": ("admitted and waiting for a validator", "wait: the queue runs in arrival order"),
     "QUALIFYING": ("being evaluated", "wait for the verdict"),
     "QUALIFIED": ("passed", "nothing: rewards follow at settlement"),
+    "HELD": ("held by an operator (see the reason)", "wait for an operator to release the hold"),
 }
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 
 from ledger import limits
 from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
-from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
+from ledger.chain import GENESIS_HASH, chain_link
 from ledger.codec import canonical_bytes
 from ledger.errors import (
     ConcurrencyConflict,
@@ -204,11 +204,14 @@ class EventStore:
                 f"a batch holds at most {limits.batch_events_max} events, not {len(drafts)}",
                 path="$",
             )
-        return [self._prepare_one(i, d) for i, d in enumerate(drafts)]
+        checked: set[str] = set()  # a batch repeats few streams: check each name once
+        return [self._prepare_one(i, d, checked) for i, d in enumerate(drafts)]
 
-    def _prepare_one(self, index: int, draft: EventDraft) -> PreparedEvent:
+    def _prepare_one(self, index: int, draft: EventDraft, checked: set[str]) -> PreparedEvent:
         try:
-            check_stream_name(draft.stream)
+            if draft.stream not in checked:
+                check_stream_name(draft.stream)
+                checked.add(draft.stream)
             version = draft.schema_version
             if version is None:
                 version = self.catalogue.current_version(draft.type)
@@ -352,13 +355,25 @@ class EventStore:
     def _check_versions(self, conn: Connection, batch: list[PreparedEvent]) -> dict[str, int]:
         streams = sorted({p.stream for p in batch})
         current = {s: 0 for s in streams}
-        marks = ", ".join(f":s{i}" for i in range(len(streams)))
-        rows = conn.execute(
-            text(
-                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream"
-            ),
-            {f"s{i}": s for i, s in enumerate(streams)},
-        )
+        if self.backend == "postgresql":
+            # One array parameter keeps the statement text fixed whatever the batch, so the
+            # server plans it once; an IN list of n parameters is a new statement per n.
+            rows = conn.execute(
+                text(
+                    "SELECT stream, MAX(version) FROM events WHERE stream = ANY(:streams) "
+                    "GROUP BY stream"
+                ),
+                {"streams": streams},
+            )
+        else:
+            marks = ", ".join(f":s{i}" for i in range(len(streams)))
+            rows = conn.execute(
+                text(
+                    f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) "
+                    "GROUP BY stream"
+                ),
+                {f"s{i}": s for i, s in enumerate(streams)},
+            )
         for stream, version in rows:
             current[str(stream)] = int(version)
         running = dict(current)
@@ -379,7 +394,8 @@ class EventStore:
             position += 1
             running[p.stream] += 1
             version = running[p.stream]
-            envelope = envelope_bytes(
+            previous = chain_link(
+                previous,
                 position,
                 p.stream,
                 version,
@@ -389,7 +405,6 @@ class EventStore:
                 recorded_at,
                 actor,
             )
-            previous = next_entry_hash(previous, envelope)
             rows.append(
                 (
                     position,
@@ -408,7 +423,9 @@ class EventStore:
     def _insert(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:
         if self.backend == "postgresql" and len(rows) >= _copy_threshold_rows:
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            with cursor.copy(f"COPY events ({_COLUMNS}) FROM STDIN") as copy:
+            # Binary COPY: bytea and integers travel without text encoding on either side.
+            with cursor.copy(f"COPY events ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_COPY_TYPES)
                 for row in rows:
                     copy.write_row(row)
             return
@@ -638,6 +655,10 @@ class EventStore:
 
 
 _copy_threshold_rows = 64
+#: PostgreSQL types of ``_COLUMNS``, for binary COPY (binary input is not cast: exact types).
+_COPY_TYPES = (
+    "int8", "varchar", "int4", "varchar", "int4", "bytea", "varchar", "varchar", "varchar",
+)
 
 
 def _take(rows: Iterator[RecordedEvent], limit: int) -> Iterator[RecordedEvent]:

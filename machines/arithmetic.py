@@ -293,14 +293,20 @@ class NodeTally(NamedTuple):
     violations: int = 0
     near_misses: int = 0
     uncomparable: int = 0
+    #: The lowest ``min_score`` over the node's ranks, as recorded (explain shows it).
+    min_score: str | None = None
 
     def add(self, graded: AuditNodeGraded) -> NodeTally:
         """Returns the tally with one more rank's counts added."""
+        low = self.min_score
+        if low is None or _C.compare(Decimal(graded.min_score), Decimal(low)) < 0:
+            low = graded.min_score
         return NodeTally(
             self.calls + graded.calls,
             self.violations + graded.violations,
             self.near_misses + graded.near_misses,
             self.uncomparable + graded.uncomparable,
+            low,
         )
 
 

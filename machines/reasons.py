@@ -55,7 +55,8 @@ _REJECTIONS = (
     _r("eval_cost_payment_invalid", "rejection",
        "The named payment is not on chain or its amount is below the arena's fee.",
        "Your payment was missing or smaller than the arena's evaluation fee.",
-       "Pay at least fee_rao (see `arena-ledger arena show`) and resubmit."),
+       "Pay at least the arena's fee_rao (see `arena-ledger events --type "
+       "ArenaCommissioned`) and resubmit."),
     _r("hotkey_epoch_admission_limit", "rejection",
        "The hotkey already has 16 admissions in this admission epoch (block // 360).",
        "Too many submissions from your hotkey in one epoch of 360 blocks.",
@@ -68,7 +69,7 @@ _REJECTIONS = (
     _r("arena_retired", "rejection",
        "The arena was retired before the submission was admitted.",
        "The arena no longer takes submissions.",
-       "Submit to an active arena (see `arena-ledger arena list`)."),
+       "Submit to an active arena (see `arena-ledger events --type ArenaCommissioned`)."),
 )
 
 _VERDICTS = (

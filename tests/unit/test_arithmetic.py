@@ -144,7 +144,7 @@ def test_audit_outcome_aggregates_nodes() -> None:
 
 def test_node_tally_sums_ranks() -> None:
     tally = NodeTally().add(samples.audit(rank=0, calls=5)).add(samples.audit(rank=1, calls=4))
-    assert tally == NodeTally(9, 0, 0, 0)
+    assert tally == NodeTally(9, 0, 0, 0, "0.999995")
 
 
 def test_quality_drift_beats_regression() -> None:

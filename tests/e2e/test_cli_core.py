@@ -1,0 +1,229 @@
+"""Drives the core commands through the installed ``arena-ledger`` script: store, append, read.
+
+An uninitialised database, ``db`` migrations, ``append`` of JSON Lines (good, malformed,
+conflicting, repeated), ``verify``, ``head`` and ``events`` with its filters, and ``--help``
+for every command. Reads of one state run side by side to keep the module quick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+ENVELOPE = {"position", "stream", "version", "type", "schema_version", "payload", "recorded_at",
+            "actor", "hash"}
+
+
+def hex64(seed: str) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()
+
+
+COMMISSION = {
+    "arena_id": "core-arena", "commissioned_block": 100,
+    "model": {"name": "tiny-llama", "revision": "r1"}, "hardware": {"gpu": "H200", "count": 1},
+    "engine": {"runtime": "torch-reference", "runtime_version": "2.13.0",
+               "image_digest": "sha256:" + hex64("image"), "engine_config": {"tp": 1},
+               "engine_env": {}},
+    "policy": {"policy_version": "paired-windows.v1", "windows": 4, "z": {"3": "2", "4": "1.5"},
+               "window_noise": "0.01", "boot_noise": "0.01",
+               "audit": {"bar": "0.99999", "min_calls": 8}},
+    "fee_rao": 1_000_000_000, "incumbent_digest": hex64("incumbent-0"),
+    "emission_share_ppm": 500_000,
+}
+
+
+def credit(credit_id: str, amount: Any = 5_000) -> tuple[str, str, dict[str, Any]]:
+    return (f"credit-{credit_id}", "CreditGranted",
+            {"credit_id": credit_id, "hotkey": "5Miner", "amount_rao": amount, "note": ""})
+
+
+@dataclass
+class Session:
+    cli: Any  # conftest.Cli
+    out: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def session(cli_factory: Any) -> Session:
+    """Initialises a ledger and appends good, bad, conflicting and repeated input."""
+    cli = cli_factory("core")
+    s = Session(cli)
+    cli("init")
+    good = cli.drafts(("arena-core-arena", "ArenaCommissioned", COMMISSION), credit("cr-1"),
+                      credit("cr-2"), ("settlement", "EmissionPolicySet", {
+                          "half_life_blocks": 7200, "burn_hotkey": "5Burn",
+                          "validator_hotkey": "5Validator"}))
+    s.out["good"] = cli("append", cli.write("good.jsonl", good), "--json")
+    bad = cli.drafts(credit("cr-3"), credit("cr-4", amount=5.5))
+    s.out["bad"] = cli("append", cli.write("bad.jsonl", bad), expect=1)
+    conflict = [*cli.drafts(credit("cr-5")),
+                {**cli.drafts(credit("cr-1"))[0], "expected_version": "no_stream"}]
+    s.out["conflict"] = cli("append", cli.write("conflict.jsonl", conflict), expect=3)
+    keyed = cli.drafts(credit("cr-6"), credit("cr-7"), idempotency_key="grants-2024-06")
+    path = cli.write("keyed.jsonl", keyed)
+    s.out["keyed"] = cli("append", path)
+    s.out["keyed-again"] = cli("append", path)
+    return s
+
+
+def test_good_lines_are_appended_as_one_batch(session: Session) -> None:
+    assert session.cli.lines(session.out["good"].stdout) == [
+        {"first_line": 1, "last_line": 4, "positions": [1, 2, 3, 4], "already_recorded": False}]
+
+
+def test_a_float_in_a_payload_names_its_line_and_path_and_writes_nothing(
+    session: Session,
+) -> None:
+    line = session.cli.error_line(session.out["bad"].stderr, "non_canonical")
+    assert line.startswith("error[non_canonical] [line 2] [path $.payload.amount_rao]: "), line
+    assert session.out["bad"].stdout == ""
+
+
+def test_a_version_conflict_exits_3_and_writes_nothing(session: Session) -> None:
+    line = session.cli.error_line(session.out["conflict"].stderr, "concurrency_conflict")
+    assert line == ("error[concurrency_conflict] [line 2]: stream 'credit-cr-1' is at version "
+                    "1, expected no_stream; nothing was written")
+
+
+def test_repeating_a_keyed_append_returns_the_original_positions(session: Session) -> None:
+    assert session.out["keyed"].stdout.strip() == "appended positions 5..6 (2 events, lines 1..2)"
+    assert session.out["keyed-again"].stdout.strip() == (
+        "already recorded at positions 5..6 (2 events, lines 1..2)")
+
+
+def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
+    cli = session.cli
+    head, verify, everything, typed_after, stream, as_of, table = cli.many([
+        (("head", "--json"), 0), (("verify",), 0), (("events", "--json"), 0),
+        (("events", "--type", "CreditGranted", "--from-position", "3", "--json"), 0),
+        (("events", "--stream", "credit-cr-6", "--json"), 0),
+        (("events", "--as-of", "2", "--json"), 0), (("events",), 0)])
+    events = cli.lines(everything.stdout)
+    # Only the good batch and the keyed one were written: bad and conflicting input left nothing.
+    assert [(e["position"], e["stream"], e["version"], e["type"]) for e in events] == [
+        (1, "arena-core-arena", 1, "ArenaCommissioned"), (2, "credit-cr-1", 1, "CreditGranted"),
+        (3, "credit-cr-2", 1, "CreditGranted"), (4, "settlement", 1, "EmissionPolicySet"),
+        (5, "credit-cr-6", 1, "CreditGranted"), (6, "credit-cr-7", 1, "CreditGranted")]
+    for event in events:
+        assert set(event) == ENVELOPE
+        assert event["schema_version"] == 1 and event["actor"] == "cli"
+        assert re.fullmatch(r"[0-9a-f]{64}", event["hash"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", event["recorded_at"])
+    assert events[0]["payload"] == COMMISSION
+    assert events[1]["payload"] == {"amount_rao": 5000, "credit_id": "cr-1", "hotkey": "5Miner",
+                                    "note": ""}
+    assert json.loads(head.stdout) == {"position": 6, "entry_hash": events[-1]["hash"]}
+    assert verify.stdout.strip() == f"ok: 6 events verified (1..6), head {events[-1]['hash']}"
+    # --type drops position 4 (EmissionPolicySet), --from-position drops 1 and 2.
+    assert [e["position"] for e in cli.lines(typed_after.stdout)] == [3, 5, 6]
+    assert cli.lines(stream.stdout) == [events[4]]
+    assert cli.lines(as_of.stdout) == events[:2]
+    assert "6 events" in table.stdout and "EmissionPolicySet v1" in table.stdout
+
+
+def test_db_commands_on_an_initialised_ledger(session: Session) -> None:
+    current, current_json, history, check = session.cli.many([
+        (("db", "current"), 0), (("db", "current", "--json"), 0), (("db", "history"), 0),
+        (("db", "check"), 0)])
+    head_revision = current.stdout.strip()
+    assert json.loads(current_json.stdout) == {"current": head_revision,
+                                               "heads": [head_revision]}
+    revisions = history.stdout.strip().splitlines()
+    assert revisions[0].split(": ")[0].endswith(f" -> {head_revision}")  # newest first
+    assert revisions[-1].startswith("base -> 0001_initial: ")
+    assert "no drift: the database matches the table metadata" in check.stdout
+
+
+def test_an_uninitialised_database_exits_5_with_one_line(cli: Any) -> None:
+    # Three ways in: a store read, an ArenaLedger query, and an append from stdin.
+    calls = [("head",), ("submissions", "--json"), ("append", "-")]
+    done = cli.many([(args, 5) for args in calls[:-1]])
+    done.append(cli(*calls[-1], expect=5,
+                    stdin=json.dumps({"stream": "credit-x", "type": "CreditGranted", "payload": {
+                        "credit_id": "x", "hotkey": "5M", "amount_rao": 1, "note": ""}})))
+    for args, result in zip(calls, done, strict=True):
+        line = cli.error_line(result.stderr, "store_not_initialised")
+        assert "arena-ledger init" in line, (args, line)
+        assert result.stdout == "", args
+    sql, current = cli.many([(("db", "upgrade", "--sql"), 0), (("db", "current"), 0)])
+    assert "CREATE TABLE events" in sql.stdout and "CREATE TABLE alembic_version" in sql.stdout
+    assert current.stdout.strip() == "base (not initialised)"  # --sql changed nothing
+
+
+HELP_DRIVER = r"""
+import contextlib, io, json, re, sys
+import typer.main
+from cli.app import app, main
+from machines.reasons import REASONS
+
+def walk(command, path=()):
+    yield path
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        yield from walk(sub, path + (name,))
+
+report = {}
+for path in list(walk(typer.main.get_command(app)))[1:]:
+    sys.argv = ["arena-ledger", *path, "--help"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code or 0
+    report[" ".join(path)] = [code, out.getvalue()]
+named = sorted({m for r in REASONS.values() for text in (r.cause, r.next_step, r.meaning)
+                for m in re.findall(r"`arena-ledger ([a-z][a-z -]*[a-z])", text)})
+print(json.dumps({"help": report, "named_in_reasons": named}))
+"""
+
+
+@pytest.fixture(scope="module")
+def help_report(script: Any) -> dict[str, Any]:
+    """Runs every command's --help through the script's entry point in one interpreter.
+
+    One process per command would cost an interpreter start each; ``main`` is exactly what
+    the console script calls.
+    """
+    done = subprocess.run([sys.executable, "-c", HELP_DRIVER], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def test_help_works_for_every_command(script: Any, help_report: dict[str, Any]) -> None:
+    top = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert top.returncode == 0 and "Exit codes: 0 ok; 1 refused" in " ".join(top.stdout.split())
+    report = help_report["help"]
+    required = {"init", "append", "events", "head", "verify", "commission", "register-control",
+                "intake", "claim", "conclude", "hold", "release", "requeue", "expire",
+                "explain", "submissions", "controls", "grant-credit", "db", "db upgrade",
+                "db downgrade", "db current", "db history", "db check"}
+    assert required <= set(report), sorted(required - set(report))
+    for name, (code, text) in report.items():
+        assert code == 0, (name, text)
+        assert f"Usage: arena-ledger {name}" in " ".join(text.split()), (name, text[:200])
+
+
+def test_commands_that_reason_texts_tell_users_to_run_exist(help_report: dict[str, Any]) -> None:
+    # A miner told "see `arena-ledger X`" must find X; a stated next step that fails is no step.
+    commands = help_report["help"]
+
+    def exists(named: str) -> bool:
+        words = named.split()
+        if any(c.startswith(words[0] + " ") for c in commands):  # a group: needs its command
+            return " ".join(words[:2]) in commands
+        return words[0] in commands
+
+    assert help_report["named_in_reasons"], "the reason table names no command at all?"
+    missing = [name for name in help_report["named_in_reasons"] if not exists(name)]
+    assert missing == [], f"reason texts name commands that do not exist: {missing}"

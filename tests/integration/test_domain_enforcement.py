@@ -1,0 +1,480 @@
+"""Checks that ArenaLedger enforces the machines inside the append, on SQLite and PostgreSQL.
+
+Every refusal is checked three ways: ``Refused`` carries the machine, state, event type and
+stable reason code; nothing was written (the head and the stream did not move); and the
+same event is refused whether it comes through ``ArenaLedger.append`` (event models) or as a
+raw ``EventDraft`` on ``ArenaLedger.store`` (what ``arena-ledger append`` does).
+
+``Desk`` below is the shared helper of the ``test_domain_*`` modules: a migrated ledger plus
+short-hands for the writes a validator makes (commission, intake, claim, windows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ledger import migrate
+from ledger.domain import ArenaLedger, IntakeOutcome
+from ledger.errors import ConcurrencyConflict, Refused
+from ledger.events import (
+    ArenaRetired,
+    AttemptClaimed,
+    AttemptDecided,
+    Event,
+    QualificationStarted,
+    SubmissionAdmitted,
+)
+from ledger.model import NO_STREAM, EventDraft
+from machines import samples
+
+ARENA = "mlp-arena"
+FEE = 1_000_000_000
+#: The worked example of DOMAIN §6: (stock, candidate) costs of windows 1..3.
+WORKED = ((1_000_000_000, 990_000_000), (1_000_000_000, 985_000_000),
+          (1_000_000_000, 975_000_000))
+#: Costs that make the candidate 2 % slower in every window.
+SLOWER = ((1_000_000_000, 1_020_000_000),) * 4
+
+
+def payload_of(event: Event) -> dict[str, Any]:
+    """Returns an event's payload as it is appended (fields that were set, JSON types)."""
+    return event.model_dump(mode="json", exclude_unset=True)
+
+
+@dataclass
+class Desk:
+    """Wraps one ArenaLedger with the writes the tests repeat."""
+
+    ledger: ArenaLedger
+
+    @property
+    def head(self) -> int:
+        return self.ledger.store.head().position
+
+    def version(self, stream: str) -> int:
+        return self.ledger.store.stream_version(stream)
+
+    def types(self, stream: str) -> list[str]:
+        return [r.type for r in self.ledger.store.read_stream(stream)]
+
+    def commission(self, arena_id: str = ARENA, **fields: Any) -> str:
+        """Commissions an arena and returns its commission digest."""
+        self.ledger.commission(payload_of(samples.commissioned(arena_id, **fields)))
+        arena = self.ledger.fold.arena(arena_id)
+        assert arena is not None
+        return arena.commission_digest
+
+    @staticmethod
+    def arrival(arena_id: str = ARENA, **fields: Any) -> dict[str, Any]:
+        """Returns SubmissionArrived's fields without submission_id (what intake takes)."""
+        document = payload_of(samples.arrived(arena_id, **fields))
+        document.pop("submission_id")
+        return document
+
+    def intake(self, paid: int | None = FEE, arena_id: str = ARENA,
+               **fields: Any) -> IntakeOutcome:
+        return self.ledger.intake(self.arrival(arena_id, **fields), payment_amount_rao=paid)
+
+    def admitted(self, content: str, *, paid: int | None = FEE, arena_id: str = ARENA,
+                 **fields: Any) -> str:
+        """Intakes a submission paid with ``pay-<content>`` and returns its id (admitted)."""
+        fields.setdefault("payment_ref", f"pay-{content}")
+        outcome = self.intake(paid, arena_id, content=content, **fields)
+        assert outcome.admitted, outcome
+        return outcome.submission_id
+
+    def claim(self, sid: str, attempt_id: str, *, block: int = 1_010,
+              plan: str = "normal") -> AttemptClaimed:
+        return self.ledger.claim(attempt_id=attempt_id, pair_id="pair-1",
+                                 validator_hotkey="5Validator", block=block,
+                                 submission_id=sid, plan=plan)
+
+    def windows(self, attempt_id: str, costs: tuple[tuple[int, int], ...],
+                first: int = 1) -> None:
+        """Records windows ``first``.. with the orientation the policy (W = 4) prescribes."""
+        for index, (stock, candidate) in enumerate(costs, start=first):
+            self.ledger.record(attempt_id, samples.window(index, 1 if index <= 2 else 2,
+                                                          stock, candidate))
+
+    def passed_speed(self, content: str, attempt_id: str) -> str:
+        """Admits, claims and measures the worked example (speed PASS at look 3)."""
+        sid = self.admitted(content)
+        self.claim(sid, attempt_id)
+        self.windows(attempt_id, WORKED)
+        return sid
+
+    def refused(self, action: Callable[[], object], *, machine: str, state: str,
+                event_type: str, reason: str) -> Refused:
+        """Runs ``action``, expecting exactly this refusal and nothing written."""
+        before = self.ledger.store.head()
+        with pytest.raises(Refused) as caught:
+            action()
+        assert self.ledger.store.head() == before
+        context = caught.value.context
+        found = (context["machine"], context["state"], context["event_type"], context["reason"])
+        assert found == (machine, state, event_type, reason), caught.value.message
+        assert caught.value.code == "refused" and caught.value.exit_code == 1
+        return caught.value
+
+    def raw(self, *drafts: EventDraft) -> Callable[[], object]:
+        """Returns an action appending raw drafts to the guarded store (like the CLI)."""
+        return lambda: self.ledger.store.append(list(drafts), actor="test")
+
+    def model(self, stream: str, event: Event) -> Callable[[], object]:
+        """Returns an action appending one event model through ArenaLedger.append."""
+        return lambda: self.ledger.append([(stream, event)])
+
+
+def open_desk(store_url: str) -> Iterator[Desk]:
+    """Yields a Desk on a freshly migrated ledger (the ``desk`` fixture of each module)."""
+    migrate.upgrade(store_url)
+    with ArenaLedger(store_url, actor="tester") as ledger:
+        yield Desk(ledger)
+
+
+@pytest.fixture
+def desk(store_url: str) -> Iterator[Desk]:
+    """Yields a Desk on a migrated ledger (SQLite and PostgreSQL)."""
+    yield from open_desk(store_url)
+
+
+def window_draft(attempt_id: str, index: int, orientation: int, *, tokens: int = 512,
+                 candidate_tokens: int = 512) -> EventDraft:
+    return EventDraft(f"attempt-{attempt_id}", "WindowMeasured", {
+        "window": index, "orientation": orientation, "stock_cost_ns": 1_000_000_000,
+        "candidate_cost_ns": 990_000_000, "stock_output_tokens": tokens,
+        "candidate_output_tokens": candidate_tokens,
+    })
+
+
+# --- windows ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["model", "raw"])
+def test_windows_out_of_order_repeated_or_past_w_are_refused_and_not_recorded(
+    desk: Desk, path: str
+) -> None:
+    desk.commission()
+    sid = desk.admitted("d1")
+    desk.claim(sid, "att-1")
+
+    def attempt(index: int, orientation: int) -> Callable[[], object]:
+        if path == "raw":
+            return desk.raw(window_draft("att-1", index, orientation))
+        return desk.model("attempt-att-1", samples.window(index, orientation, 10**9, 99 * 10**7))
+
+    common = {"machine": "attempt", "event_type": "WindowMeasured"}
+    desk.refused(attempt(2, 1), state="CLAIMED", reason="window_gap", **common)
+    desk.refused(attempt(5, 2), state="CLAIMED", reason="window_past_limit", **common)
+    attempt(1, 1)()
+    assert desk.version("attempt-att-1") == 2
+    desk.refused(attempt(1, 1), state="SPEED", reason="window_repeated", **common)
+    desk.refused(attempt(3, 2), state="SPEED", reason="window_gap", **common)
+    desk.refused(attempt(2, 2), state="SPEED", reason="window_orientation_wrong", **common)
+    attempt(2, 1)()
+    assert desk.types("attempt-att-1") == ["AttemptClaimed", "WindowMeasured", "WindowMeasured"]
+
+
+def test_a_window_after_speed_passed_is_refused(desk: Desk) -> None:
+    desk.commission()
+    desk.passed_speed("d1", "att-1")
+    state = desk.ledger.fold.attempt("att-1")
+    assert state is not None and state.status == "AUDIT"
+    desk.refused(desk.model("attempt-att-1", samples.window(4, 2, 10**9, 98 * 10**7)),
+                 machine="attempt", state="AUDIT", event_type="WindowMeasured",
+                 reason="window_after_speed_decided")
+    desk.refused(desk.raw(window_draft("att-1", 4, 2)), machine="attempt", state="AUDIT",
+                 event_type="WindowMeasured", reason="window_after_speed_decided")
+
+
+def test_differing_token_counts_become_work_mismatch_and_decide_no_decision(desk: Desk) -> None:
+    desk.commission()
+    sid = desk.admitted("d1")
+    desk.claim(sid, "att-1")
+    desk.windows("att-1", WORKED[:1])
+    # Raw, the window is refused: a token mismatch is never a speed signal.
+    desk.refused(desk.raw(window_draft("att-1", 2, 1, tokens=512, candidate_tokens=511)),
+                 machine="attempt", state="SPEED", event_type="WindowMeasured",
+                 reason="output_tokens_differ")
+    recorded = desk.ledger.record("att-1", samples.window(2, 1, 10**9, 985 * 10**6,
+                                                          tokens=512, candidate_tokens=511))
+    assert recorded.event_type == "InfrastructureFault"
+    assert payload_of(recorded) == {
+        "code": "work_mismatch", "stage": "speed",
+        "detail": "window 2: stock produced 512 output tokens, candidate 511",
+    }
+    assert desk.types("attempt-att-1")[-1] == "InfrastructureFault"
+    decided = desk.ledger.conclude("att-1", 1_020)
+    assert (decided.verdict, decided.reason, decided.disposition) == (
+        "NO_DECISION", "work_mismatch", "COMPLETE")
+    assert (decided.speedup, decided.pass_line, decided.look_window) == (None, None, None)
+    sub = desk.ledger.fold.submission(sid)
+    assert sub is not None and (sub.status, sub.reason) == ("NO_DECISION", "work_mismatch")
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+
+def test_claiming_a_submission_that_is_not_queued_is_refused(desk: Desk) -> None:
+    desk.commission()
+    rejected = desk.intake(None, content="nopay")  # no payment, no credit
+    assert (rejected.admitted, rejected.reason) == (False, "missing_eval_cost_payment")
+    desk.refused(lambda: desk.claim(rejected.submission_id, "att-0"), machine="attempt",
+                 state="NONE", event_type="AttemptClaimed", reason="submission_not_queued")
+    sid = desk.admitted("d1")
+    claimed = desk.claim(sid, "att-1")
+    second = claimed.model_copy(update={"attempt_id": "att-2"})
+    error = desk.refused(
+        desk.raw(EventDraft("attempt-att-2", "AttemptClaimed", payload_of(second))),
+        machine="attempt", state="NONE", event_type="AttemptClaimed",
+        reason="submission_not_queued")
+    assert error.context["detail"] == "submission is QUALIFYING"
+    assert desk.version("attempt-att-2") == 0
+
+
+def test_a_claim_under_another_commission_digest_is_refused(desk: Desk) -> None:
+    old = desk.commission()
+    sid = desk.admitted("d1")
+    new = desk.commission(block=200, fee_rao=2 * FEE)
+    assert new != old
+    stale = samples.claimed(sid, old, attempt_id="att-1", arena_id=ARENA)
+    started = QualificationStarted(attempt_id="att-1")
+    error = desk.refused(
+        lambda: desk.ledger.append([("attempt-att-1", stale, NO_STREAM),
+                                    (f"submission-{sid}", started)]),
+        machine="attempt", state="NONE", event_type="AttemptClaimed",
+        reason="commission_not_current")
+    assert error.context["detail"] == f"current is {new}"
+    assert error.context["index"] == 0
+    forged = samples.claimed(sid, samples.hex64("no such commission"), attempt_id="att-1")
+    desk.refused(desk.raw(EventDraft("attempt-att-1", "AttemptClaimed", payload_of(forged))),
+                 machine="attempt", state="NONE", event_type="AttemptClaimed",
+                 reason="commission_not_current")
+    # The claim the ledger builds carries the current digest and is accepted.
+    assert desk.claim(sid, "att-1").commission_digest == new
+
+
+def test_calibration_observation_needs_a_listed_delta(desk: Desk) -> None:
+    listed = samples.hex64("delta:control")
+    desk.commission(sealed=samples.policy(audit_control_delta_digests=[listed]))
+    plain = desk.admitted("d1")
+    error = desk.refused(lambda: desk.claim(plain, "att-1", plan="calibration_observation"),
+                         machine="attempt", state="NONE", event_type="AttemptClaimed",
+                         reason="calibration_observation_not_listed")
+    assert error.context["detail"] == f"delta_digest {samples.hex64('delta:d1')}"
+    control = desk.admitted("control", delta_digest=listed)
+    desk.claim(control, "att-2", plan="calibration_observation")
+    # A speed FAIL under calibration_observation still runs the audit, and stays FAIL.
+    desk.windows("att-2", SLOWER)
+    state = desk.ledger.fold.attempt("att-2")
+    assert state is not None and state.status == "AUDIT"
+    desk.ledger.record("att-2", samples.audit())
+    decided = desk.ledger.conclude("att-2", 1_020)
+    assert (decided.verdict, decided.reason, decided.disposition, decided.look_window) == (
+        "FAIL", "candidate_slower", "COMPLETE", 4)
+
+
+# --- decisions -------------------------------------------------------------------------------
+
+
+def test_an_attempt_decided_that_differs_from_the_derivation_is_refused(desk: Desk) -> None:
+    desk.commission()
+    desk.passed_speed("d1", "att-1")
+    desk.ledger.record("att-1", samples.audit())
+    desk.ledger.record("att-1", samples.quality())
+    derived = desk.ledger.fold.derive_decision("att-1")
+    assert derived is not None
+    forged = samples.decided(derived._replace(speedup="1.019130"))
+    error = desk.refused(desk.model("attempt-att-1", forged), machine="attempt",
+                         state="QUALITY", event_type="AttemptDecided", reason="decision_mismatch")
+    assert error.context["detail"] == "speedup: derived '1.019129', event has '1.019130'"
+    wrong_verdict = payload_of(samples.decided(derived._replace(verdict="FAIL",
+                                                                reason="quality_regression")))
+    desk.refused(desk.raw(EventDraft("attempt-att-1", "AttemptDecided", wrong_verdict)),
+                 machine="attempt", state="QUALITY", event_type="AttemptDecided",
+                 reason="decision_mismatch")
+    desk.model("attempt-att-1", samples.decided(derived))()
+    assert desk.types("attempt-att-1")[-1] == "AttemptDecided"
+
+
+def test_an_attempt_decided_before_the_evidence_decides_is_refused(desk: Desk) -> None:
+    desk.commission()
+    sid = desk.admitted("d1")
+    desk.claim(sid, "att-1")
+    desk.windows("att-1", WORKED[:2])
+    early = AttemptDecided(verdict="FAIL", reason="candidate_slower", disposition="COMPLETE",
+                           speedup=None, pass_line=None, look_window=2, decided_block=1_020,
+                           rules_version="paired-windows.v1")
+    desk.refused(desk.model("attempt-att-1", early), machine="attempt", state="SPEED",
+                 event_type="AttemptDecided", reason="decision_not_derived")
+    with pytest.raises(Refused) as caught:
+        desk.ledger.conclude("att-1", 1_020)
+    assert caught.value.context["reason"] == "attempt_not_decidable"
+
+
+# --- intake ----------------------------------------------------------------------------------
+
+
+def test_a_submission_admitted_against_the_intake_rules_is_refused_atomically(desk: Desk) -> None:
+    desk.commission()
+    arrived = samples.arrived(ARENA, content="d1", payment_ref="pay-1")
+    stream = f"submission-{arrived.submission_id}"
+    waived = SubmissionAdmitted.model_validate(
+        {"block": 1_000, "fee": {"kind": "waived", "ref": "", "amount_rao": 0}})
+    error = desk.refused(lambda: desk.ledger.append([(stream, arrived), (stream, waived)]),
+                         machine="submission", state="ARRIVED",
+                         event_type="SubmissionAdmitted", reason="intake_mismatch")
+    assert error.context["index"] == 1
+    assert desk.version(stream) == 0  # the arrival of the same batch was not written either
+    desk.ledger.append([(stream, arrived)])
+    short = {"block": 1_000, "fee": {"kind": "payment", "ref": "pay-1", "amount_rao": FEE - 1}}
+    desk.refused(desk.raw(EventDraft(stream, "SubmissionAdmitted", short)),
+                 machine="submission", state="ARRIVED", event_type="SubmissionAdmitted",
+                 reason="intake_mismatch")
+    assert desk.types(stream) == ["SubmissionArrived"]
+
+
+def test_a_payment_is_consumed_once_and_reuse_is_rejected_through_intake(desk: Desk) -> None:
+    desk.commission()
+    first = desk.intake(FEE, content="d1", payment_ref="pay-1")
+    assert first.admitted and first.fee == {"kind": "payment", "ref": "pay-1", "amount_rao": FEE}
+    assert first.positions == (2, 3, 4)
+    payment = list(desk.ledger.store.read_stream("payment-pay-1"))
+    head = desk.head
+    again = desk.intake(FEE, content="d2", payment_ref="pay-1")
+    assert (again.admitted, again.reason, again.fee) == (False, "eval_cost_payment_used", None)
+    assert again.positions == (head + 1, head + 2)
+    assert list(desk.ledger.store.read_stream("payment-pay-1")) == payment
+    assert payment[0].payload["submission_id"] == first.submission_id
+    assert desk.types(f"submission-{again.submission_id}") == [
+        "SubmissionArrived", "SubmissionRejected"]
+    # Consuming it again by hand is refused too, whatever the expectation.
+    consumed = {"payment_ref": "pay-1", "submission_id": again.submission_id,
+                "arena_id": ARENA, "amount_rao": FEE}
+    desk.refused(desk.raw(EventDraft("payment-pay-1", "PaymentConsumed", consumed)),
+                 machine="payment", state="CONSUMED", event_type="PaymentConsumed",
+                 reason="stream_already_started")
+    with pytest.raises(ConcurrencyConflict):
+        desk.ledger.store.append([EventDraft("payment-pay-1", "PaymentConsumed", consumed,
+                                             expected_version=NO_STREAM)])
+    assert desk.head == head + 2
+
+
+def test_a_short_or_missing_payment_is_rejected(desk: Desk) -> None:
+    desk.commission()
+    short = desk.intake(FEE - 1, content="d1", payment_ref="pay-1")
+    assert (short.admitted, short.reason) == (False, "eval_cost_payment_invalid")
+    unseen = desk.intake(None, content="d2", payment_ref="pay-2")
+    assert (unseen.admitted, unseen.reason) == (False, "eval_cost_payment_invalid")
+    assert desk.version("payment-pay-1") == 0 and desk.version("payment-pay-2") == 0
+
+
+def test_the_seventeenth_admission_of_a_hotkey_in_an_epoch_is_rejected(desk: Desk) -> None:
+    desk.commission(fee_rao=0)
+    epoch2 = range(720, 1_080)  # block // 360 == 2
+    for i in range(16):
+        assert desk.intake(None, content=f"c{i}", block=epoch2[i]).admitted
+    seventeenth = desk.intake(None, content="c16", block=epoch2[-1])
+    assert (seventeenth.admitted, seventeenth.reason) == (False, "hotkey_epoch_admission_limit")
+    other = desk.intake(None, content="c17", block=epoch2[-1], hotkey="5Other")
+    assert other.admitted
+    next_epoch = desk.intake(None, content="c18", block=1_080)
+    assert next_epoch.admitted
+    rows = desk.ledger.submissions(hotkey="5Miner", status="REJECTED")
+    assert [r["reason"] for r in rows] == ["hotkey_epoch_admission_limit"]
+
+
+def test_a_failed_content_is_rejected_as_duplicate_until_the_arena_is_recommissioned(
+    desk: Desk,
+) -> None:
+    desk.commission()
+    failed = desk.admitted("same", block=1_000)
+    desk.claim(failed, "att-1")
+    desk.windows("att-1", SLOWER)
+    assert desk.ledger.conclude("att-1", 1_020).reason == "candidate_slower"
+    again = desk.intake(FEE, content="same", block=1_100, payment_ref="pay-2")
+    assert (again.admitted, again.reason) == (
+        False, f"duplicate_of:{failed[:16]}:candidate_slower")
+    assert desk.version("payment-pay-2") == 0
+    row = desk.ledger.explain_submission(again.submission_id)
+    assert row["status"] == "REJECTED" and row["reason"] == again.reason
+    assert row["cause"] == (
+        "This exact delta already failed on this commission; it would fail again.")
+    desk.commission(block=1_200, incumbent="incumbent-1")
+    fresh = desk.intake(FEE, content="same", block=1_300, payment_ref="pay-3")
+    assert fresh.admitted and fresh.reason == ""
+
+
+def test_a_passed_content_is_never_rejected_as_duplicate(desk: Desk) -> None:
+    desk.commission()
+    sid = desk.passed_speed("same", "att-1")
+    desk.ledger.record("att-1", samples.audit())
+    desk.ledger.record("att-1", samples.quality())
+    assert desk.ledger.conclude("att-1", 1_020).verdict == "PASS"
+    again = desk.intake(FEE, content="same", block=1_100, payment_ref="pay-2")
+    assert again.admitted and again.submission_id != sid
+
+
+def test_intake_into_a_retired_arena_is_rejected(desk: Desk) -> None:
+    desk.commission()
+    desk.ledger.append([(f"arena-{ARENA}", ArenaRetired(block=900, reason="superseded"))])
+    outcome = desk.intake(FEE, content="d1", payment_ref="pay-1")
+    assert (outcome.admitted, outcome.reason) == (False, "arena_retired")
+    assert desk.version("payment-pay-1") == 0
+    desk.refused(desk.raw(EventDraft(f"arena-{ARENA}", "ArenaRetired",
+                                     {"block": 901, "reason": "again"})),
+                 machine="arena", state="RETIRED", event_type="ArenaRetired",
+                 reason="terminal_state")
+
+
+def test_intake_spends_a_credit_when_no_payment_is_named(desk: Desk) -> None:
+    desk.commission()
+    desk.ledger.grant_credit("cr-1", "5Miner", FEE, "welcome")
+    outcome = desk.intake(None, content="d1")
+    assert outcome.admitted
+    assert outcome.fee == {"kind": "credit", "ref": "cr-1", "amount_rao": FEE}
+    assert desk.types("credit-cr-1") == ["CreditGranted", "CreditSpent"]
+    spent = list(desk.ledger.store.read_stream("credit-cr-1"))[-1]
+    assert spent.payload == {"submission_id": outcome.submission_id}
+    assert spent.position == outcome.positions[-1]
+    credit = desk.ledger.fold.credit("cr-1")
+    assert credit is not None and (credit.status, credit.submission_id) == (
+        "SPENT", outcome.submission_id)
+    second = desk.intake(None, content="d2")
+    assert (second.admitted, second.reason) == (False, "missing_eval_cost_payment")
+    other = desk.intake(None, content="d3", hotkey="5Other")
+    assert (other.admitted, other.reason) == (False, "missing_eval_cost_payment")
+
+
+def test_a_zero_fee_arena_waives_the_fee(desk: Desk) -> None:
+    desk.commission(fee_rao=0)
+    outcome = desk.intake(None, content="d1", payment_ref="pay-1")
+    assert outcome.admitted
+    assert outcome.fee == {"kind": "waived", "ref": "", "amount_rao": 0}
+    assert len(outcome.positions) == 2
+    assert desk.version("payment-pay-1") == 0  # a named payment is not consumed
+    sub = desk.ledger.fold.submission(outcome.submission_id)
+    assert sub is not None and sub.status == "QUEUED"
+    assert sub.fee is not None and tuple(sub.fee) == ("waived", "", 0)
+
+
+def test_an_arrival_for_an_unknown_arena_or_with_a_forged_id_is_refused(desk: Desk) -> None:
+    desk.commission()
+    stranger = samples.arrived("other-arena", content="d1")
+    desk.refused(desk.model(f"submission-{stranger.submission_id}", stranger),
+                 machine="submission", state="NONE", event_type="SubmissionArrived",
+                 reason="arena_unknown")
+    real = samples.arrived(ARENA, content="d1")
+    forged = payload_of(real) | {"miner_hotkey": "5Thief"}
+    desk.refused(desk.raw(EventDraft(f"submission-{real.submission_id}", "SubmissionArrived",
+                                     forged)),
+                 machine="submission", state="NONE", event_type="SubmissionArrived",
+                 reason="submission_id_mismatch")
+    # WindowMeasured on a stream nobody claimed.
+    desk.refused(desk.model("attempt-ghost", samples.window(1, 1, 10**9, 10**9)),
+                 machine="attempt", state="NONE", event_type="WindowMeasured",
+                 reason="stream_not_started")

@@ -15,11 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from ledger import limits
-from ledger.codec import canonical_bytes, normalise
+from ledger.codec import canonical_bytes, normalise, plain_canonical_bytes
 from ledger.errors import LimitExceeded, SchemaError, UnknownEventType
 from ledger.events import ALL_EVENTS_V1, Event
 from ledger.fields import is_arena_id, is_digest, is_local_id
@@ -168,7 +167,7 @@ class Catalogue:
         model = self.model(event_type, version)
         if not isinstance(payload, dict):
             raise SchemaError(f"payload of {event_type} must be a JSON object", path="$.payload")
-        data: bytes | None = _plain_canonical(payload)
+        data: bytes | None = plain_canonical_bytes(payload)
         document = payload if data is not None else normalise(payload, "$.payload")
         try:
             model.model_validate(document)
@@ -208,45 +207,6 @@ class Catalogue:
         """Returns the event as a model of the current version (upcasting on the way)."""
         lifted = self.upcast(event_type, version, payload)
         return self.model(event_type).model_validate(lifted)
-
-
-def _plain_canonical(payload: dict[str, Any]) -> bytes | None:
-    """Returns canonical bytes when ``payload`` is plain JSON, or None to take the full walk.
-
-    Plain means exact dict/list/str/int/bool/None, ASCII keys, integers within ±(2**53 - 1),
-    nesting within limits. For such a document ``normalise`` would return an equal dict
-    whose keys are in code-point order, which for ASCII keys is the UTF-16 order RFC 8785
-    wants, so orjson's own key sort gives byte-identical output without rebuilding the
-    document (the hot path of every append). Anything else (floats, tuples, Mappings,
-    non-ASCII keys, lone surrogates) goes through ``normalise``, which raises as before.
-    """
-    if type(payload) is not dict or not _is_plain(payload, 0):
-        return None
-    try:
-        return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:
-        return None
-
-
-def _is_plain(value: dict[str, Any] | list[Any], depth: int) -> bool:
-    if depth >= limits.json_depth_max:  # ``normalise`` refuses a container this deep
-        return False
-    items = value.items() if type(value) is dict else enumerate(value)
-    for key, item in items:
-        if type(key) is str and not key.isascii():
-            return False
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if not -limits.json_integer_abs_max <= item <= limits.json_integer_abs_max:
-                return False
-        elif kind is dict or kind is list:
-            if not _is_plain(item, depth + 1):
-                return False
-        else:
-            return False
-    return True
 
 
 def _schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaError:

@@ -28,6 +28,7 @@ __all__ = [
     "is_canonical_decimal",
     "loads",
     "normalise",
+    "plain_canonical_bytes",
 ]
 
 _CANONICAL_DECIMAL = re.compile(r"0|-?(?:[1-9][0-9]*(?:\.[0-9]*[1-9])?|0\.[0-9]*[1-9])")
@@ -115,8 +116,50 @@ def normalise(value: Any, path: str = "$", depth: int = 0) -> Any:
     raise CanonicalFormError(f"value of type {kind.__name__} at {path} has no JSON form", path=path)
 
 
+def plain_canonical_bytes(payload: Any) -> bytes | None:
+    """Returns canonical bytes when ``payload`` is plain JSON, or None to take the full walk.
+
+    Plain means exact dict/list/str/int/bool/None, ASCII keys, integers within ±(2**53 - 1),
+    nesting within limits. For such a document ``normalise`` would return an equal dict
+    whose keys are in code-point order, which for ASCII keys is the UTF-16 order RFC 8785
+    wants, so orjson's own key sort gives byte-identical output without rebuilding the
+    document (the hot path of every append). Anything else (floats, tuples, Mappings,
+    non-ASCII keys, lone surrogates) goes through ``normalise``, which raises as before.
+    """
+    if type(payload) is not dict or not _is_plain(payload, 0):
+        return None
+    try:
+        return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _is_plain(value: dict[str, Any] | list[Any], depth: int) -> bool:
+    if depth >= limits.json_depth_max:  # ``normalise`` refuses a container this deep
+        return False
+    items = value.items() if type(value) is dict else enumerate(value)
+    for key, item in items:
+        if type(key) is str and not key.isascii():
+            return False
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not -limits.json_integer_abs_max <= item <= limits.json_integer_abs_max:
+                return False
+        elif kind is dict or kind is list:
+            if not _is_plain(item, depth + 1):
+                return False
+        else:
+            return False
+    return True
+
+
 def canonical_bytes(value: Any) -> bytes:
     """Encodes ``value`` as canonical JSON bytes, refusing floats, NaN and out-of-range ints."""
+    fast = plain_canonical_bytes(value)
+    if fast is not None:
+        return fast
     document = normalise(value)
     try:
         return orjson.dumps(document)

@@ -21,8 +21,6 @@ Decisions this module takes where DOMAIN is silent (documented in docs/machines.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -112,11 +110,8 @@ def arrival_key(event: SubmissionArrived) -> ArrivalKey:
 def submission_id_of(event: SubmissionArrived) -> str:
     """Returns digest(``arena-ledger.arrival``, the arrival fields) (DOMAIN §3).
 
-    The fold computes this for every arrival, so the common case takes a short cut: for
-    printable-ASCII strings and JSON-safe integers (all the schema admits today), sorted-key
-    ``json.dumps`` without whitespace is byte-for-byte the canonical JSON of
-    ``ledger.codec``; anything else goes through ``ledger.codec.digest`` itself. A unit test
-    holds the two equal.
+    The fold computes this for every arrival; ``ledger.codec.digest`` takes its plain-JSON
+    fast path for it.
     """
     arrival = event.arrival
     payload = {
@@ -127,11 +122,6 @@ def submission_id_of(event: SubmissionArrived) -> str:
         "miner_hotkey": event.miner_hotkey,
         "content_hash": event.content_hash,
     }
-    texts = (event.arena_id, event.miner_hotkey, event.content_hash)
-    if all(t.isascii() and t.isprintable() for t in texts):
-        document = {"domain": _ARRIVAL_DOMAIN, "payload": payload}
-        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
     return digest(_ARRIVAL_DOMAIN, payload)
 
 

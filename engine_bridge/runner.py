@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered_by_digest
-from engine_bridge.protocol import Engine
-from ledger.domain import ArenaLedger
+from engine_bridge.protocol import Engine, infrastructure_fault_payload
+from ledger.domain import CONTROL_HOTKEY, ArenaLedger
 from ledger.errors import EngineFault, InvalidInput, NotFound
 from ledger.events import AuditNodeGraded, QualityGraded, WindowMeasured
 
@@ -163,10 +163,10 @@ def evaluate(
             if ledger.fold.derive_decision(attempt_id) is None:
                 _quality(ledger, engine, spec, replay, result, notify)
     except EngineFault as fault:
-        code = str(fault.context["fault_code"])
-        result.fault = code
-        notify("fault", {"code": code, "stage": fault.context["stage"]})
-        ledger.fault(attempt_id, code, str(fault.context["stage"]), fault.message[:2000])
+        payload = infrastructure_fault_payload(fault)
+        result.fault = payload["code"]
+        notify("fault", {"code": payload["code"], "stage": payload["stage"]})
+        ledger.fault(attempt_id, payload["code"], payload["stage"], payload["detail"])
     decided = ledger.conclude(attempt_id, block)
     result.decision = {
         k: v
@@ -250,10 +250,6 @@ def _quality(
     notify("quality", report.payload)
 
 
-#: Hotkey the validator submits its own control runs under (credits pay them; not revenue).
-CONTROL_HOTKEY = "arena-ledger-controls"
-
-
 def run_controls(
     ledger: ArenaLedger,
     engine: Engine,
@@ -276,6 +272,8 @@ def run_controls(
         raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
     for index, (control_id, control) in enumerate(sorted(arena.controls.items())):
         run = f"ctl-{control_id}-{block}"[:64]
+        if ledger.fold.credit(run) is not None:
+            continue  # this control already ran at this block: the report covers it
         ledger.grant_credit(run, CONTROL_HOTKEY, arena.fee_rao, f"control run {control_id}")
         arrival = {
             "arena_id": arena_id,

@@ -51,9 +51,18 @@ if TYPE_CHECKING:
     from machines.projection import LedgerFold
     from machines.refusal import Refusal
 
-__all__ = ["ArenaLedger", "DomainGuard", "IntakeOutcome", "refused_error", "submission_id"]
+__all__ = [
+    "CONTROL_HOTKEY",
+    "ArenaLedger",
+    "DomainGuard",
+    "IntakeOutcome",
+    "refused_error",
+    "submission_id",
+]
 
 RULES_VERSION = "paired-windows.v1"
+#: Hotkey a validator submits its own control runs under; never rewarded, never blocking.
+CONTROL_HOTKEY = "arena-ledger-controls"
 
 
 def refused_error(refusal: Refusal, index: int | None = None) -> Refused:
@@ -214,8 +223,7 @@ class ArenaLedger:
     ) -> AppendResult:
         """Appends event models atomically (each checked by its machine)."""
         drafts = [
-            EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY)
-            for item in batch
+            EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY) for item in batch
         ]
         return self.store.append(drafts, idempotency_key=key, actor=self.actor)
 

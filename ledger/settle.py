@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ledger.domain import CONTROL_HOTKEY
 from ledger.errors import Refused
 from ledger.events import EmissionPolicySet, SettlementComputed
 
@@ -50,6 +51,8 @@ def _arena_input(fold: LedgerFold, arena: Any) -> Any:
     policy = arena.commissions[arena.commission_digest].event.policy
     subs = []
     for sub in fold.submissions(arena.arena_id):
+        if sub.hotkey == CONTROL_HOTKEY:
+            continue  # the validator's own control runs: never rewarded, never blocking
         resolution = fold.resolution(sub.submission_id) if sub.status == "QUALIFIED" else None
         block, index, subindex = sub.arrival_key[:3]
         subs.append(

@@ -1,0 +1,172 @@
+"""Runs ``arena-ledger demo``, the README's main job, as a user would, and checks its summary.
+
+The demo evaluates for real on the CPU reference engine, so only what CPU timing cannot
+change is asserted: the audit controls (``wrong_mlp``, ``skip_mlp``) and the fault control
+(``engine_kill``) meet their expectations, every attempt is decided, the replay reproduces
+the settlement digest and a second run appends a second session without touching the
+first. Whether ``faithful`` (or a miner) beats stock on a loaded 2-core host is noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAIN_JOB = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[engine]' && " \
+           ".venv/bin/arena-ledger demo"
+TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev,engine]' && " \
+               ".venv/bin/python -m pytest -q"
+DEMO_TIMEOUT_S = 600
+FEE_RAO = 100_000_000
+#: The controls whose outcome does not depend on CPU timing: (verdict, reason).
+DETERMINISTIC = {"wrong-mlp": ("FAIL", "slot_audit_failed"),
+                 "skip-mlp": ("FAIL", "slot_audit_failed"),
+                 "engine-kill": ("NO_DECISION", "engine_killed")}
+
+
+def run_demo(cli: Any, script: Path, *args: str) -> dict[str, Any]:
+    """Runs ``arena-ledger demo --json`` in the Cli's folder; asserts exit 0, no traceback."""
+    done = subprocess.run([str(script), "demo", "--workdir", str(cli.root / "wd"), "--json",
+                           *args], cwd=cli.root, env=cli.env(), capture_output=True,
+                          text=True, timeout=DEMO_TIMEOUT_S, check=False)
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+@pytest.fixture(scope="module")
+def demo(cli_factory: Callable[[str], Any], script: Path) -> dict[str, Any]:
+    """Runs one demo session with one miner, then snapshots the ledger it wrote."""
+    cli = cli_factory("demo")
+    assert cli.db.startswith("sqlite:///")
+    summary = run_demo(cli, script, "--miners", "1")
+    head = cli.head()
+    events = cli.jsonl("events", "--to-position", str(head))
+    return {"cli": cli, "summary": summary, "head": head, "events": events}
+
+
+@pytest.mark.slow
+def test_the_demo_summary_is_ok_and_replay_reproduces_its_settlement(
+        demo: dict[str, Any]) -> None:
+    summary = demo["summary"]
+    assert (summary["ok"], summary["session"], summary["arena_id"]) == (True, 1, "reference")
+    replay, verify = summary["replay"], summary["verify"]
+    assert replay["ok"] is True and verify["ok"] is True
+    assert re.fullmatch(r"[0-9a-f]{64}", summary["settlement_digest"])
+    assert replay["settlement_digest"] == summary["settlement_digest"]
+    assert replay["events"] == verify["checked"] == demo["head"] == len(demo["events"])
+    # Four controls and one miner were evaluated; each attempt's verdict was re-derived.
+    assert replay["verdicts_checked"] == replay["resolutions_checked"] == 5
+    assert replay["settlements_checked"] == 1
+    assert summary["checkpoint"]["tree_size"] == demo["head"]  # signs the whole ledger
+    assert sum(summary["weights_ppm"].values()) == 1_000_000
+
+
+@pytest.mark.slow
+def test_the_deterministic_controls_are_as_expected(demo: dict[str, Any]) -> None:
+    rows = {r["control_id"]: r for r in demo["summary"]["controls"]}
+    assert sorted(rows) == ["engine-kill", "faithful", "skip-mlp", "wrong-mlp"]
+    for control_id, (verdict, reason) in DETERMINISTIC.items():
+        row = rows[control_id]
+        assert (row["verdict"], row["reason"], row["outcome"]) == (
+            verdict, reason, "as_expected"), row
+    faithful = rows["faithful"]
+    assert (faithful["expected_verdict"], faithful["expected_reason"]) == ("FAIL", None)
+    assert faithful["verdict"] in ("PASS", "FAIL")  # decided; which one is CPU noise
+    assert faithful["outcome"] == ("as_expected" if faithful["verdict"] == "FAIL"
+                                   else "unexpected")
+
+
+@pytest.mark.slow
+def test_intake_fees_and_the_miner(demo: dict[str, Any]) -> None:
+    summary = demo["summary"]
+    rows = {r["hotkey"]: r for r in summary["submissions"]}
+    alice = rows["5Alice"]
+    assert alice["status"] in ("QUALIFIED", "FAILED") and alice["attempts"] == 1
+    # Dave named Alice's payment again: refused, nothing consumed twice.
+    assert (rows["5Dave"]["status"], rows["5Dave"]["reason"]) == (
+        "REJECTED", "eval_cost_payment_used")
+    if alice["status"] == "FAILED":  # Erin resubmits a failed content: a duplicate
+        assert rows["5Erin"]["reason"] == (
+            f"duplicate_of:{alice['submission_id'][:16]}:{alice['reason']}")
+    else:
+        assert "5Erin" not in rows
+    total = summary["fees"]["total"]
+    # Alice paid; the four control runs were paid by credits (not revenue).
+    assert (total["consumed_rao"], total["released_rao"], total["net_rao"]) == (
+        FEE_RAO, 0, FEE_RAO)
+    assert total["credits_spent_rao"] == 4 * FEE_RAO
+
+
+@pytest.mark.slow
+def test_running_the_demo_again_appends_a_second_session(
+        demo: dict[str, Any], script: Path) -> None:
+    cli = demo["cli"]
+    # The second session only re-commissions and settles: the controls already ran.
+    second = run_demo(cli, script, "--miners", "0", "--no-controls")
+    assert (second["ok"], second["session"]) == (True, 2)
+    head = cli.head()
+    assert head > demo["head"]
+    assert cli.jsonl("events", "--to-position", str(demo["head"])) == demo["events"]
+    added = cli.jsonl("events", "--from-position", str(demo["head"] + 1))
+    assert [e["type"] for e in added] == ["ArenaCommissioned", "SettlementComputed"]
+    assert added[0]["payload"]["commissioned_block"] == 200_000
+    assert second["replay"]["events"] == head
+    assert second["replay"]["settlement_digest"] == second["settlement_digest"]
+    assert second["settlement_digest"] != demo["summary"]["settlement_digest"]
+
+
+# --- the README's quick start ------------------------------------------------------------
+
+
+def first_sh_block(text: str) -> list[str]:
+    match = re.search(r"^```sh\n(.*?)^```", text, flags=re.M | re.S)
+    assert match, "README.md has no ```sh block"
+    return match.group(1).splitlines()
+
+
+def test_readme_opens_with_the_main_job_and_the_test_command() -> None:
+    lines = first_sh_block((ROOT / "README.md").read_text())
+    assert lines[:2] == [MAIN_JOB, TEST_COMMAND]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert TEST_COMMAND in ci
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("ARENA_LEDGER_FRESH_VENV") != "1",
+                    reason="builds a fresh virtual environment and runs the whole demo "
+                           "(minutes); set ARENA_LEDGER_FRESH_VENV=1 to run it")
+def test_the_readme_main_job_runs_in_a_fresh_venv(tmp_path: Path) -> None:
+    # A copy of the working tree, so the editable install writes nothing into the repo.
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "*.egg-info", "__pycache__", "*.db*", ".*_cache", "build"))
+    venv = tmp_path / "venv"
+    # --no-deps: no downloading torch here; the dependencies come from the dev venv.
+    setup = (f"python3 -m venv {venv} && {venv}/bin/pip install -q -e '.[engine]' --no-deps")
+    subprocess.run(setup, shell=True, cwd=tree, check=True, timeout=DEMO_TIMEOUT_S)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+    (venv / "lib" / version / "site-packages" / "dev-venv-deps.pth").write_text(f"{site}\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARENA_LEDGER_")}
+    env["ARENA_LEDGER_DB"] = f"sqlite:///{work / 'arena-ledger.db'}"
+    done = subprocess.run([str(venv / "bin" / "arena-ledger"), "demo", "--json"], cwd=work,
+                          env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["ok"] is True and summary["session"] == 1
+    assert (work / "arena-ledger-demo" / "validator.key").exists()

@@ -1,0 +1,530 @@
+"""Runs ``engine_bridge.runner.evaluate`` and ``run_controls`` against a real ledger.
+
+The first part drives the runner with ``FakeEngine`` on a ``ManualClock`` (scripted costs,
+so speed decisions are exact) on SQLite and PostgreSQL: it stops where the attempt machine
+says speed is decided, appends each measurement as it is taken, and turns every engine
+fault into the NO_DECISION the machine derives. The second part boots the real CPU
+reference engine once for one SQLite ledger and checks only what is deterministic there:
+audit and fault outcomes of the controls, and a file delta's digest and clean audit. CPU
+timings on this shared host are noise, so no real-engine test asserts a speed verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_bridge.deltas import DeltaSpec, load_file_delta, registered
+from engine_bridge.hooks import NodeTally
+from engine_bridge.protocol import Engine, FakeEngine, FaultCode
+from engine_bridge.runner import CONTROL_HOTKEY, EvaluationResult, evaluate, resolve_delta
+from ledger import migrate
+from ledger.domain import ArenaLedger
+from ledger.errors import InvalidInput, NotFound, Refused
+from machines import samples
+
+ARENA = "runner-arena"
+BLOCK = 1_010
+STOCK_NS = 1_000_000_000
+#: Candidate costs of DOMAIN §6's worked example, by window (window 4 must never run).
+WORKED = {w: c for w, (_, c) in enumerate(samples.WORKED_EXAMPLE_COSTS, start=1)}
+NODES = tuple(f"model.layers.{i}.mlp" for i in range(4))
+FAST_MLP = registered("fast_mlp")
+WRONG_MLP = registered("wrong_mlp")
+
+
+# --- a ledger and a scripted engine ------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """Holds one migrated ledger and the short-hands the FakeEngine tests repeat."""
+
+    ledger: ArenaLedger
+    stages: list[str] = field(default_factory=list)
+    attempt_id: str = ""
+
+    def commission(self, **policy: Any) -> None:
+        sealed = samples.policy(**policy)
+        document = samples.commissioned(ARENA, fee_rao=0, sealed=sealed)
+        self.ledger.commission(document.model_dump(mode="json", exclude_unset=True))
+
+    def admit(self, delta: DeltaSpec, content: str = "c1", index: int = 0,
+              block: int = 1_000) -> str:
+        arrival = {"arena_id": ARENA, "miner_hotkey": "5Miner",
+                   "content_hash": samples.hex64(content), "delta_digest": delta.digest,
+                   "target": "model.layers.*.mlp",
+                   "arrival": {"block": block, "event_index": index, "event_subindex": 0}}
+        outcome = self.ledger.intake(arrival)
+        assert outcome.admitted, outcome
+        return outcome.submission_id
+
+    def run(self, engine: Engine, sid: str, attempt_id: str = "att-1", *,
+            plan: str = "normal", candidate: DeltaSpec | None = None) -> EvaluationResult:
+        self.attempt_id = attempt_id
+        return evaluate(self.ledger, engine, submission_id=sid, attempt_id=attempt_id,
+                        block=BLOCK, plan=plan, candidate=candidate, progress=self.progress)
+
+    def progress(self, stage: str, info: dict[str, Any]) -> None:
+        self.stages.append(stage)
+        if stage == "window":
+            # Appended as measured: the ledger holds this window when the runner reports it.
+            recorded = [p["window"] for p in self.payloads(self.attempt_id, "WindowMeasured")]
+            assert recorded[-1] == info["window"], (recorded, info)
+
+    def types(self, attempt_id: str) -> list[str]:
+        return [r.type for r in self.ledger.store.read_stream(f"attempt-{attempt_id}")]
+
+    def payloads(self, attempt_id: str, event_type: str) -> list[dict[str, Any]]:
+        return [dict(r.payload) for r in self.ledger.store.read_stream(f"attempt-{attempt_id}")
+                if r.type == event_type]
+
+    def status(self, sid: str) -> str:
+        sub = self.ledger.fold.submission(sid)
+        assert sub is not None
+        return str(sub.status)
+
+
+@pytest.fixture
+def bench(store_url: str) -> Iterator[Bench]:
+    migrate.upgrade(store_url)
+    with ArenaLedger(store_url, actor="runner-test") as ledger:
+        yield Bench(ledger)
+
+
+def scripted(candidate_ns: Callable[[int], int]) -> tuple[FakeEngine, list[tuple[str, int]]]:
+    """Returns a FakeEngine whose candidate costs ``candidate_ns(window)`` and a run log.
+
+    Stock always costs 1 s; warm-up runs (window 0) cost 1 s on both arms. The log holds
+    (arm, window) for every measured run, so a test sees which windows really ran.
+    """
+    runs: list[tuple[str, int]] = []
+
+    def cost(lane_id: str, delta: DeltaSpec | None, window: int) -> int:
+        if window == 0:
+            return STOCK_NS
+        runs.append(("stock" if delta is None else "candidate", window))
+        return STOCK_NS if delta is None else candidate_ns(window)
+
+    return FakeEngine(cost_ns=cost), runs
+
+
+def clean_tallies(calls: int = 32) -> list[NodeTally]:
+    return [NodeTally(node, 0, calls=calls, min_score=1.0) for node in NODES]
+
+
+def decision(result: EvaluationResult) -> tuple[Any, ...]:
+    d = result.decision
+    return (d["verdict"], d["reason"], d["disposition"], d["speedup"], d["pass_line"],
+            d["look_window"])
+
+
+# --- FakeEngine: speed stops where the machine stops ---------------------------------------
+
+
+def test_worked_example_passes_at_look_3_and_window_4_never_runs(bench: Bench) -> None:
+    bench.commission()
+    sid = bench.admit(FAST_MLP)
+    engine, runs = scripted(WORKED.__getitem__)
+    engine.tallies = clean_tallies()
+
+    result = bench.run(engine, sid)
+
+    assert result.to_json() == {
+        "attempt_id": "att-1", "submission_id": sid, "windows": 3, "audit_nodes": 4,
+        "quality": True, "fault": None, "verdict": "PASS", "reason": "",
+        "disposition": "COMPLETE", "speedup": "1.019129", "pass_line": "0.018884",
+        "look_window": 3,
+    }
+    assert runs == [("candidate", 1), ("stock", 1), ("stock", 2), ("candidate", 2),
+                    ("candidate", 3), ("stock", 3)]
+    assert bench.types("att-1") == [
+        "AttemptClaimed", "WindowMeasured", "WindowMeasured", "WindowMeasured",
+        *["AuditNodeGraded"] * 4, "QualityGraded", "AttemptDecided"]
+    windows = bench.payloads("att-1", "WindowMeasured")
+    assert [(w["window"], w["orientation"], w["stock_cost_ns"], w["candidate_cost_ns"])
+            for w in windows] == [(1, 1, STOCK_NS, 990_000_000), (2, 1, STOCK_NS, 985_000_000),
+                                  (3, 2, STOCK_NS, 975_000_000)]
+    assert [a["node"] for a in bench.payloads("att-1", "AuditNodeGraded")] == list(NODES)
+    assert bench.stages == ["window"] * 3 + ["audit", "quality", "decided"]
+    # Candidate on lane A in orientation 1, on lane B in orientation 2, then audit, quality.
+    assert [(lane, stage) for lane, _, stage in engine.booted] == [
+        ("A", "speed"), ("B", "speed"), ("B", "speed"), ("A", "speed"), ("audit", "audit"),
+        ("A", "quality"), ("B", "quality"), ("B", "quality")]
+    assert engine.live == []
+    assert bench.status(sid) == "QUALIFIED"
+    submission_types = [r.type for r in bench.ledger.store.read_stream(f"submission-{sid}")]
+    assert submission_types[-2:] == ["QualificationStarted", "SubmissionResolved"]
+
+
+def test_futility_stops_after_orientation_1(bench: Bench) -> None:
+    bench.commission(futility_margin="0.05")
+    sid = bench.admit(FAST_MLP)
+    engine, runs = scripted(lambda window: 1_200_000_000)
+    engine.tallies = clean_tallies()
+
+    result = bench.run(engine, sid)
+
+    assert decision(result) == ("FAIL", "futility", "COMPLETE", None, None, 2)
+    assert (result.windows, result.audit_nodes, result.quality) == (2, 0, False)
+    assert {window for _, window in runs} == {1, 2}
+    assert bench.types("att-1") == [
+        "AttemptClaimed", "WindowMeasured", "WindowMeasured", "AttemptDecided"]
+    assert [stage for _, _, stage in engine.booted] == ["speed", "speed"]
+    explained = bench.ledger.explain_attempt("att-1")
+    assert (explained["r1"], explained["futility_limit"]) == ("1.2", "1.05")
+    assert bench.status(sid) == "FAILED"
+
+
+# --- FakeEngine: faults become NO_DECISION ------------------------------------------------
+
+
+def test_token_mismatch_becomes_work_mismatch_and_keeps_earlier_windows(bench: Bench) -> None:
+    bench.commission()
+    sid = bench.admit(FAST_MLP)
+
+    def cost(window: int) -> int:
+        # From window 2 on the candidate generates one token fewer than stock. FakeEngine
+        # reads candidate_tokens_short right after asking for the cost, so set it here.
+        engine.candidate_tokens_short = 1 if window >= 2 else 0
+        return WORKED[window]
+
+    engine, runs = scripted(cost)
+    result = bench.run(engine, sid)
+
+    assert decision(result) == ("NO_DECISION", "work_mismatch", "COMPLETE", None, None, None)
+    assert (result.windows, result.fault) == (1, "work_mismatch")
+    assert max(window for _, window in runs) == 2
+    assert bench.types("att-1") == [
+        "AttemptClaimed", "WindowMeasured", "InfrastructureFault", "AttemptDecided"]
+    fault = bench.payloads("att-1", "InfrastructureFault")[0]
+    assert (fault["code"], fault["stage"]) == ("work_mismatch", "speed")
+    assert "candidate generated 127 tokens, stock 128" in fault["detail"]
+    assert [w["window"] for w in bench.ledger.explain_attempt("att-1")["windows"]] == [1]
+    assert bench.status(sid) == "NO_DECISION"
+
+
+def test_adapter_start_failed_at_boot_requeues_and_a_later_attempt_runs(bench: Bench) -> None:
+    bench.commission()
+    sid = bench.admit(FAST_MLP)
+    broken = FakeEngine(fail={("speed", "fast_mlp", 0): FaultCode.ADAPTER_START_FAILED})
+
+    result = bench.run(broken, sid, "att-1")
+
+    assert decision(result) == ("NO_DECISION", "adapter_start_failed", "REQUEUE", None, None,
+                                None)
+    assert (result.windows, result.fault) == (0, "adapter_start_failed")
+    assert bench.types("att-1") == ["AttemptClaimed", "InfrastructureFault", "AttemptDecided"]
+    assert bench.status(sid) == "QUEUED"
+    assert broken.booted == []
+
+    # Nothing ran, so the submission is back in the queue and the next attempt decides it.
+    engine, _ = scripted(WORKED.__getitem__)
+    engine.tallies = clean_tallies()
+    again = bench.run(engine, sid, "att-2")
+    assert decision(again)[:3] == ("PASS", "", "COMPLETE")
+    sub = bench.ledger.fold.submission(sid)
+    assert sub is not None and (sub.status, sub.attempts) == ("QUALIFIED", 2)
+
+
+def test_engine_killed_mid_window_keeps_the_measured_windows(bench: Bench) -> None:
+    bench.commission()
+    killer = registered("engine_kill", window="3")
+    sid = bench.admit(killer)
+    engine, runs = scripted(WORKED.__getitem__)
+
+    # The digest has a non-default window, so the runner needs the spec itself.
+    result = bench.run(engine, sid, candidate=killer)
+
+    assert decision(result) == ("NO_DECISION", "engine_killed", "COMPLETE", None, None, None)
+    assert (result.windows, result.fault) == (2, "engine_killed")
+    assert ("candidate", 3) not in runs
+    explained = bench.ledger.explain_attempt("att-1")
+    assert [(w["window"], w["orientation"], w["ratio"]) for w in explained["windows"]] == [
+        (1, 1, "0.99"), (2, 1, "0.985")]
+    assert explained["fault"]["code"] == "engine_killed"
+    assert (explained["verdict"], explained["disposition"]) == ("NO_DECISION", "COMPLETE")
+    assert bench.types("att-1")[-2:] == ["InfrastructureFault", "AttemptDecided"]
+    assert bench.stages[-2:] == ["fault", "decided"]
+    assert bench.status(sid) == "NO_DECISION"
+
+
+class Crash(BaseException):
+    """Stands for the validator process dying: nothing in the runner may catch it."""
+
+
+def test_a_crash_leaves_a_partial_attempt_that_a_fault_then_concludes(bench: Bench) -> None:
+    bench.commission()
+    sid = bench.admit(FAST_MLP)
+
+    def cost(window: int) -> int:
+        if window == 3:
+            raise Crash
+        return WORKED[window]
+
+    engine, _ = scripted(cost)
+    with pytest.raises(Crash):
+        bench.run(engine, sid)
+
+    assert bench.types("att-1") == ["AttemptClaimed", "WindowMeasured", "WindowMeasured"]
+    with pytest.raises(Refused) as undecided:
+        bench.ledger.conclude("att-1", BLOCK)
+    assert undecided.value.context["reason"] == "attempt_not_decidable"
+    bench.ledger.fault("att-1", "unproven_infrastructure_failure", "speed", "validator died")
+    decided = bench.ledger.conclude("att-1", BLOCK + 5)
+    assert (decided.verdict, decided.reason, decided.disposition) == (
+        "NO_DECISION", "unproven_infrastructure_failure", "HOLD")
+    assert bench.status(sid) == "HELD"
+
+
+# --- FakeEngine: calibration observation ---------------------------------------------------
+
+
+def test_calibration_observation_audits_after_a_speed_fail_and_never_grades_quality(
+        bench: Bench) -> None:
+    bench.commission(audit_control_delta_digests=[WRONG_MLP.digest])
+    slower = 1_100_000_000
+    failing = bench.admit(WRONG_MLP, "c1", index=0)
+    clean = bench.admit(WRONG_MLP, "c2", index=1)
+
+    engine, runs = scripted(lambda window: slower)
+    engine.tallies = [NodeTally(node, 0, calls=32, violations=32, min_score=0.81)
+                      for node in NODES]
+    result = bench.run(engine, failing, "cal-1", plan="calibration_observation")
+    assert sorted({window for _, window in runs}) == [1, 2, 3, 4]
+
+    # All four windows run (no futility margin), speed FAILs at window 4, the audit still
+    # runs and its violations decide; the speed numbers stay those of the deciding look.
+    assert decision(result) == ("FAIL", "slot_audit_failed", "COMPLETE", "0.909091",
+                                "0.013075", 4)
+    assert (result.windows, result.audit_nodes, result.quality) == (4, 4, False)
+    assert bench.types("cal-1") == [
+        "AttemptClaimed", *["WindowMeasured"] * 4, *["AuditNodeGraded"] * 4, "AttemptDecided"]
+    assert "quality" not in [stage for _, _, stage in engine.booted]
+
+    engine, _ = scripted(lambda window: slower)
+    engine.tallies = clean_tallies()
+    observed = bench.run(engine, clean, "cal-2", plan="calibration_observation")
+    assert decision(observed) == ("FAIL", "candidate_slower", "COMPLETE", "0.909091",
+                                  "0.013075", 4)
+    assert (observed.audit_nodes, observed.quality) == (4, False)
+    assert "QualityGraded" not in bench.types("cal-2")
+    assert bench.stages.count("quality") == 0
+
+
+def test_calibration_observation_of_an_unlisted_delta_is_refused_before_anything_runs(
+        bench: Bench) -> None:
+    bench.commission(audit_control_delta_digests=[WRONG_MLP.digest])
+    sid = bench.admit(FAST_MLP)
+    head = bench.ledger.store.head().position
+    engine, runs = scripted(WORKED.__getitem__)
+
+    with pytest.raises(Refused) as refused:
+        bench.run(engine, sid, plan="calibration_observation")
+
+    assert refused.value.context["reason"] == "calibration_observation_not_listed"
+    assert bench.ledger.store.head().position == head
+    assert (engine.booted, runs) == ([], [])
+
+
+def test_an_unknown_submission_or_delta_is_refused_before_anything_runs(bench: Bench) -> None:
+    bench.commission()
+    engine = FakeEngine()
+    with pytest.raises(NotFound):
+        bench.run(engine, "0" * 64)
+    unregistered = bench.admit(DeltaSpec("file", "build_mlp", {}, "/nowhere.py", "ab" * 32))
+    head = bench.ledger.store.head().position
+    with pytest.raises(NotFound, match="--delta-file"):
+        bench.run(engine, unregistered)
+    assert bench.ledger.store.head().position == head
+    assert engine.booted == []
+
+
+def test_run_controls_runs_each_control_once_per_block(bench: Bench) -> None:
+    from engine_bridge.runner import run_controls
+
+    bench.commission()
+    bench.ledger.register_control(ARENA, {
+        "control_id": "honest", "kind": "honest", "delta_digest": FAST_MLP.digest,
+        "expected_verdict": "FAIL", "expected_reason": "speed_threshold_not_met"})
+    first = run_controls(bench.ledger, FakeEngine(), arena_id=ARENA, block=1_200)
+    assert [(r["verdict"], r["reason"], r["outcome"]) for r in first] == [
+        ("FAIL", "speed_threshold_not_met", "as_expected")]
+    head = bench.ledger.store.head().position
+
+    # Running it again at the same block (an operator retrying) reports the same runs and
+    # appends nothing; it must not fail with a concurrency conflict that no retry can clear.
+    engine = FakeEngine()
+    again = run_controls(bench.ledger, engine, arena_id=ARENA, block=1_200)
+    assert again == first
+    assert bench.ledger.store.head().position == head
+    assert engine.booted == []
+
+
+def test_a_passing_control_run_earns_no_reward_and_does_not_raise_the_bar(
+        bench: Bench) -> None:
+    from engine_bridge.runner import run_controls
+    from machines.settlement import settlement_payload
+
+    bench.commission()
+    bench.ledger.set_emission_policy(7_200, "5Burn", "5Validator")
+    bench.ledger.register_control(ARENA, {
+        "control_id": "honest", "kind": "honest", "delta_digest": FAST_MLP.digest,
+        "expected_verdict": "PASS"})
+    engine, _ = scripted(WORKED.__getitem__)
+    engine.tallies = clean_tallies()
+    report = run_controls(bench.ledger, engine, arena_id=ARENA, block=1_005)
+    assert [(r["verdict"], r["outcome"]) for r in report] == [("PASS", "as_expected")]
+    # A miner arriving after the control run passes with the very same speedup.
+    sid = bench.admit(FAST_MLP, "miner", block=1_006)
+    engine, _ = scripted(WORKED.__getitem__)
+    engine.tallies = clean_tallies()
+    assert decision(bench.run(engine, sid, "miner-1"))[:4] == ("PASS", "", "COMPLETE",
+                                                               "1.019129")
+
+    # Control runs are the validator's own checks, paid by credits: the arena's pool goes
+    # to the miner, not to CONTROL_HOTKEY, and the control's PASS is not the bar to beat.
+    payload = settlement_payload(bench.ledger.weights(2_000))
+    assert [c["hotkey"] for c in payload["claims"]] == ["5Miner"]
+    assert payload["weights_ppm"] == {"5Burn": 500_000, "5Miner": 500_000}
+
+
+# --- the real CPU reference engine ------------------------------------------------------------
+
+FEE = 1_000
+FAITHFUL_FILE = '''\
+"""A faithful MLP: the stock math straight from the stock weights."""
+import torch
+import torch.nn.functional as F
+
+ARENA_DELTA_ENTRY_POINT = "make_candidate"
+
+
+class Faithful(torch.nn.Module):
+    def __init__(self, stock):
+        super().__init__()
+        self.gate = stock.gate_proj.weight
+        self.up = stock.up_proj.weight
+        self.down = stock.down_proj.weight
+
+    def forward(self, x, *args, **kwargs):
+        return F.linear(F.silu(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
+
+
+def make_candidate(stock):
+    return Faithful(stock)
+'''
+#: (control delta, kind, expected verdict, expected reason)
+REAL_CONTROLS = (("wrong_mlp", "wrong_mlp", "FAIL", "slot_audit_failed"),
+                 ("skip_mlp", "skip_mlp", "FAIL", "slot_audit_failed"),
+                 ("engine_kill", "engine_kill", "NO_DECISION", "engine_killed"))
+
+
+@dataclass
+class Reference:
+    """Holds the module's real engine, its SQLite ledger and the file delta."""
+
+    ledger: ArenaLedger
+    engine: Engine
+    delta_file: Path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
+    pytest.importorskip("torch")
+    from engine_bridge.demo import demo_commission
+    from engine_bridge.runner import make_engine
+
+    root = tmp_path_factory.mktemp("runner-real")
+    delta_file = root / "faithful_delta.py"
+    delta_file.write_text(FAITHFUL_FILE)
+    url = f"sqlite:///{root / 'ledger.db'}"
+    migrate.upgrade(url)
+    commission = demo_commission(ARENA, 100)
+    commission["fee_rao"] = FEE
+    policy = commission["policy"]
+    # The file delta is listed too, so its calibration observation always runs the audit.
+    policy["audit_control_delta_digests"] = sorted(
+        [registered("wrong_mlp").digest, registered("skip_mlp").digest,
+         load_file_delta(delta_file).digest])
+    engine = make_engine("torch-reference", engine_config={"cost_clock": "thread_time"})
+    with ArenaLedger(url, actor="runner-real") as ledger:
+        ledger.commission(commission)
+        for name, kind, verdict, reason in REAL_CONTROLS:
+            ledger.register_control(ARENA, {
+                "control_id": name.replace("_", "-"), "kind": kind,
+                "delta_digest": registered(name).digest, "expected_verdict": verdict,
+                "expected_reason": reason})
+        try:
+            yield Reference(ledger, engine, delta_file)
+        finally:
+            engine.shutdown()
+
+
+@pytest.mark.slow
+def test_run_controls_on_the_real_engine_meet_their_expectations(reference: Reference) -> None:
+    from engine_bridge.runner import run_controls
+
+    ledger = reference.ledger
+    rows = run_controls(ledger, reference.engine, arena_id=ARENA, block=200)
+
+    observed = {r["control_id"]: (r["verdict"], r["reason"], r["outcome"]) for r in rows}
+    assert observed == {"wrong-mlp": ("FAIL", "slot_audit_failed", "as_expected"),
+                        "skip-mlp": ("FAIL", "slot_audit_failed", "as_expected"),
+                        "engine-kill": ("NO_DECISION", "engine_killed", "as_expected")}
+    for name in ("wrong-mlp", "skip-mlp"):
+        attempt = ledger.explain_attempt(f"ctl-{name}-200")
+        assert attempt["plan"] == "calibration_observation"
+        assert attempt["quality"] is None
+        audited = [r.payload for r in ledger.store.read_stream(f"attempt-ctl-{name}-200")
+                   if r.type == "AuditNodeGraded"]
+        assert [(a["node"], a["calls"], a["violations"]) for a in audited] == [
+            (node, 32, 32) for node in NODES]
+    killed = ledger.explain_attempt("ctl-engine-kill-200")
+    assert killed["plan"] == "normal"
+    assert [w["window"] for w in killed["windows"]] == [1]
+    assert (killed["fault"]["code"], killed["fault"]["stage"]) == ("engine_killed", "speed")
+    # Each run is the control hotkey's submission, paid by a credit: not fee revenue.
+    runs = ledger.submissions(ARENA, hotkey=CONTROL_HOTKEY)
+    assert len(runs) == 3
+    fees = ledger.fees(ARENA)["total"]
+    assert (fees["consumed_rao"], fees["credits_spent_rao"]) == (0, 3 * FEE)
+
+
+@pytest.mark.slow
+def test_a_file_delta_is_named_by_its_sha256_and_audits_clean(reference: Reference) -> None:
+    ledger, path = reference.ledger, reference.delta_file
+    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    spec = resolve_delta(sha256, str(path))
+    assert (spec.kind, spec.name, spec.digest) == ("file", "make_candidate", sha256)
+    with pytest.raises(InvalidInput, match="digest"):
+        resolve_delta("ab" * 32, str(path))
+
+    arrival = {"arena_id": ARENA, "miner_hotkey": "5FileMiner", "content_hash": sha256,
+               "delta_digest": sha256, "target": "model.layers.*.mlp", "payment_ref": "pay-f1",
+               "arrival": {"block": 300, "event_index": 0, "event_subindex": 0}}
+    outcome = ledger.intake(arrival, payment_amount_rao=FEE)
+    assert outcome.admitted
+    result = evaluate(ledger, reference.engine, submission_id=outcome.submission_id,
+                      attempt_id="file-1", block=310, plan="calibration_observation",
+                      candidate=spec)
+
+    audited = [r.payload for r in ledger.store.read_stream("attempt-file-1")
+               if r.type == "AuditNodeGraded"]
+    assert [(a["node"], a["calls"], a["violations"], a["near_misses"], a["uncomparable"])
+            for a in audited] == [(node, 32, 0, 0, 0) for node in NODES]
+    assert {a["min_score"] for a in audited} == {"1"}
+    assert result.fault is None and result.audit_nodes == 4
+    # Whether it is faster than stock is CPU noise; what follows from each case is not.
+    if result.decision["verdict"] == "PASS":
+        assert result.quality and result.decision["reason"] == ""
+    else:
+        assert not result.quality
+        assert result.decision["verdict"] == "FAIL"
+        assert result.decision["reason"] in ("futility", "candidate_slower",
+                                             "speed_threshold_not_met")

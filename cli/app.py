@@ -45,8 +45,10 @@ def _global(
 @app.command()
 @handle_errors
 def init() -> None:
-    """Creates (or upgrades) the ledger's tables at --db."""
-    migrate.upgrade(state.db_url)
+    """Creates (or upgrades) the ledger's tables at --db; an existing ledger must verify first."""
+    from ledger import ops
+
+    ops.upgrade(state.db_url)
     with state.store() as store:
         head = store.head()
     console.print(f"ledger ready at {state.db_url} (head {head.position}, "
@@ -230,6 +232,10 @@ _register_evaluate(app)
 from cli.demo import register as _register_demo  # noqa: E402
 
 _register_demo(app)
+
+from cli.ops import register as _register_ops  # noqa: E402
+
+_register_ops(app)
 
 
 def main() -> None:

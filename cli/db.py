@@ -1,15 +1,19 @@
-"""Implements ``arena-ledger db …``: Alembic upgrade, downgrade, current, history and check."""
+"""Implements ``arena-ledger db …``: upgrade (chain verified first), downgrade, current, check.
+
+``db backup`` and ``db restore`` live in cli/ops.py and are added to ``db_app`` there.
+"""
 
 from __future__ import annotations
 
 import typer
 
-from cli.common import console, emit_json, handle_errors, state
-from ledger import migrate
+from cli.common import console, emit_json, err_console, handle_errors, state
+from ledger import migrate, ops
 
 __all__ = ["db_app"]
 
-db_app = typer.Typer(help="Migrate the store's schema (Alembic revisions).", no_args_is_help=True)
+db_app = typer.Typer(help="Migrate (Alembic revisions), back up and restore the store.",
+                     no_args_is_help=True)
 
 
 @db_app.command("upgrade")
@@ -17,8 +21,16 @@ db_app = typer.Typer(help="Migrate the store's schema (Alembic revisions).", no_
 def upgrade(
     revision: str = typer.Argument("head", help="Target revision."),
     sql: bool = typer.Option(False, "--sql", help="Print the SQL instead of running it."),
+    skip_verify: bool = typer.Option(
+        False, "--skip-verify", help="Migrate without verifying the hash chain first (for a "
+        "ledger you have just verified, or one kept for investigation; see docs/operations.md)."
+    ),
 ) -> None:
-    """Upgrades the store's tables to REVISION (head by default), showing pending revisions."""
+    """Upgrades the store's tables to REVISION (head by default), showing pending revisions.
+
+    An existing ledger's hash chain is verified first: one that fails is not migrated (exit 4,
+    naming the first bad position). A new, empty database upgrades without a check.
+    """
     if sql:
         typer.echo(migrate.upgrade(state.db_url, revision, sql=True))
         return
@@ -27,8 +39,14 @@ def upgrade(
         console.print(f"already at {migrate.current(state.db_url)}; nothing to do")
         return
     console.print("pending: " + ", ".join(todo))
-    migrate.upgrade(state.db_url, revision)
-    console.print(f"now at {migrate.current(state.db_url)}")
+    report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify)
+    if report.verified is not None:
+        console.print(f"verified {report.verified.checked} events before migrating (head "
+                      f"{report.verified.head_hash})")
+    elif report.skipped_verify:
+        err_console.print("warning: --skip-verify: the hash chain was not verified before "
+                          "migrating", markup=False)
+    console.print(f"now at {report.after}")
 
 
 @db_app.command("downgrade")

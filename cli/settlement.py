@@ -98,7 +98,7 @@ def rewards(
             str(row.get("arena_id")),
             str(row.get("hotkey")),
             str(row.get("speedup")),
-            str(row.get("best_before") or "-"),
+            _best(row.get("best_before")),
             str(row.get("status")),
             ", ".join(b[:16] for b in row.get("blocked_by") or []) or "-",
         )
@@ -220,6 +220,12 @@ def _render_replay(report: Any) -> None:
         )
     elif report.expected_digest is not None and not report.ok:
         console.print(f"expected digest {report.expected_digest} differs", markup=False)
+
+
+def _best(best: Any) -> str:
+    if not best:
+        return "-"
+    return f"{best['speedup']} ({str(best['submission_id'])[:12]}…)"
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,653 @@
+"""Runs the operator's and auditor's tasks: a verified upgrade, backup, restore, stats, history.
+
+Every function takes the database URL and returns data (a report or JSON-ready rows); the
+``arena-ledger db upgrade|backup|restore``, ``stats`` and ``history`` commands only render it.
+
+Backups. SQLite is copied online with SQLite's backup API (a consistent snapshot even while
+validators append), then the copy's hash chain is verified before it takes its final name.
+PostgreSQL is dumped with ``pg_dump --format=custom`` and restored with ``pg_restore`` into a
+freshly created database, which is then verified. The SQLite backup API is not part of
+SQLAlchemy, so this module reaches the driver through the store's engine
+(``engine.raw_connection()`` and ``engine.dialect.dbapi``) instead of importing it: driver
+imports stay in the store modules (tests/unit/test_layers.py).
+
+``ledger`` must not depend on ``machines`` when only the store is used, so the machines are
+imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal
+from pathlib import Path
+from typing import Any
+
+from ledger import migrate
+from ledger.catalogue import CATALOGUE
+from ledger.errors import (
+    IntegrityError,
+    InvalidInput,
+    LedgerError,
+    SchemaNotInitialised,
+    StoreError,
+)
+from ledger.events import AttemptClaimed, AttemptDecided
+from ledger.fields import is_hotkey
+from ledger.model import Head, RecordedEvent, VerifyReport
+from ledger.store import EventStore
+
+__all__ = [
+    "BackupReport",
+    "RestoreReport",
+    "UpgradeReport",
+    "backup",
+    "history",
+    "restore",
+    "stats",
+    "upgrade",
+    "verify_before_upgrade",
+]
+
+#: Decimal places of a reported rate (the fixed form of DOMAIN §6).
+rate_places = 6
+#: Longest stderr excerpt of pg_dump / pg_restore quoted in an error, in characters.
+tool_message_chars_max = 400
+
+_RATE = Context(prec=34)
+
+
+# -- upgrade ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpgradeReport:
+    """Reports a guarded upgrade: revisions before and after, what ran, what was verified."""
+
+    before: str | None
+    after: str | None
+    applied: list[str]
+    verified: VerifyReport | None
+    skipped_verify: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the report as a JSON-ready object."""
+        return {
+            "before": self.before,
+            "after": self.after,
+            "applied": self.applied,
+            "verified": None if self.verified is None else self.verified.to_json(),
+            "skipped_verify": self.skipped_verify,
+        }
+
+
+def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> UpgradeReport:
+    """Verifies the hash chain, then upgrades the store's tables to ``revision``.
+
+    A ledger that fails verification is not migrated (IntegrityError, exit 4, naming the first
+    bad position); a database without ledger tables upgrades without a check. With
+    ``skip_verify`` the check is left out (see docs/operations.md for when that is right).
+    """
+    before = migrate.current(url)
+    todo = migrate.pending(url)
+    if not todo:
+        return UpgradeReport(before, before, [], None)
+    checked = None if skip_verify else verify_before_upgrade(url)
+    migrate.upgrade(url, revision)
+    after = migrate.current(url)
+    applied = todo[: todo.index(after) + 1] if after in todo else todo
+    return UpgradeReport(before, after, applied, checked, skip_verify)
+
+
+def verify_before_upgrade(url: str) -> VerifyReport | None:
+    """Verifies an existing ledger's chain (None when the database holds no ledger yet)."""
+    with EventStore(url) as store:
+        if not store.is_initialised():
+            return None
+        report = store.verify()
+    if not report.ok:
+        raise IntegrityError(
+            f"the ledger fails verification at position {report.first_bad_position} "
+            f"({report.problem}); nothing was migrated. Investigate with `arena-ledger verify` "
+            "before migrating (docs/operations.md)",
+            first_bad_position=report.first_bad_position,
+            kind=report.kind,
+        )
+    return report
+
+
+# -- backup and restore ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BackupReport:
+    """Reports a backup: where it went, how it was made and what it holds."""
+
+    path: str
+    method: str
+    bytes: int
+    head: Head | None
+    verified: VerifyReport | None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the report as a JSON-ready object."""
+        return {
+            "path": self.path,
+            "method": self.method,
+            "bytes": self.bytes,
+            "head": None if self.head is None else _head_json(self.head),
+            "verified": None if self.verified is None else self.verified.to_json(),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """Reports a restore: the target, the verified chain and the schema revision."""
+
+    url: str
+    method: str
+    head: Head
+    verified: VerifyReport
+    revision: str | None
+    pending: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the report as a JSON-ready object."""
+        return {
+            "url": self.url,
+            "method": self.method,
+            "head": _head_json(self.head),
+            "verified": self.verified.to_json(),
+            "revision": self.revision,
+            "pending": self.pending,
+        }
+
+
+def backup(url: str, path: str | Path) -> BackupReport:
+    """Copies the ledger at ``url`` to the new file ``path`` (never overwrites one).
+
+    SQLite: an online, consistent copy whose chain is then verified (IntegrityError when it
+    fails; the copy is kept as ``PATH.unverified`` for investigation). PostgreSQL: a
+    ``pg_dump --format=custom`` archive; verify it by restoring it (``restore``).
+    """
+    target = Path(path)
+    if target.exists():
+        raise InvalidInput(f"{target} already exists; a backup never overwrites a file",
+                           path=str(target))
+    if not target.parent.is_dir():
+        raise InvalidInput(f"directory {target.parent} does not exist", path=str(target))
+    with EventStore(url) as store:
+        if store.backend == "sqlite":
+            _require_sqlite_file(store)
+            store.require_initialised()
+            return _backup_sqlite(store, target)
+        store.require_initialised()
+        return _backup_postgres(store, target)
+
+
+def restore(url: str, path: str | Path) -> RestoreReport:
+    """Restores the backup at ``path`` into the empty or new ledger at ``url``, then verifies.
+
+    A target that holds recorded events is refused (InvalidInput, nothing changed). A backup
+    whose chain fails verification is refused on SQLite before the target is touched; on
+    PostgreSQL the verification follows ``pg_restore`` (IntegrityError either way).
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise InvalidInput(f"backup file {source} does not exist", path=str(source))
+    with EventStore(url) as store:
+        if store.backend == "sqlite":
+            return _restore_sqlite(store, source)
+        return _restore_postgres(store, source)
+
+
+def _head_json(head: Head) -> dict[str, Any]:
+    return {"position": head.position, "entry_hash": head.entry_hash}
+
+
+def _sqlite_file(store: EventStore) -> Path:
+    database = store.engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        raise InvalidInput("backup and restore need a SQLite file URL (sqlite:///PATH)",
+                           url=store.url)
+    return Path(database)
+
+
+def _require_sqlite_file(store: EventStore) -> None:
+    # Opening a missing SQLite file would create an empty one; say what is wrong instead.
+    file = _sqlite_file(store)
+    if not file.is_file():
+        raise SchemaNotInitialised(f"there is no ledger at {file}", url=store.url)
+
+
+def _dbapi(store: EventStore) -> Any:
+    return store.engine.dialect.dbapi
+
+
+@contextmanager
+def _driver_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except LedgerError:
+        raise
+    except Exception as exc:  # the driver's errors (sqlite3.Error), bare or wrapped by SQLAlchemy
+        orig = getattr(exc, "orig", None) or exc
+        if type(orig).__module__ != "sqlite3":
+            raise
+        raise InvalidInput(f"{what}: {orig}") from None
+
+
+def _sqlite_copy(source: Any, target: Path, dbapi: Any) -> None:
+    """Copies an open SQLite connection's database into a new file (one consistent step)."""
+    destination = dbapi.connect(str(target))
+    try:
+        source.backup(destination)
+        destination.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+    finally:
+        destination.close()
+
+
+def _single_file(target: Path, dbapi: Any) -> None:
+    """Leaves ``target`` in rollback-journal mode so it is one self-contained file."""
+    connection = dbapi.connect(str(target))
+    try:
+        connection.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        connection.close()
+
+
+@contextmanager
+def _scratch(path: Path) -> Iterator[Path]:
+    """Yields a scratch file name of ours; removes what is left of it if the block fails."""
+    for stale in (path, *_sidecars(path)):
+        stale.unlink(missing_ok=True)  # left by an interrupted run
+    try:
+        yield path
+    except BaseException:
+        for leftover in (path, *_sidecars(path)):
+            leftover.unlink(missing_ok=True)
+        raise
+
+
+def _sidecars(path: Path) -> tuple[Path, ...]:
+    return tuple(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))
+
+
+def _fsync(path: Path) -> None:
+    with path.open("rb") as file:
+        os.fsync(file.fileno())
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _verify_file(file: Path) -> tuple[VerifyReport, Head]:
+    """Verifies the ledger in a SQLite file; returns the report and its head."""
+    with EventStore(f"sqlite:///{file}") as copy:
+        copy.require_initialised()
+        report = copy.verify()
+        head = copy.head()
+    return report, head
+
+
+def _backup_sqlite(store: EventStore, target: Path) -> BackupReport:
+    with _scratch(target.with_name(target.name + ".partial")) as partial:
+        raw = store.engine.raw_connection()
+        try:
+            with _driver_errors("the SQLite backup failed"):
+                _sqlite_copy(raw.driver_connection, partial, _dbapi(store))
+        finally:
+            raw.close()
+        report, head = _verify_file(partial)
+        _single_file(partial, _dbapi(store))
+        _fsync(partial)
+        if not report.ok:
+            kept = target.with_name(target.name + ".unverified")
+            os.replace(partial, kept)
+            raise IntegrityError(
+                f"the copy fails verification at position {report.first_bad_position} "
+                f"({report.problem}): the source ledger is damaged. The copy was kept as "
+                f"{kept} for investigation; {target} was not written",
+                first_bad_position=report.first_bad_position, kind=report.kind,
+                path=str(kept),
+            )
+        os.replace(partial, target)
+    _fsync(target)
+    return BackupReport(str(target), "sqlite-backup-api", target.stat().st_size, head, report)
+
+
+def _open_backup(store: EventStore, source: Path) -> Any:
+    """Opens a SQLite backup read-only and checks it holds a ledger."""
+    uri = source.resolve().as_uri() + "?mode=ro"
+    with _driver_errors(f"{source} is not a readable SQLite ledger backup"):
+        connection = _dbapi(store).connect(uri, uri=True)
+        try:
+            names = {row[0] for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except BaseException:
+            connection.close()
+            raise
+    if not {"events", "ledger_head"} <= names:
+        connection.close()
+        raise InvalidInput(f"{source} holds no arena-ledger tables", path=str(source))
+    return connection
+
+
+def _sqlite_target_is_empty(store: EventStore) -> bool:
+    """Tells whether the target file is new (True) or an empty ledger (False); else refuses."""
+    file = _sqlite_file(store)
+    if not file.exists() or file.stat().st_size == 0:
+        return True
+    with _driver_errors(f"{file} is not an arena-ledger database"):
+        initialised = store.is_initialised()
+        head = store.head() if initialised else None
+    if head is not None:
+        if head.position > 0:
+            raise InvalidInput(
+                f"the ledger at {file} is not empty (head position {head.position}); restore "
+                "never overwrites recorded events: restore into a new file",
+                url=store.url, position=head.position,
+            )
+        return False
+    if _sqlite_objects(store) == 0:
+        return False  # an empty database file (opening a missing file creates one)
+    raise InvalidInput(f"{file} exists and is not an arena-ledger database; restore into a "
+                       "new file", url=store.url)
+
+
+def _sqlite_objects(store: EventStore) -> int:
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("SELECT COUNT(*) FROM sqlite_master")
+        row: Any = cursor.fetchone()
+        return int(row[0])
+    finally:
+        raw.close()
+
+
+def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
+    new_file = _sqlite_target_is_empty(store)
+    file = _sqlite_file(store)
+    with _scratch(file.with_name(file.name + ".restore-partial")) as partial:
+        backup_conn = _open_backup(store, source)
+        try:
+            with _driver_errors(f"reading {source} failed"):
+                _sqlite_copy(backup_conn, partial, _dbapi(store))
+        finally:
+            backup_conn.close()
+        report, head = _verify_file(partial)
+        if not report.ok:
+            raise IntegrityError(
+                f"the backup {source} fails verification at position "
+                f"{report.first_bad_position} ({report.problem}); nothing was restored",
+                first_bad_position=report.first_bad_position, kind=report.kind,
+                path=str(source),
+            )
+        _install(store, partial, file, new_file)
+    if store.head() != head:
+        raise StoreError(f"the restored ledger at {file} does not hold the backup's head; "
+                         "was another process writing to it?", url=store.url)
+    return RestoreReport(store.url, "sqlite-backup-api", head, report,
+                         migrate.current(store.url), migrate.pending(store.url))
+
+
+def _install(store: EventStore, partial: Path, file: Path, new_file: bool) -> None:
+    """Moves the verified copy into place: a rename for a new file, else the backup API."""
+    if new_file:
+        _single_file(partial, _dbapi(store))
+        _fsync(partial)
+        os.replace(partial, file)
+        _fsync(file)
+        return
+    # An existing (empty) ledger may be open elsewhere; SQLite replaces its pages safely.
+    store.engine.dispose()
+    source = _dbapi(store).connect(str(partial))
+    raw = store.engine.raw_connection()
+    try:
+        with _driver_errors(f"writing {file} failed"):
+            source.backup(raw.driver_connection)
+    finally:
+        raw.close()
+        source.close()
+        store.engine.dispose()
+    partial.unlink()
+
+
+def _conninfo(store: EventStore) -> tuple[str, dict[str, str]]:
+    """Returns a libpq conninfo for the store's URL and the environment carrying its password."""
+    url = store.engine.url
+    parts: dict[str, Any] = {"host": url.host, "port": url.port, "user": url.username,
+                             "dbname": url.database}
+    parts.update({k: v for k, v in url.query.items() if isinstance(v, str)})
+    conninfo = " ".join(f"{k}={_quote(str(v))}" for k, v in parts.items() if v is not None)
+    env = dict(os.environ)
+    if url.password is not None:
+        env["PGPASSWORD"] = str(url.password)  # never on the command line (ps shows it)
+    return conninfo, env
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise InvalidInput(
+            f"{name} is not on PATH: PostgreSQL ledgers are backed up and restored with the "
+            "PostgreSQL client tools (pg_dump, pg_restore); install them, or follow the manual "
+            "procedure in docs/operations.md", tool=name,
+        )
+    return found
+
+
+def _run_tool(argv: list[str], env: dict[str, str], error: type[LedgerError]) -> str:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        message = " ".join(done.stderr.split())[:tool_message_chars_max]
+        raise error(f"{Path(argv[0]).name} failed (exit {done.returncode}): {message}",
+                    tool=Path(argv[0]).name)
+    return done.stdout
+
+
+def _backup_postgres(store: EventStore, target: Path) -> BackupReport:
+    tool = _tool("pg_dump")
+    conninfo, env = _conninfo(store)
+    with _scratch(target.with_name(target.name + ".partial")) as partial:
+        before = store.head()
+        _run_tool([tool, "--format=custom", "--no-password", f"--file={partial}",
+                   f"--dbname={conninfo}"], env, StoreError)
+        after = store.head()
+        _fsync(partial)
+        os.replace(partial, target)
+    _fsync(target)
+    # pg_dump's snapshot lies between the two reads; when they agree it holds exactly that head.
+    head = before if before == after else None
+    note = ("a pg_dump archive is verified by restoring it: `arena-ledger --db URL-OF-A-NEW-"
+            "DATABASE db restore PATH` runs pg_restore and verifies the chain")
+    return BackupReport(str(target), "pg_dump", target.stat().st_size, head, None, note)
+
+
+def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
+    tool = _tool("pg_restore")
+    if store.is_initialised() or migrate.current(store.url) is not None:
+        raise InvalidInput(
+            "the target database already holds ledger tables; restore a pg_dump archive into "
+            "a freshly created, empty database (createdb NAME)", url=store.url,
+        )
+    listing = _run_tool([tool, "--list", str(source)], dict(os.environ), InvalidInput)
+    if "TABLE DATA public events" not in listing:
+        raise InvalidInput(f"{source} is not a pg_dump archive of an arena ledger",
+                           path=str(source))
+    conninfo, env = _conninfo(store)
+    _run_tool([tool, "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
+               "--no-password", f"--dbname={conninfo}", str(source)], env, StoreError)
+    report = store.verify()
+    if not report.ok:
+        raise IntegrityError(
+            f"the restored ledger fails verification at position {report.first_bad_position} "
+            f"({report.problem}); do not use it: drop the database",
+            first_bad_position=report.first_bad_position, kind=report.kind,
+        )
+    return RestoreReport(store.url, "pg_restore", store.head(), report,
+                         migrate.current(store.url), migrate.pending(store.url))
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+def _rate(part: int, whole: int) -> str | None:
+    if whole == 0:
+        return None
+    value = _RATE.divide(Decimal(part), Decimal(whole))
+    return str(value.quantize(Decimal(1).scaleb(-rate_places), rounding=ROUND_HALF_EVEN))
+
+
+@dataclass
+class _Tally:
+    """Counts what stats reports while the events stream past once."""
+
+    types: Counter[str] = field(default_factory=Counter)
+    attempt_arena: dict[str, str] = field(default_factory=dict)
+    decided: Counter[str] = field(default_factory=Counter)
+    no_decision: Counter[str] = field(default_factory=Counter)
+    holds_placed: Counter[str] = field(default_factory=Counter)
+    last: RecordedEvent | None = None
+
+    def tip(self) -> dict[str, Any] | None:
+        """Returns the last event read: the chain's tip."""
+        if self.last is None:
+            return None
+        last = self.last
+        return {"position": last.position, "entry_hash": last.entry_hash, "type": last.type,
+                "stream": last.stream, "recorded_at": last.recorded_at}
+
+
+def _fold_and_count(store: EventStore, size: int) -> tuple[Any, _Tally]:
+    from machines.projection import LedgerFold
+
+    fold = LedgerFold()
+    tally = _Tally()
+    for recorded in store.read_all(1, to_position=size):
+        payload = recorded.payload
+        event = CATALOGUE.decode(recorded.type, recorded.schema_version, payload)
+        tally.types[recorded.type] += 1
+        sid = recorded.stream[len("submission-"):] if recorded.stream.startswith(
+            "submission-") else None
+        was = fold.submission(sid) if sid else None
+        fold.apply(recorded.position, recorded.stream, event, payload)
+        now = fold.submission(sid) if sid else None
+        if now is not None and now.status == "HELD" and (was is None or was.status != "HELD"):
+            tally.holds_placed[str(now.hold_reason)] += 1
+        if isinstance(event, AttemptClaimed):
+            tally.attempt_arena[event.attempt_id] = event.arena_id
+        elif isinstance(event, AttemptDecided):
+            arena = tally.attempt_arena.get(recorded.stream[len("attempt-"):], "?")
+            tally.decided[arena] += 1
+            tally.no_decision[arena] += int(event.verdict == "NO_DECISION")
+        tally.last = recorded
+    return fold, tally
+
+
+def _snapshot(store: EventStore) -> tuple[Head, int, str]:
+    """Reads the head and the Merkle root at the same size."""
+    size, root = store.merkle_root()
+    head = store.head()
+    if head.position != size:  # an append landed in between: take the root at the head
+        size, root = store.merkle_root(head.position)
+    return head, size, root.hex()
+
+
+def _last_checkpoint(store: EventStore, head: Head) -> dict[str, Any] | None:
+    found = store.checkpoints(limit=1)
+    if not found:
+        return None
+    row = {k: v for k, v in found[0].items() if k != "note"}
+    row["age_positions"] = head.position - int(row["tree_size"])
+    return row
+
+
+def stats(url: str) -> dict[str, Any]:
+    """Returns the ledger's vital signs as of its head, read in one pass over the events.
+
+    Head and chain tip, Merkle root, the last checkpoint and its age in positions, events by
+    type, submissions by status per arena, holds by reason (now held, and every hold ever
+    placed), and each arena's NO_DECISION rate (NO_DECISION verdicts / decided attempts).
+    """
+    from machines.submission import STATES
+
+    with EventStore(url) as store:
+        store.require_initialised()
+        head, size, root = _snapshot(store)
+        fold, tally = _fold_and_count(store, size)
+        checkpoint = _last_checkpoint(store, head)
+        backend = store.backend
+    arenas = sorted({a.arena_id for a in fold.arenas()} | set(tally.decided))
+    by_status: dict[str, dict[str, int]] = {}
+    held: Counter[str] = Counter()
+    for arena in arenas:
+        counts = dict.fromkeys(STATES, 0)
+        for sub in fold.submissions(arena):
+            counts[sub.status] += 1
+            if sub.status == "HELD":
+                held[str(sub.hold_reason)] += 1
+        by_status[arena] = {**counts, "total": sum(counts.values())}
+    return {
+        "backend": backend,
+        "revision": migrate.current(url),
+        "head": _head_json(head),
+        "tip": tally.tip(),
+        "tip_matches_head": tally.last is None or tally.last.entry_hash == head.entry_hash,
+        "merkle": {"tree_size": size, "root_hash": root},
+        "last_checkpoint": checkpoint,
+        "events": {"total": sum(tally.types.values()),
+                   "by_type": dict(sorted(tally.types.items()))},
+        "submissions": by_status,
+        "holds": {"current": dict(sorted(held.items())),
+                  "placed": dict(sorted(tally.holds_placed.items()))},
+        "no_decision": {
+            arena: {"no_decision": tally.no_decision[arena], "decided": tally.decided[arena],
+                    "rate": _rate(tally.no_decision[arena], tally.decided[arena])}
+            for arena in arenas
+        },
+    }
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def history(url: str, hotkey: str) -> list[dict[str, Any]]:
+    """Returns every submission of ``hotkey`` across arenas in arrival-key order.
+
+    Each row carries the status, reason, stated cause and next step (``ArenaLedger.submissions``
+    with ``machines.reasons.describe``), the fee, the attempts and the positions of the
+    submission's first and latest events (for ``prove inclusion``).
+    """
+    if not is_hotkey(hotkey):
+        raise InvalidInput("a hotkey is 1-64 printable non-space ASCII characters",
+                           path="hotkey")
+    from ledger.domain import ArenaLedger
+
+    with ArenaLedger(url, actor="history") as ledger:
+        rows = ledger.submissions(hotkey=hotkey)
+        fold = ledger.guard.fold
+        for row in rows:
+            sub = fold.submission(row["submission_id"])
+            row["fee"] = None if sub is None or sub.fee is None else dict(sub.fee._asdict())
+            recorded = list(ledger.store.read_stream(f"submission-{row['submission_id']}"))
+            row["attempt_ids"] = [str(r.payload["attempt_id"]) for r in recorded
+                                  if r.type == "QualificationStarted"]
+            row["arrived_position"] = recorded[0].position if recorded else None
+            row["latest_position"] = recorded[-1].position if recorded else None
+    rows.sort(key=lambda r: (*r["arrival"], r["content_hash"], r["arena_id"]))
+    return rows

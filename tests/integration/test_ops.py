@@ -1,0 +1,582 @@
+"""Checks the operator and auditor tasks of ``ledger.ops`` on SQLite and a real PostgreSQL.
+
+One small ledger (two arenas, seven submissions, four attempts, holds and a checkpoint) is
+built through ``ArenaLedger`` with ``machines.samples``; ``stats`` must report its numbers
+exactly and ``history`` must list a hotkey's submissions across both arenas in arrival order.
+Backups must verify and carry the source's head; restores must refuse a non-empty target; an
+upgrade must refuse a ledger whose chain was tampered with (the append-only triggers bypassed
+the way tests/integration/test_store_tamper.py does).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, text
+
+from ledger import migrate, ops
+from ledger.checkpoint import sign_tree
+from ledger.domain import ArenaLedger
+from ledger.errors import IntegrityError, InvalidInput, SchemaNotInitialised
+from ledger.model import EventDraft
+from ledger.note import Signer
+from ledger.store import EventStore
+from machines import samples
+from machines.reasons import describe
+
+ARENA_A, ARENA_B = "mlp-arena", "cache-arena"
+FEE = 1_000_000_000
+WORKED = samples.WORKED_EXAMPLE_COSTS[:3]
+SLOWER = ((1_000_000_000, 1_020_000_000),) * 4
+PG_ADMIN_URL = os.environ.get(
+    "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+# -- the small ledger ------------------------------------------------------------------------
+
+
+def _payload(event: Any) -> dict[str, Any]:
+    return dict(event.model_dump(mode="json", exclude_unset=True))
+
+
+class Builder:
+    """Writes the scenario through ArenaLedger, the way a validator and an operator would."""
+
+    def __init__(self, ledger: ArenaLedger) -> None:
+        self.ledger = ledger
+
+    def commission(self, arena_id: str) -> None:
+        self.ledger.commission(_payload(samples.commissioned(arena_id, fee_rao=FEE)))
+
+    def intake(self, arena_id: str, hotkey: str, content: str, block: int,
+               paid: bool = True) -> str:
+        arrival = _payload(samples.arrived(arena_id, hotkey=hotkey, content=content, block=block,
+                                           payment_ref=f"pay-{content}" if paid else None))
+        arrival.pop("submission_id")
+        outcome = self.ledger.intake(arrival, payment_amount_rao=FEE if paid else None)
+        assert outcome.admitted is paid, outcome
+        return outcome.submission_id
+
+    def claim(self, sid: str, attempt_id: str) -> None:
+        self.ledger.claim(attempt_id=attempt_id, pair_id="pair-1", validator_hotkey="5Validator",
+                          block=1_010, submission_id=sid)
+
+    def windows(self, attempt_id: str, costs: tuple[tuple[int, int], ...]) -> None:
+        for index, (stock, candidate) in enumerate(costs, start=1):
+            self.ledger.record(attempt_id, samples.window(index, 1 if index <= 2 else 2, stock,
+                                                          candidate))
+
+
+def build(url: str) -> dict[str, str]:
+    """Builds the scenario on a migrated ledger; returns the submission ids by name.
+
+    mlp-arena:   s1 5Alice PASS · s2 5Bob NO_DECISION (engine_killed, completed) ·
+                 s3 5Alice REJECTED (no payment) · s4 5Carol HELD (held, released, held again) ·
+                 s5 5Dave HELD (unproven_infrastructure_failure, disposition HOLD)
+    cache-arena: s6 5Alice QUEUED (the earliest arrival of all) · s7 5Bob FAILED
+    """
+    with ArenaLedger(url, actor="tester") as ledger:
+        b = Builder(ledger)
+        b.commission(ARENA_A)
+        b.commission(ARENA_B)
+        ids = {
+            "s6": b.intake(ARENA_B, "5Alice", "d6", 900),
+            "s1": b.intake(ARENA_A, "5Alice", "d1", 1_000),
+            "s2": b.intake(ARENA_A, "5Bob", "d2", 1_001),
+            "s3": b.intake(ARENA_A, "5Alice", "d3", 1_002, paid=False),
+            "s4": b.intake(ARENA_A, "5Carol", "d4", 1_003),
+            "s5": b.intake(ARENA_A, "5Dave", "d5", 1_004),
+            "s7": b.intake(ARENA_B, "5Bob", "d7", 1_005),
+        }
+        b.claim(ids["s1"], "att-1")
+        b.windows("att-1", WORKED)
+        ledger.record("att-1", samples.audit())
+        ledger.record("att-1", samples.quality())
+        ledger.conclude("att-1", 1_020)
+        b.claim(ids["s2"], "att-2")
+        ledger.fault("att-2", "engine_killed", "speed", "killed in the test")
+        ledger.conclude("att-2", 1_021)
+        ledger.hold(ids["s4"], "operator review", 1_022)
+        ledger.release(ids["s4"], "looked fine", 1_023, "5Operator")
+        ledger.hold(ids["s4"], "second look", 1_024)
+        b.claim(ids["s5"], "att-3")
+        ledger.fault("att-3", "unproven_infrastructure_failure", "speed", "lost the lane")
+        ledger.conclude("att-3", 1_025)
+        b.claim(ids["s7"], "att-4")
+        b.windows("att-4", SLOWER)
+        ledger.conclude("att-4", 1_026)
+    return ids
+
+
+#: What the scenario records, counted by hand from ``build``.
+EVENTS_BY_TYPE = {
+    "ArenaCommissioned": 2,
+    "AttemptClaimed": 4,
+    "AttemptDecided": 4,
+    "AuditNodeGraded": 1,
+    "HoldReleased": 1,
+    "InfrastructureFault": 2,
+    "PaymentConsumed": 6,
+    "QualificationStarted": 4,
+    "QualityGraded": 1,
+    "SubmissionAdmitted": 6,
+    "SubmissionArrived": 7,
+    "SubmissionHeld": 2,
+    "SubmissionRejected": 1,
+    "SubmissionResolved": 4,
+    "WindowMeasured": 7,
+}
+EVENTS_TOTAL = sum(EVENTS_BY_TYPE.values())
+
+
+def _statuses(**counts: int) -> dict[str, int]:
+    statuses = ("ARRIVED", "QUEUED", "QUALIFYING", "QUALIFIED", "FAILED", "NO_DECISION", "HELD",
+                "REJECTED", "EXPIRED")
+    row = {s: counts.get(s, 0) for s in statuses}
+    return {**row, "total": sum(row.values())}
+
+
+@pytest.fixture
+def built(store_url: str) -> tuple[str, dict[str, str]]:
+    migrate.upgrade(store_url)
+    return store_url, build(store_url)
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+def test_stats_reports_the_small_ledger_exactly(built: tuple[str, dict[str, str]]) -> None:
+    url, _ = built
+    with EventStore(url) as store:
+        signer = Signer.generate("ops.test")
+        issued = sign_tree(store, signer, size=40)
+        store.append([EventDraft("credit-late", "CreditGranted", {
+            "credit_id": "late", "hotkey": "5Erin", "amount_rao": 5, "note": "after"})],
+            actor="tester")
+        head = store.head()
+        size, root = store.merkle_root()
+
+    doc = ops.stats(url)
+
+    assert head.position == EVENTS_TOTAL + 1
+    assert doc["head"] == {"position": head.position, "entry_hash": head.entry_hash}
+    assert doc["tip"]["position"] == head.position and doc["tip"]["type"] == "CreditGranted"
+    assert doc["tip"]["stream"] == "credit-late" and doc["tip_matches_head"] is True
+    assert doc["merkle"] == {"tree_size": size, "root_hash": root.hex()}
+    checkpoint = doc["last_checkpoint"]
+    assert (checkpoint["id"], checkpoint["tree_size"], checkpoint["root_hash"]) == (
+        issued.id, 40, issued.root_hash)
+    assert checkpoint["age_positions"] == head.position - 40 == 13
+    assert doc["events"] == {"total": EVENTS_TOTAL + 1,
+                             "by_type": {**EVENTS_BY_TYPE, "CreditGranted": 1}}
+    assert doc["submissions"] == {
+        ARENA_B: _statuses(QUEUED=1, FAILED=1),
+        ARENA_A: _statuses(QUALIFIED=1, NO_DECISION=1, REJECTED=1, HELD=2),
+    }
+    assert doc["holds"] == {
+        "current": {"second look": 1, "unproven_infrastructure_failure": 1},
+        "placed": {"operator review": 1, "second look": 1, "unproven_infrastructure_failure": 1},
+    }
+    assert doc["no_decision"] == {
+        ARENA_B: {"no_decision": 0, "decided": 1, "rate": "0.000000"},
+        ARENA_A: {"no_decision": 2, "decided": 3, "rate": "0.666667"},
+    }
+    assert doc["revision"] == migrate.heads()[0]
+    assert doc["backend"] == ("sqlite" if url.startswith("sqlite") else "postgresql")
+
+
+def test_stats_counts_types_like_an_independent_query(built: tuple[str, dict[str, str]]) -> None:
+    url, _ = built
+    with EventStore(url) as store, store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT type, COUNT(*) FROM events GROUP BY type")).all()
+    assert ops.stats(url)["events"]["by_type"] == {str(t): int(n) for t, n in sorted(rows)}
+
+
+def test_stats_of_an_empty_ledger(store: EventStore) -> None:
+    doc = ops.stats(store.url)
+    assert doc["head"]["position"] == 0 and doc["tip"] is None and doc["tip_matches_head"]
+    assert doc["merkle"]["tree_size"] == 0 and doc["last_checkpoint"] is None
+    assert doc["events"] == {"total": 0, "by_type": {}}
+    assert doc["submissions"] == {} and doc["no_decision"] == {}
+    assert doc["holds"] == {"current": {}, "placed": {}}
+
+
+def test_stats_refuses_an_uninitialised_database(store_url: str) -> None:
+    with pytest.raises(SchemaNotInitialised):
+        ops.stats(store_url)
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def test_history_lists_a_hotkey_across_arenas_in_arrival_order(
+    built: tuple[str, dict[str, str]],
+) -> None:
+    url, ids = built
+    rows = ops.history(url, "5Alice")
+
+    assert [r["submission_id"] for r in rows] == [ids["s6"], ids["s1"], ids["s3"]]
+    assert [r["arena_id"] for r in rows] == [ARENA_B, ARENA_A, ARENA_A]
+    assert [r["arrival"] for r in rows] == [[900, 0, 0], [1_000, 0, 0], [1_002, 0, 0]]
+    assert [(r["status"], r["verdict"], r["reason"]) for r in rows] == [
+        ("QUEUED", None, ""), ("QUALIFIED", "PASS", ""),
+        ("REJECTED", None, "missing_eval_cost_payment")]
+    rejected = describe("missing_eval_cost_payment")
+    assert (rows[2]["cause"], rows[2]["next_step"]) == (rejected.cause, rejected.next_step)
+    assert rows[0]["cause"] == "admitted and waiting for a validator"
+    assert rows[1]["next_step"] == "nothing: rewards follow at settlement"
+    assert rows[1]["fee"] == {"kind": "payment", "ref": "pay-d1", "amount_rao": FEE}
+    assert rows[2]["fee"] is None
+    assert [r["attempt_ids"] for r in rows] == [[], ["att-1"], []]
+    assert all(r["hotkey"] == "5Alice" for r in rows)
+    with EventStore(url) as store:
+        stream = list(store.read_stream(f"submission-{ids['s1']}"))
+    assert (rows[1]["arrived_position"], rows[1]["latest_position"]) == (
+        stream[0].position, stream[-1].position)
+
+
+def test_history_states_the_cause_of_holds_and_no_decisions(
+    built: tuple[str, dict[str, str]],
+) -> None:
+    url, ids = built
+    [bob_a, bob_b] = sorted(ops.history(url, "5Bob"), key=lambda r: r["arena_id"] != ARENA_A)
+    assert (bob_a["submission_id"], bob_a["status"], bob_a["reason"]) == (
+        ids["s2"], "NO_DECISION", "engine_killed")
+    assert bob_a["cause"] == describe("engine_killed").cause
+    assert (bob_b["status"], bob_b["reason"]) == ("FAILED", "candidate_slower")
+    [dave] = ops.history(url, "5Dave")
+    assert (dave["status"], dave["reason"]) == ("HELD", "unproven_infrastructure_failure")
+    assert dave["next_step"] == describe("unproven_infrastructure_failure").next_step
+
+
+def test_history_of_an_unknown_hotkey_is_empty_and_a_bad_one_is_refused(
+    built: tuple[str, dict[str, str]],
+) -> None:
+    url, _ = built
+    assert ops.history(url, "5Nobody") == []
+    for bad in ("", "has space", "x" * 65):
+        with pytest.raises(InvalidInput):
+            ops.history(url, bad)
+
+
+# -- backup and restore: SQLite --------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_ledger(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    migrate.upgrade(url)
+    return url, build(url)
+
+
+def _fingerprint(url: str) -> tuple[Any, ...]:
+    with EventStore(url) as store:
+        report = store.verify()
+        size, root = store.merkle_root()
+        return report.ok, report.checked, store.head(), size, root.hex(), store.checkpoints()
+
+
+def test_a_sqlite_backup_verifies_and_carries_the_head(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    with EventStore(url) as store:
+        sign_tree(store, Signer.generate("ops.test"))
+    target = tmp_path / "backup.db"
+
+    report = ops.backup(url, target)
+
+    assert report.method == "sqlite-backup-api" and report.verified is not None
+    assert report.verified.ok and report.verified.checked == EVENTS_TOTAL
+    assert report.head is not None and report.bytes == target.stat().st_size
+    # One self-contained file: rollback journal (not WAL), nothing beside it, nothing partial.
+    assert target.read_bytes()[18:20] == b"\x01\x01"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("backup")) == [
+        "backup.db"]
+    copy = _fingerprint(f"sqlite:///{target}")
+    assert copy == _fingerprint(url)
+    assert copy[2] == report.head and copy[0] is True
+
+
+def test_a_backup_never_overwrites_and_needs_a_ledger(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    existing = tmp_path / "taken.db"
+    existing.write_bytes(b"keep me")
+    with pytest.raises(InvalidInput, match="already exists"):
+        ops.backup(url, existing)
+    assert existing.read_bytes() == b"keep me"
+    with pytest.raises(InvalidInput, match="does not exist"):
+        ops.backup(url, tmp_path / "no-such-dir" / "b.db")
+    missing = tmp_path / "missing.db"
+    with pytest.raises(SchemaNotInitialised):
+        ops.backup(f"sqlite:///{missing}", tmp_path / "b.db")
+    assert not missing.exists() and not (tmp_path / "b.db").exists()
+
+
+def test_a_backup_is_consistent_while_a_validator_appends(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    stop = threading.Event()
+    written: list[int] = []
+
+    def append_forever() -> None:
+        with EventStore(url) as store:
+            n = 0
+            while not stop.is_set() and n < 400:
+                n += 1
+                result = store.append([EventDraft(f"credit-c{n}", "CreditGranted", {
+                    "credit_id": f"c{n}", "hotkey": "5Busy", "amount_rao": n, "note": ""})],
+                    actor="busy")
+                written.append(result.last)
+
+    worker = threading.Thread(target=append_forever)
+    worker.start()
+    try:
+        while len(written) < 20:
+            stop.wait(0.01)
+        reports = [ops.backup(url, tmp_path / f"b{i}.db") for i in range(3)]
+    finally:
+        stop.set()
+        worker.join()
+    for report in reports:
+        assert report.verified is not None and report.verified.ok
+        assert report.head is not None and report.head.position >= EVENTS_TOTAL + 20
+        assert report.verified.checked == report.head.position
+
+
+@contextmanager
+def _bypassed(store: EventStore) -> Iterator[Connection]:
+    """Yields a connection where the append-only triggers do not fire (an attacker's view)."""
+    with store.engine.connect() as conn, conn.begin():
+        if store.backend == "postgresql":
+            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
+            yield conn
+            return
+        triggers = conn.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").all()
+        for name, _sql in triggers:
+            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
+        yield conn
+        for _name, sql in triggers:
+            conn.exec_driver_sql(sql)
+
+
+def _tamper(url: str, position: int) -> None:
+    with EventStore(url) as store, _bypassed(store) as conn:
+        conn.execute(text("UPDATE events SET actor = 'mallory' WHERE position = :p"),
+                     {"p": position})
+
+
+def test_a_backup_of_a_tampered_ledger_fails_and_is_kept_aside(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    _tamper(url, 7)
+    target = tmp_path / "backup.db"
+    with pytest.raises(IntegrityError) as caught:
+        ops.backup(url, target)
+    assert caught.value.context["first_bad_position"] == 7
+    assert not target.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("backup")) == [
+        "backup.db.unverified"]
+
+
+def test_a_sqlite_restore_into_a_new_file_verifies(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, ids = sqlite_ledger
+    ops.backup(url, tmp_path / "backup.db")
+    target = f"sqlite:///{tmp_path / 'restored.db'}"
+
+    report = ops.restore(target, tmp_path / "backup.db")
+
+    assert report.verified.ok and report.verified.checked == EVENTS_TOTAL
+    assert report.revision == migrate.heads()[0] and report.pending == []
+    assert _fingerprint(target) == _fingerprint(url)
+    assert ops.history(target, "5Alice") == ops.history(url, "5Alice")
+    with EventStore(target) as restored:  # a live ledger again: appends chain on
+        restored.append([EventDraft("credit-next", "CreditGranted", {
+            "credit_id": "next", "hotkey": "5Erin", "amount_rao": 1, "note": ""})])
+        assert restored.verify().checked == EVENTS_TOTAL + 1
+    assert ids
+
+
+def test_a_sqlite_restore_into_an_initialised_empty_ledger(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    ops.backup(url, tmp_path / "backup.db")
+    target = f"sqlite:///{tmp_path / 'empty.db'}"
+    migrate.upgrade(target)
+    report = ops.restore(target, tmp_path / "backup.db")
+    assert report.head == _fingerprint(url)[2]
+    assert _fingerprint(target) == _fingerprint(url)
+
+
+def test_a_restore_refuses_a_non_empty_target_and_changes_nothing(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    ops.backup(url, tmp_path / "backup.db")
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    migrate.upgrade(other)
+    with EventStore(other) as store:
+        store.append([EventDraft("credit-own", "CreditGranted", {
+            "credit_id": "own", "hotkey": "5Own", "amount_rao": 1, "note": ""})])
+    before = _fingerprint(other)
+
+    with pytest.raises(InvalidInput, match="not empty"):
+        ops.restore(other, tmp_path / "backup.db")
+    with pytest.raises(InvalidInput, match="not empty"):
+        ops.restore(url, tmp_path / "backup.db")  # onto the source itself
+
+    assert _fingerprint(other) == before
+    assert not list(tmp_path.glob("*.restore-partial"))
+
+
+def test_a_restore_refuses_a_tampered_backup_or_a_foreign_file(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    url, _ = sqlite_ledger
+    backup = tmp_path / "backup.db"
+    ops.backup(url, backup)
+    _tamper(f"sqlite:///{backup}", 3)
+    target = tmp_path / "restored.db"
+    with pytest.raises(IntegrityError) as caught:
+        ops.restore(f"sqlite:///{target}", backup)
+    assert caught.value.context["first_bad_position"] == 3
+    assert not target.exists() and not list(tmp_path.glob("*.restore-partial"))
+
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("not a database")
+    with pytest.raises(InvalidInput):
+        ops.restore(f"sqlite:///{target}", foreign)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        ops.restore(f"sqlite:///{target}", tmp_path / "missing.db")
+    assert not target.exists()
+
+
+# -- backup and restore: PostgreSQL ----------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_pg_database() -> Iterator[str]:
+    """Yields the URL of a newly created, empty PostgreSQL database (dropped afterwards)."""
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"al_ops_{uuid.uuid4().hex[:8]}"
+    params = conninfo_to_dict(PG_ADMIN_URL)
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        info = {**params, "dbname": name}
+        yield (f"postgresql+psycopg://{info.get('user', 'postgres')}@{info.get('host')}:"
+               f"{info.get('port', 5432)}/{name}")
+    finally:
+        with psycopg.connect(make_conninfo(**params), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_postgres_backup_restores_into_a_new_database_and_verifies(
+    built: tuple[str, dict[str, str]], tmp_path: Path, fresh_pg_database: str,
+) -> None:
+    url, _ = built
+    with EventStore(url) as store:
+        sign_tree(store, Signer.generate("ops.test"))
+    archive = tmp_path / "ledger.dump"
+
+    report = ops.backup(url, archive)
+
+    assert report.method == "pg_dump" and report.verified is None
+    assert report.head == _fingerprint(url)[2] and archive.stat().st_size == report.bytes
+    assert "restor" in report.note
+    with pytest.raises(InvalidInput, match="already exists"):
+        ops.backup(url, archive)
+
+    restored = ops.restore(fresh_pg_database, archive)
+
+    assert restored.method == "pg_restore" and restored.verified.ok
+    assert restored.head == report.head and restored.revision == migrate.heads()[0]
+    assert _fingerprint(fresh_pg_database) == _fingerprint(url)
+    with pytest.raises(InvalidInput, match="already holds ledger tables"):
+        ops.restore(fresh_pg_database, archive)
+    with pytest.raises(InvalidInput, match="already holds ledger tables"):
+        ops.restore(url, archive)
+    with EventStore(fresh_pg_database) as store:  # the triggers came back with the tables
+        with pytest.raises(Exception, match="append-only"), store.engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM events WHERE position = 1")
+        assert store.verify().ok
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_postgres_restore_refuses_what_is_not_a_ledger_archive(
+    store_url: str, tmp_path: Path,
+) -> None:
+    junk = tmp_path / "junk.dump"
+    junk.write_bytes(b"PGDMP but not really")
+    with pytest.raises(InvalidInput, match="pg_restore failed"):
+        ops.restore(store_url, junk)
+    assert migrate.current(store_url) is None
+
+
+# -- upgrade ---------------------------------------------------------------------------------
+
+
+def _previous_revision() -> str:
+    return str(migrate.history()[1]["revision"])
+
+
+def _old_ledger(url: str) -> None:
+    """Leaves a ledger with events one revision behind head (revisions never touch events)."""
+    migrate.upgrade(url)
+    build(url)
+    migrate.downgrade(url, _previous_revision())
+    assert migrate.pending(url) == [migrate.heads()[0]]
+
+
+def test_an_upgrade_refuses_a_tampered_ledger_and_migrates_nothing(store_url: str) -> None:
+    _old_ledger(store_url)
+    _tamper(store_url, 5)
+
+    with pytest.raises(IntegrityError) as caught:
+        ops.upgrade(store_url)
+
+    assert caught.value.exit_code == 4
+    assert caught.value.context["first_bad_position"] == 5
+    assert "position 5" in caught.value.message and "nothing was migrated" in caught.value.message
+    assert migrate.current(store_url) == _previous_revision()
+
+    report = ops.upgrade(store_url, skip_verify=True)
+    assert report.skipped_verify and report.verified is None
+    assert report.after == migrate.heads()[0] and report.applied == [migrate.heads()[0]]
+
+
+def test_an_upgrade_verifies_an_intact_ledger_first(store_url: str) -> None:
+    _old_ledger(store_url)
+    report = ops.upgrade(store_url)
+    assert report.verified is not None and report.verified.ok
+    assert report.verified.checked == EVENTS_TOTAL
+    assert (report.before, report.after) == (_previous_revision(), migrate.heads()[0])
+    assert ops.upgrade(store_url).applied == []  # already at head: nothing to do
+
+
+def test_a_new_database_upgrades_without_a_check(store_url: str) -> None:
+    report = ops.upgrade(store_url)
+    assert report.before is None and report.verified is None and not report.skipped_verify
+    assert report.after == migrate.heads()[0]
+    assert report.applied == [r["revision"] for r in reversed(migrate.history())]

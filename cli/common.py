@@ -74,6 +74,9 @@ def fail(error: LedgerError) -> NoReturn:
         if key in error.context:
             where += f" [{key} {error.context[key]}]"
     message = " ".join(error.message.split())  # one line, whatever the message held
+    reason = error.context.get("reason")
+    if isinstance(reason, str) and reason not in message:
+        message += f" (reason: {reason})"
     sys.stderr.write(f"error[{error.code}]{where}: {message}\n")
     raise typer.Exit(error.exit_code)
 

@@ -9,6 +9,7 @@ divergence is reported with its position, stream, field, recorded and recomputed
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -228,11 +229,19 @@ def replay_events(
     """Replays ``records`` (position order, from 1); stops at the first divergence."""
     report = ReplayReport(expected_digest=expect)
     replayer = _Replayer(report)
-    for recorded in records:
-        divergence = replayer.step(recorded)
-        if progress is not None:
-            progress(recorded.position)
-        if divergence is not None:
-            report.divergence = divergence
-            break
+    # The fold's state is long-lived and acyclic: freezing it periodically keeps the cyclic
+    # garbage collector from rescanning it (a third of replay's time on a 1M ledger).
+    frozen_every = 10_000
+    try:
+        for recorded in records:
+            divergence = replayer.step(recorded)
+            if progress is not None:
+                progress(recorded.position)
+            if divergence is not None:
+                report.divergence = divergence
+                break
+            if recorded.position % frozen_every == 0:
+                gc.freeze()
+    finally:
+        gc.unfreeze()
     return report

@@ -45,6 +45,10 @@ def settlement_input(
     )
 
 
+#: Statuses that matter to rewards: a PASS, or an earlier arrival that blocks one.
+_RELEVANT = frozenset({"QUALIFIED", "ARRIVED", "QUEUED", "QUALIFYING", "HELD"})
+
+
 def _arena_input(fold: LedgerFold, arena: Any) -> Any:
     from machines import settlement as rules
 
@@ -53,6 +57,8 @@ def _arena_input(fold: LedgerFold, arena: Any) -> Any:
     for sub in fold.submissions(arena.arena_id):
         if sub.hotkey == CONTROL_HOTKEY:
             continue  # the validator's own control runs: never rewarded, never blocking
+        if sub.status not in _RELEVANT:
+            continue  # finished without a PASS: blocks nothing and earns nothing
         resolution = fold.resolution(sub.submission_id) if sub.status == "QUALIFIED" else None
         block, index, subindex = sub.arrival_key[:3]
         subs.append(
@@ -85,13 +91,12 @@ def _verdict(sub: Any) -> str | None:
 def _fee_records(fold: LedgerFold) -> Any:
     from machines import settlement as rules
 
-    snapshot = fold.snapshot()
     payments = [
         rules.PaymentRecord(p.arena_id, p.payment_ref, p.amount_rao, p.status == "RELEASED")
-        for p in snapshot["payments"].values()
+        for p in fold.payments()
     ]
     credits = []
-    for credit in snapshot["credits"].values():
+    for credit in fold.credits():
         if credit.submission_id is None:
             continue
         sub = fold.submission(credit.submission_id)

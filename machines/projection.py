@@ -557,6 +557,14 @@ class LedgerFold:
         commission = self._arenas[claimed.arena_id].commissions[claimed.commission_digest]
         return attempt_machine.fold(claimed, commission.params, stream)
 
+    def payments(self) -> list[PaymentState]:
+        """Returns every consumed payment (released ones included), without copying the fold."""
+        return list(self._payments.values())
+
+    def credits(self) -> list[CreditState]:
+        """Returns every granted credit (spent or not), without copying the fold."""
+        return list(self._credits.values())
+
     def payment(self, payment_ref: str) -> PaymentState | None:
         """Returns a consumed payment, or None."""
         return self._payments.get(payment_ref)

@@ -1,0 +1,552 @@
+"""Benchmarks ``replay_events``: a second validator re-checking a 1,000,000-event SQLite ledger.
+
+The ledger comes from ``bench/fold.py``'s generator (six arenas, thousands of hotkeys,
+payments, credits, rejections, interleaved attempts with windows, audits, quality, faults,
+holds, requeues, expiries, controls, one re-commission), with two changes: every arena's
+emission share is 150,000 ppm (the generator's default, 6 x 500,000, would over-commit the
+1,000,000 and every settlement would be refused), and a ``SettlementComputed`` is
+appended every ``--settle-every-blocks`` blocks (default 360: one Bittensor tempo), each
+computed by ``ledger.settle.compute`` as of the position before it, so replay must
+re-derive it byte for byte. The events are written with ``EventStore.append`` in batches
+of 10,000 *without* the domain guard (this times replay, not the guarded write).
+
+The timed part runs in a fresh process (so its peak RSS is its own) and measures, in one
+run, on the same file:
+
+1. ``read_all``: the store's plain streaming read (the ceiling for anything reading it);
+2. ``read + chain``: plus the entry-hash recomputation replay does;
+3. ``read + chain + decode``: plus ``orjson`` and ``CATALOGUE.decode`` (pydantic models);
+4. ``replay_events(store.read_all())``: everything (chain, every machine, every
+   AttemptDecided / SubmissionResolved / SettlementComputed re-derived), with the time
+   spent in settlement checks and in the cyclic garbage collector measured on the side.
+
+Target (from the replay issue): replay ≥ 80,000 events/s on one core. Not a test: nothing
+gates on the figures (STYLE.md).
+
+    python bench/replay.py [--events 1000000] [--settle-every-blocks 360] [--profile]
+    python bench/replay.py --events 1000000 --write-docs        # the reference run
+    python bench/replay.py --db /tmp/replay.db --keep            # build once, rerun later
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import resource
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.append(str(_ROOT))  # appended, so an installed or overlaid `ledger` still wins
+
+import bench.fold as fold_bench  # noqa: E402  (after the path fix above)
+from bench._common import (  # noqa: E402
+    describe_machine,
+    fmt_rate,
+    machine_markdown,
+    render_markdown_table,
+    replace_doc_section,
+    run_in_fresh_process,
+    verdict,
+)
+from ledger import limits, migrate  # noqa: E402
+from ledger.events import EmissionPolicySet, Event, SettlementComputed  # noqa: E402
+from ledger.model import EventDraft  # noqa: E402
+from ledger.store import EventStore  # noqa: E402
+
+#: Replay throughput the issue asks for, events per second on one core.
+target_events_per_s = 80_000
+#: Every arena's emission share in the generated ledger (6 arenas: 900,000, 100,000 burn).
+arena_share_ppm = 150_000
+#: Events per append while building (the store's batch limit).
+build_batch_events = limits.batch_events_max
+_FIRST_BLOCK = 10_000  # bench/fold.py's World starts its clock here
+
+
+# -- building the ledger -----------------------------------------------------------------
+
+
+def _commission(arena: Any, block: int, revision: str) -> Event:
+    """Is ``bench.fold._commission`` with an emission share that fits six arenas."""
+    from machines import arena as arena_machine
+    from machines import samples
+
+    z = {str(k): "1.645" for k in range(arena.windows // 2 + 1, arena.windows + 1)}
+    sealed = samples.policy(
+        windows=arena.windows, z=z, futility_margin=arena.futility, sla_blocks=arena.sla,
+        audit={"bar": "0.99999", "min_calls": 16},
+        audit_control_delta_digests=[arena.listed] if arena.listed else [],
+    )
+    event = samples.commissioned(
+        arena.arena_id, fee_rao=arena.fee, block=block, sealed=sealed,
+        model={"name": "tiny-llama", "revision": revision}, emission_share_ppm=arena_share_ppm,
+    )
+    arena.commission = arena_machine.start(event)
+    return event
+
+
+def _ledger_events(events: int, seed: int, concurrency: int,
+                   settle_every: int) -> Iterator[tuple[str, Event]]:
+    """Yields (stream, event) of the generated ledger with settlements spliced in.
+
+    A writer-side fold follows the events so that each SettlementComputed is computed as
+    of the position right before it, the way ``ArenaLedger.settle`` computes it.
+    """
+    from ledger.settle import compute
+    from machines.projection import LedgerFold
+    from machines.settlement import settlement_payload
+
+    fold_bench._commission = _commission  # the generator looks it up at call time
+    fold, policy, position = LedgerFold(), None, 0
+    next_settlement = _FIRST_BLOCK + settle_every
+    for generated, stream, _type, event in fold_bench.generate(events, seed, concurrency):
+        position += 1
+        fold.apply(position, stream, event)
+        if isinstance(event, EmissionPolicySet):
+            policy = event
+        yield stream, event
+        block = _FIRST_BLOCK + generated // fold_bench.EVENTS_PER_BLOCK
+        if policy is not None and block >= next_settlement:
+            payload = settlement_payload(compute(fold, policy, block))
+            settled = SettlementComputed.model_validate(payload)
+            position += 1
+            fold.apply(position, "settlement", settled, payload)
+            yield "settlement", settled
+            next_settlement += settle_every
+    if fold.refusals:
+        raise SystemExit(f"the generated ledger is not valid: {fold.refusals[:3]}")
+
+
+def build(path: Path, events: int, seed: int, concurrency: int,
+          settle_every: int) -> dict[str, Any]:
+    """Writes the ledger to a new SQLite file; returns counts and the build time."""
+    url = f"sqlite:///{path}"
+    migrate.upgrade(url)
+    started, written, types = time.perf_counter(), 0, Counter[str]()
+    with EventStore(url) as store:  # no guard: this benchmark times replay, not the write
+        batch: list[EventDraft] = []
+        for stream, event in _ledger_events(events, seed, concurrency, settle_every):
+            batch.append(EventDraft.of(stream, event))
+            types[event.event_type] += 1
+            if len(batch) == build_batch_events:
+                written += len(store.append(batch, actor="bench").positions)
+                batch = []
+        if batch:
+            written += len(store.append(batch, actor="bench").positions)
+    seconds = time.perf_counter() - started
+    meta = {"events": written, "seed": seed, "concurrency": concurrency,
+            "settle_every_blocks": settle_every, "build_seconds": seconds,
+            "types": dict(types.most_common()), "bytes": path.stat().st_size}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+# -- the timed passes (run in a fresh process) ---------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    """Returns a /proc/self/status figure in KiB (VmRSS, VmHWM), or ru_maxrss without /proc."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
+def _reset_peak_rss() -> None:
+    # Linux >= 4.0: writing 5 resets VmHWM to the current RSS, so the next peak is the replay's.
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _timed(step: Callable[[], int]) -> dict[str, float]:
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    events = step()
+    return {"events": events, "seconds": time.perf_counter() - wall,
+            "cpu_seconds": time.process_time() - cpu}
+
+
+def _read(store: EventStore) -> int:
+    count = 0
+    for _ in store.read_all():
+        count += 1
+    return count
+
+
+def _read_chain(store: EventStore) -> int:
+    from ledger.chain import envelope_bytes, next_entry_hash
+
+    previous, count = bytes(32), 0
+    for r in store.read_all():
+        envelope = envelope_bytes(r.position, r.stream, r.version, r.type, r.schema_version,
+                                  r.payload_bytes, r.recorded_at, r.actor)
+        previous = next_entry_hash(previous, envelope)
+        if previous.hex() != r.entry_hash:
+            raise SystemExit(f"chain broken at {r.position}")
+        count += 1
+    return count
+
+
+def _read_chain_decode(store: EventStore) -> int:
+    from ledger.catalogue import CATALOGUE
+    from ledger.chain import envelope_bytes, next_entry_hash
+    from ledger.codec import loads
+
+    previous, count = bytes(32), 0
+    decode = CATALOGUE.decode
+    for r in store.read_all():
+        envelope = envelope_bytes(r.position, r.stream, r.version, r.type, r.schema_version,
+                                  r.payload_bytes, r.recorded_at, r.actor)
+        previous = next_entry_hash(previous, envelope)
+        if previous.hex() != r.entry_hash:
+            raise SystemExit(f"chain broken at {r.position}")
+        decode(r.type, r.schema_version, loads(r.payload_bytes))
+        count += 1
+    return count
+
+
+class _SettlementClock:
+    """Wraps ``ledger.settle.check_recorded`` (replay imports it per call) to time it."""
+
+    def __init__(self) -> None:
+        import ledger.settle as settle
+
+        self.module, self.original = settle, settle.check_recorded
+        self.calls, self.seconds, self.cpu_seconds, self.last = 0, 0.0, 0.0, 0.0
+
+    def __enter__(self) -> _SettlementClock:
+        original = self.original
+
+        def timed(*args: Any) -> Any:
+            started, cpu = time.perf_counter(), time.process_time()
+            try:
+                return original(*args)
+            finally:
+                self.last = time.perf_counter() - started
+                self.seconds += self.last
+                self.cpu_seconds += time.process_time() - cpu
+                self.calls += 1
+
+        self.module.check_recorded = timed  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.module.check_recorded = self.original
+
+
+class _GcClock:
+    """Times the cyclic collector through ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds, self.collections, self._started = 0.0, Counter[int](), 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
+    """Times the passes over the ledger at ``url``; meant to run in a fresh process."""
+    from ledger.replay import replay_events
+
+    figures: dict[str, Any] = {"rss_start_kib": _status_kib("VmRSS"),
+                               "load_before": os.getloadavg()[0]}
+    with EventStore(url) as store:
+        store.head()  # opens the pool: connection set-up is not a per-event cost
+        figures["read_all"] = _timed(lambda: _read(store))
+        if phases:
+            figures["read_chain"] = _timed(lambda: _read_chain(store))
+            figures["read_chain_decode"] = _timed(lambda: _read_chain_decode(store))
+        gc.collect()
+        figures["rss_before_replay_kib"] = _status_kib("VmRSS")
+        _reset_peak_rss()
+        report: Any = None
+
+        def run_replay() -> int:
+            nonlocal report
+            report = replay_events(store.read_all())
+            return int(report.events)
+
+        profiler = cProfile.Profile() if profile else None
+        with _SettlementClock() as settlements, _GcClock() as collector:
+            if profiler is not None:
+                figures["replay"] = _timed(lambda: profiler.runcall(run_replay))
+            else:
+                figures["replay"] = _timed(run_replay)
+        figures["rss_peak_kib"] = _status_kib("VmHWM")
+        figures["read_all_after"] = _timed(lambda: _read(store))
+    figures["report"] = report.to_json()
+    figures["load_after"] = os.getloadavg()[0]
+    figures["settlement_checks"] = {"calls": settlements.calls, "seconds": settlements.seconds,
+                                    "cpu_seconds": settlements.cpu_seconds,
+                                    "last_seconds": settlements.last}
+    figures["gc"] = {"seconds": collector.seconds, "collections": dict(collector.collections)}
+    if profiler is not None:
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out)
+        stats.sort_stats("tottime").print_stats(25)
+        stats.sort_stats("cumulative").print_stats(30)
+        figures["profile"] = out.getvalue()
+    return figures
+
+
+# -- reporting -----------------------------------------------------------------------------
+
+
+def _rate(step: dict[str, float]) -> float:
+    return step["events"] / step["seconds"] if step["seconds"] else 0.0
+
+
+def _cpu_rate(step: dict[str, float]) -> float:
+    return step["events"] / step["cpu_seconds"] if step["cpu_seconds"] else 0.0
+
+
+def summarize(meta: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """Derives the headline figures: rates, ratio to the plain read, time outside checks."""
+    replay, checks, collector = figures["replay"], figures["settlement_checks"], figures["gc"]
+    read = {k: (figures["read_all"][k] + figures["read_all_after"][k]) / 2
+            for k in ("events", "seconds", "cpu_seconds")}
+    outside = replay["seconds"] - checks["seconds"]
+    return {
+        "events": replay["events"],
+        "replay_rate": _rate(replay),
+        "replay_cpu_rate": _cpu_rate(replay),
+        "read_rate": _rate(read),
+        "ratio": _rate(replay) / _rate(read) if _rate(read) else 0.0,
+        "rate_without_settlements": replay["events"] / outside if outside > 0 else 0.0,
+        "settlement_share": checks["seconds"] / replay["seconds"] if replay["seconds"] else 0.0,
+        "gc_share": collector["seconds"] / replay["seconds"] if replay["seconds"] else 0.0,
+        "ok": figures["report"]["ok"],
+        "settlements": meta["types"].get("SettlementComputed", 0),
+    }
+
+
+def _step_rows(figures: dict[str, Any]) -> list[list[str]]:
+    names = [("read_all", "store.read_all() (plain streaming read)"),
+             ("read_chain", "read + entry-hash chain"),
+             ("read_chain_decode", "read + chain + codec.loads + CATALOGUE.decode"),
+             ("replay", "replay_events(store.read_all()), everything"),
+             ("read_all_after", "store.read_all() again, after the replay")]
+    rows = []
+    for key, label in names:
+        if key not in figures:
+            continue
+        step = figures[key]
+        rows.append([label, f"{int(step['events']):,}", f"{step['seconds']:.1f}",
+                     fmt_rate(_rate(step)), f"{step['cpu_seconds']:.1f}",
+                     fmt_rate(_cpu_rate(step))])
+    return rows
+
+
+def _breakdown_rows(figures: dict[str, Any]) -> list[list[str]]:
+    """Splits the replay's CPU time by pass differences (CPU, not wall: the host is shared)."""
+    if "read_chain_decode" not in figures:
+        return []
+    cpu = {k: figures[k]["cpu_seconds"] for k in ("read_all", "read_chain",
+                                                   "read_chain_decode", "replay")}
+    events = figures["replay"]["events"]
+    settlements = figures["settlement_checks"]["cpu_seconds"]
+    parts = [
+        ("read (SQLite page reads, RecordedEvent)", cpu["read_all"]),
+        ("entry-hash chain", cpu["read_chain"] - cpu["read_all"]),
+        ("payload parse (codec.loads) + CATALOGUE.decode",
+         cpu["read_chain_decode"] - cpu["read_chain"]),
+        ("settlement checks (ledger.settle.check_recorded)", settlements),
+        ("machines (LedgerFold.apply) + decision checks + loop",
+         cpu["replay"] - cpu["read_chain_decode"] - settlements),
+    ]
+    return [[name, f"{seconds:.1f}", f"{seconds / cpu['replay']:.0%}",
+             f"{seconds * 1e6 / events:.1f}"] for name, seconds in parts]
+
+
+def _para(text: str) -> str:
+    return textwrap.fill(text, width=92, break_on_hyphens=False)
+
+
+def _bullet(text: str) -> str:
+    return textwrap.fill(text, width=92, initial_indent="- ", subsequent_indent="  ",
+                         break_on_hyphens=False)
+
+
+def render(meta: dict[str, Any], figures: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Renders the figures as the body of the "Replay" section."""
+    checks, collector, report = figures["settlement_checks"], figures["gc"], figures["report"]
+    steps = render_markdown_table(
+        ["Pass", "Events", "Wall s", "Events/s", "CPU s", "Events/CPU-s"],
+        _step_rows(figures), numeric=(1, 2, 3, 4, 5))
+    target = render_markdown_table(
+        ["Target", "Measured (wall)", "Per CPU-second", "Result"],
+        [[f"replay ≥ {target_events_per_s:,} events/s on one core",
+          fmt_rate(summary["replay_rate"]), fmt_rate(summary["replay_cpu_rate"]),
+          verdict(summary["replay_rate"] >= target_events_per_s)]],
+        numeric=(1, 2))
+    breakdown = render_markdown_table(
+        ["Part of the replay", "CPU s", "Share", "µs/event"], _breakdown_rows(figures),
+        numeric=(1, 2, 3))
+    mix = ", ".join(f"{t} {n:,}" for t, n in meta["types"].items())
+    machine = describe_machine({
+        "Load average (1 min) before / after the timed passes":
+            f"{figures['load_before']:.2f} / {figures['load_after']:.2f}",
+    })
+    return "\n".join([
+        _para(f"`replay_events(store.read_all())` over a generated SQLite ledger of "
+              f"{meta['events']:,} events ({meta['bytes'] / 2**20:,.0f} MiB), in one process "
+              "and thread: read, entry-hash chain, catalogue decode, every machine folded from "
+              "nothing, every AttemptDecided, SubmissionResolved and SettlementComputed "
+              f"re-derived and compared. The ledger holds {summary['settlements']:,} "
+              f"settlements (one every {meta['settle_every_blocks']} blocks, a Bittensor tempo) "
+              "and was written with EventStore.append in batches of 10,000 without the domain "
+              f"guard, in {meta['build_seconds']:.0f} s (not timed here)."),
+        "",
+        "Command (builds the ledger, then times every pass in a fresh process):",
+        "",
+        f"    python bench/replay.py --events {meta['events'] - summary['settlements']} "
+        f"--settle-every-blocks {meta['settle_every_blocks']} --write-docs",
+        "",
+        "`--profile` adds a cProfile listing, `--db PATH --keep` builds once for later runs.",
+        "",
+        "Machine:",
+        "",
+        machine_markdown(machine),
+        "",
+        _para("Other work on a shared host inflates the wall-clock figures; the CPU columns "
+              "count this process's own CPU time (one core)."),
+        "",
+        "### Target",
+        "",
+        target,
+        "",
+        "### Passes",
+        "",
+        steps,
+        "",
+        _bullet(f"Replay runs at **{summary['ratio']:.2f}×** the store's plain read "
+                "throughput measured in the same run (mean of the two read passes)."),
+        _bullet(f"Settlement checks: {checks['calls']:,} re-derived, {checks['seconds']:.1f} s "
+                f"in all ({summary['settlement_share']:.0%} of the replay's wall time), the "
+                f"last one {checks['last_seconds'] * 1000:,.0f} ms; the rest of the replay "
+                f"runs at {fmt_rate(summary['rate_without_settlements'])} events/s. Each check "
+                "projects every submission, payment and credit recorded so far "
+                "(`ledger.settle.settlement_input`), so it costs O(ledger) and the checks "
+                "together grow as settlements × ledger size."),
+        _bullet(f"Cyclic GC during the replay: {collector['seconds']:.1f} s "
+                f"({summary['gc_share']:.0%} of the wall time, overlapping the figures above), "
+                f"collections by generation {collector['collections']}: every full "
+                "collection walks the fold's whole live heap."),
+        _bullet(f"Peak RSS of the replay process during the replay: "
+                f"{figures['rss_peak_kib'] / 1024:,.0f} MiB "
+                f"({figures['rss_before_replay_kib'] / 1024:,.0f} MiB before it started; the "
+                "fold keeps every submission, attempt summary, payment and credit)."),
+        _bullet(f"Replay report: ok={report['ok']}, {report['verdicts_checked']:,} verdicts, "
+                f"{report['resolutions_checked']:,} resolutions, "
+                f"{report['settlements_checked']:,} settlements checked, no divergence."
+                if report["divergence"] is None else
+                f"Replay report: DIVERGED {report['divergence']}"),
+        "",
+        "### Where the time goes",
+        "",
+        _para("CPU seconds of the replay, split by the differences between the passes above "
+              "(the settlement checks are timed inside the replay)."),
+        "",
+        breakdown,
+        "",
+        _para(f"Event mix: {mix}."),
+    ])
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parses the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000,
+                        help="generated events (settlements come on top)")
+    parser.add_argument("--seed", type=int, default=7, help="generator seed")
+    parser.add_argument("--concurrency", type=int, default=256,
+                        help="submissions in flight at once (interleaving)")
+    parser.add_argument("--settle-every-blocks", type=int, default=360,
+                        help="blocks between settlements (0: none)")
+    parser.add_argument("--db", type=Path, help="SQLite file to build (reused if it exists "
+                        "with the same parameters); default: a temporary file")
+    parser.add_argument("--keep", action="store_true", help="keep the --db file afterwards")
+    parser.add_argument("--no-phases", action="store_true",
+                        help="skip the read+chain and read+chain+decode passes")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the replay under cProfile and print its top functions")
+    parser.add_argument("--write-docs", action="store_true",
+                        help='rewrite the "Replay" section of docs/benchmarks.md')
+    return parser.parse_args(argv)
+
+
+def _reusable(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    meta_path = path.with_suffix(".json")
+    if not (path.exists() and meta_path.exists()):
+        return None
+    meta: dict[str, Any] = json.loads(meta_path.read_text())
+    wanted = (args.seed, args.concurrency, args.settle_every_blocks)
+    have = (meta["seed"], meta["concurrency"], meta["settle_every_blocks"])
+    generated = meta["events"] - meta["types"].get("SettlementComputed", 0)
+    return meta if have == wanted and generated == args.events else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Builds (or reuses) the ledger, times the passes in a fresh process, prints figures."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    settle_every = args.settle_every_blocks if args.settle_every_blocks > 0 else 10**12
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as scratch:
+        path = args.db or Path(scratch) / "replay.db"
+        meta = _reusable(path, args) if args.db else None
+        if meta is None:
+            for stale in (path, path.with_suffix(".json"), Path(f"{path}-wal"),
+                          Path(f"{path}-shm")):
+                stale.unlink(missing_ok=True)
+            print(f"building {args.events:,} events into {path} …", flush=True)
+            meta = build(path, args.events, args.seed, args.concurrency, settle_every)
+            meta["settle_every_blocks"] = args.settle_every_blocks
+        print(f"ledger: {meta['events']:,} events, built in {meta['build_seconds']:.0f} s; "
+              "timing in a fresh process …", flush=True)
+        figures = run_in_fresh_process(measure, f"sqlite:///{path}", not args.no_phases,
+                                       args.profile)
+        if args.db and not args.keep:
+            for made in (path, path.with_suffix(".json")):
+                made.unlink(missing_ok=True)
+    summary = summarize(meta, figures)
+    body = render(meta, figures, summary)
+    print(body)
+    if "profile" in figures:
+        print("\n## cProfile of the replay (tottime, then cumulative)\n")
+        print(figures["profile"])
+    if args.write_docs:
+        print(f"\nwrote {replace_doc_section('Replay', body)}")
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""Drives the settlement and replay commands of the installed ``arena-ledger`` as a user would.
+
+The ledger before its emission policy (79 events: two arenas, seven submissions, a held
+one, a credit-paid one, a refund) is written in-process by the builder of
+tests/integration/test_settlement_ledger.py, whose docstring works every number out by
+hand; from there on every step is the real command line in a subprocess, with the database
+named by ``ARENA_LEDGER_DB`` only.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import ledger.bundle as bundle_module
+from ledger.store import EventStore
+
+CLI = Path(sys.executable).with_name("arena-ledger")
+
+
+def _scenario() -> ModuleType:
+    """Loads the integration test's ledger builder (tests/ is not a package)."""
+    name = "settlement_scenario"
+    if name not in sys.modules:
+        path = Path(__file__).parents[1] / "integration" / "test_settlement_ledger.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while it executes
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+S = _scenario()
+
+
+def cli(
+    *args: str | Path, db: str, cwd: Path, expect: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """Runs the installed ``arena-ledger ARGS``; checks the exit code and that no traceback."""
+    env = {**os.environ, "ARENA_LEDGER_DB": db}
+    done = subprocess.run([str(CLI), *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    """Parses a command's JSON output."""
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def ledger_db(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """Writes the 79-event ledger (no emission policy yet); returns its URL and submission ids."""
+    assert CLI.is_file(), f"the arena-ledger entry point is not installed next to {sys.executable}"
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = S.open_ledger(url)
+    try:
+        sids = S.build_before_policy(ledger)
+    finally:
+        ledger.close()
+    return url, sids
+
+
+def test_settlement_commands_from_policy_to_replay(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    db, sids = ledger_db
+    refused = cli("settle", "--block", "2000", "--json", db=db, cwd=tmp_path, expect=1)
+    assert refused.stdout == ""
+    assert len(refused.stderr.splitlines()) == 1
+    assert refused.stderr.startswith("error[refused]: ") and "EmissionPolicySet" in refused.stderr
+
+    policy = cli("emission-policy", "--half-life-blocks", "1000", "--burn-hotkey", "5Burn",
+                 "--validator-hotkey", "5Validator", db=db, cwd=tmp_path)
+    assert policy.stdout.strip() == "emission policy set at position 80"
+
+    preview = as_json(cli("weights", "--block", "2000", "--json", db=db, cwd=tmp_path))
+    assert preview["weights_ppm"] == S.WEIGHTS_1  # Alice 165,829, Bob 434,171, burn 400,000
+    assert sum(preview["weights_ppm"].values()) == 1_000_000
+    assert (preview["as_of_position"], preview["block"], preview["position"]) == (80, 2_000, None)
+
+    settled = as_json(cli("settle", "--block", "2000", "--json", db=db, cwd=tmp_path))
+    assert settled["position"] == 81
+    assert {k: v for k, v in settled.items() if k != "position"} == {
+        k: v for k, v in preview.items() if k != "position"}
+    assert [(c["hotkey"], c["credit"]) for c in settled["claims"]] == [
+        (S.ALICE, 10_204), (S.BOB, 26_716)]
+
+    lines = cli("rewards", "--json", db=db, cwd=tmp_path).stdout.splitlines()
+    names = {sid: name for name, sid in sids.items()}
+    rows = [json.loads(line) for line in lines]
+    assert [(names[r["submission_id"]], r["status"], [names[b] for b in r["blocked_by"]])
+            for r in rows] == [("a1", "rewarded", []), ("a3", "lost_potential", []),
+                               ("a4", "rewarded", []), ("b2", "pending", ["b1"])]
+    assert rows[1]["required_speedup"] == "1.03571412"
+
+    fees = as_json(cli("fees", "--json", db=db, cwd=tmp_path))
+    assert fees == {"arenas": {S.ARENA_A: S.FEES_A, S.ARENA_B: S.FEES_B}, "total": S.FEES_TOTAL}
+
+    report = as_json(cli("replay", "--json", db=db, cwd=tmp_path))
+    with EventStore(db) as store:
+        head = store.head()
+    assert report["ok"] is True and report["divergence"] is None
+    assert (report["events"], report["last_position"]) == (81, 81)
+    assert report["head_hash"] == head.entry_hash
+    assert report["settlement_digest"] == settled["settlement_digest"]
+    assert (report["verdicts_checked"], report["resolutions_checked"],
+            report["settlements_checked"]) == (6, 6, 1)
+
+    expected = as_json(cli("replay", "--as-of", "81", "--expect", settled["settlement_digest"],
+                           "--json", db=db, cwd=tmp_path))
+    assert expected["ok"] is True and expected["expected_digest"] == settled["settlement_digest"]
+
+    wrong = cli("replay", "--expect", "0" * 64, "--json", db=db, cwd=tmp_path, expect=4)
+    assert as_json(wrong)["ok"] is False
+    assert as_json(wrong)["settlement_digest"] == settled["settlement_digest"]
+
+
+def test_replay_from_an_exported_bundle_gives_the_same_digest(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    db, _ = ledger_db
+    ledger = S.open_ledger(db)
+    try:
+        S.set_policy(ledger)
+        settlement, _ = ledger.settle(2_000)
+        bundle_module.export_bundle(ledger.store, tmp_path / "bundle")
+    finally:
+        ledger.close()
+    offline = f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"  # the bundle needs no database
+
+    report = as_json(cli("replay", "--from-bundle", tmp_path / "bundle", "--json", db=offline,
+                         cwd=tmp_path))
+
+    assert report["ok"] is True
+    assert (report["events"], report["settlements_checked"]) == (81, 1)
+    assert report["settlement_digest"] == settlement.settlement_digest
+    with EventStore(db) as store:
+        assert report["head_hash"] == store.head().entry_hash
+    cli("replay", "--from-bundle", tmp_path / "bundle", "--expect", "f" * 64, "--json",
+        db=offline, cwd=tmp_path, expect=4)
+
+    # One altered payload byte on line 41 (position 41) stops the replay there.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(tmp_path / "bundle", tampered)
+    lines = (tampered / "events.jsonl").read_bytes().splitlines()
+    line = json.loads(lines[40])
+    payload = bytearray(base64.b64decode(line["payload_b64"]))
+    payload[len(payload) // 2] ^= 0x01
+    line["payload_b64"] = base64.b64encode(bytes(payload)).decode()
+    lines[40] = json.dumps(line, sort_keys=True, separators=(",", ":")).encode()
+    (tampered / "events.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    broken = cli("replay", "--from-bundle", tampered, "--json", db=offline, cwd=tmp_path,
+                 expect=4)
+    assert broken.stdout == ""
+    assert len(broken.stderr.splitlines()) == 1
+    assert broken.stderr.startswith("error[integrity_failure] [line 41]: ")
+
+
+def test_replay_of_an_uninitialised_database_is_one_line_and_exit_5(tmp_path: Path) -> None:
+    done = cli("replay", db=f"sqlite:///{tmp_path / 'empty.db'}", cwd=tmp_path, expect=5)
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("error[store_not_initialised]: ")
+    assert "arena-ledger init" in done.stderr

@@ -1,0 +1,276 @@
+"""Replays the settled ledger of test_settlement_ledger.py and catches forgeries where they are.
+
+Replay is a second validator's check of a first one: chain, fold and re-derivation of every
+AttemptDecided, SubmissionResolved and SettlementComputed, from nothing. Forged events are
+written around the machines through a plain ``EventStore`` (no guard), which is what a
+validator running different code (or an attacker with the database) would produce; a
+tampered byte goes around the append-only triggers the way test_store_tamper.py does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, text
+from test_settlement_ledger import (  # the shared builder (same directory, prepend import mode)
+    ALICE,
+    ARENA_A,
+    BOB,
+    CAROL,
+    FEE_A,
+    Settled,
+    build_before_policy,
+    build_settled,
+    evaluate,
+    intake,
+    open_ledger,
+)
+
+from ledger.bundle import export_bundle, read_bundle_events
+from ledger.domain import ArenaLedger
+from ledger.errors import Refused
+from ledger.events import AttemptDecided, SubmissionResolved
+from ledger.model import EventDraft
+from ledger.replay import ReplayReport, replay_events
+from ledger.store import EventStore
+from machines.settlement import RULES_VERSION, settlement_digest, settlement_payload
+
+HEAD = 92  # build_settled: settlements at 81, 91 and 92
+
+
+@pytest.fixture
+def settled(store_url: str) -> Iterator[tuple[ArenaLedger, Settled]]:
+    """Yields the fully built and settled ledger (92 events) on each backend."""
+    ledger = open_ledger(store_url)
+    try:
+        yield ledger, build_settled(ledger)
+    finally:
+        ledger.close()
+
+
+def replay(url: str, *, as_of: int | None = None, expect: str | None = None) -> ReplayReport:
+    """Replays the store at ``url`` the way `arena-ledger replay [--as-of N]` reads it."""
+    with EventStore(url) as store:
+        head = store.head().position
+        to = head if as_of is None else min(as_of, head)
+        return replay_events(store.read_all(1, to_position=to), expect=expect)
+
+
+def _digests(built: Settled) -> list[str]:
+    return [payload["settlement_digest"] for payload, _ in built.settlements]
+
+
+# --- agreement ------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_sqlite_and_postgresql_replay_to_the_same_digest_and_head_hash(
+    tmp_path: Path, pg_database: str
+) -> None:
+    reports, heads, digests = [], [], []
+    for url in (f"sqlite:///{tmp_path / 'ledger.db'}", pg_database):
+        ledger = open_ledger(url)
+        try:
+            built = build_settled(ledger)
+            heads.append(ledger.store.head().entry_hash)
+        finally:
+            ledger.close()
+        digests.append(_digests(built)[-1])
+        reports.append(replay(url))
+    on_sqlite, on_postgresql = reports
+    assert on_sqlite.to_json() == on_postgresql.to_json()
+    assert on_sqlite.ok and on_sqlite.divergence is None
+    assert (on_sqlite.events, on_sqlite.last_position) == (HEAD, HEAD)
+    # 7 attempts (a1..a5, b2, b1), each decided and resolved; 3 settlements.
+    assert (on_sqlite.verdicts_checked, on_sqlite.resolutions_checked,
+            on_sqlite.settlements_checked) == (7, 7, 3)
+    assert heads[0] == heads[1] == on_sqlite.head_hash == on_postgresql.head_hash
+    assert digests[0] == digests[1] == on_sqlite.settlement_digest
+
+
+def test_replay_as_of_stops_there_and_checks_the_expected_digest(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, built = settled
+    first, second, third = _digests(built)
+    full = replay(store_url)
+    assert full.ok and full.settlement_digest == third
+    assert full.head_hash == ledger.store.head().entry_hash
+
+    for as_of, digest in ((80, None), (81, first), (90, first), (91, second), (HEAD, third)):
+        report = replay(store_url, as_of=as_of)
+        assert (report.events, report.last_position) == (as_of, as_of)
+        assert report.head_hash == ledger.store.entry_hash_at(as_of)
+        assert report.settlement_digest == digest
+        assert report.ok
+
+    # Reproducing the first published settlement: --as-of its position, --expect its digest.
+    assert replay(store_url, as_of=81, expect=first).ok
+    wrong = replay(store_url, expect="0" * 64)
+    assert wrong.ok is False and wrong.divergence is None
+    assert wrong.to_json()["ok"] is False
+    assert wrong.to_json()["expected_digest"] == "0" * 64
+    assert wrong.settlement_digest == third
+    # A true digest of an earlier settlement is not the head's.
+    assert replay(store_url, expect=first).ok is False
+
+
+# --- forgeries caught at their position -----------------------------------------------------
+
+
+def _forge_weights(payload: dict[str, Any], digest: str) -> dict[str, Any]:
+    forged = copy.deepcopy(payload)
+    forged["weights_ppm"][ALICE] += 1
+    forged["weights_ppm"][BOB] -= 1
+    if digest == "recomputed":  # a self-consistent forgery: the digest covers the forged weights
+        document = {k: v for k, v in forged.items() if k != "settlement_digest"}
+        document["rules_version"] = RULES_VERSION
+        forged["settlement_digest"] = settlement_digest(document)
+    return forged
+
+
+@pytest.mark.parametrize("digest", ["kept", "recomputed"])
+def test_a_settlement_forged_around_the_guard_is_caught_at_its_position(
+    settled: tuple[ArenaLedger, Settled], store_url: str, digest: str
+) -> None:
+    ledger, built = settled
+    honest = settlement_payload(ledger.weights(4_000))
+    assert honest["as_of_position"] == HEAD
+    forged = _forge_weights(honest, digest)
+    with EventStore(store_url) as unguarded:
+        written = unguarded.append([EventDraft("settlement", "SettlementComputed", forged)])
+    assert written.positions == (HEAD + 1,)
+
+    report = replay(store_url)
+
+    assert report.ok is False
+    divergence = report.divergence
+    assert divergence is not None
+    assert (divergence.position, divergence.stream, divergence.type, divergence.code) == (
+        HEAD + 1, "settlement", "SettlementComputed", "settlement_mismatch")
+    # The field that differs is named, not only the digest that follows from it.
+    assert divergence.field == "weights_ppm", divergence
+    assert divergence.recorded == forged["weights_ppm"]
+    assert divergence.recomputed == honest["weights_ppm"]
+    # The report's digest is the last settlement that did check out.
+    assert report.settlement_digest == _digests(built)[-1]
+    assert replay(store_url, as_of=HEAD).ok
+
+
+def test_a_decision_forged_around_the_guard_is_caught_at_its_position(
+    store_url: str,
+) -> None:
+    ledger = open_ledger(store_url)
+    try:
+        build_before_policy(ledger)
+        a6 = intake(ledger, ARENA_A, CAROL, "a6", 1_060, FEE_A)
+        evaluate(ledger, a6, "att-a6", 970_000_000, conclude=False)  # derives 1/0.97
+        derived = ledger.fold.derive_decision("att-a6")
+        assert derived is not None and derived.speedup == "1.030928"
+        forged = AttemptDecided.model_validate({
+            **derived._asdict(), "speedup": "1.040000", "decided_block": 1_200,
+            "rules_version": "paired-windows.v1",
+        })
+        resolved = SubmissionResolved(attempt_id="att-a6", verdict="PASS", reason="",
+                                      disposition="COMPLETE")
+        batch = [EventDraft.of("attempt-att-a6", forged),
+                 EventDraft.of(f"submission-{a6}", resolved)]
+        head = ledger.store.head().position
+        with pytest.raises(Refused) as refused:  # the guarded path refuses the same batch
+            ledger.store.append(batch)
+        assert refused.value.context["reason"] == "decision_mismatch"
+        assert ledger.store.head().position == head
+    finally:
+        ledger.close()
+    with EventStore(store_url) as unguarded:
+        position = unguarded.append(batch).first
+    assert position == head + 1
+
+    report = replay(store_url)
+
+    divergence = report.divergence
+    assert divergence is not None
+    assert (divergence.position, divergence.stream, divergence.type) == (
+        position, "attempt-att-a6", "AttemptDecided")
+    assert (divergence.field, divergence.recorded, divergence.recomputed, divergence.code) == (
+        "speedup", "1.040000", "1.030928", "decision_mismatch")
+    assert report.ok is False
+    assert report.verdicts_checked == 7  # a1..a5, b2, then the forged one
+
+
+@contextmanager
+def _triggers_bypassed(store: EventStore) -> Iterator[Connection]:
+    """Yields a transaction where the append-only triggers do not fire (test_store_tamper.py)."""
+    with store.engine.connect() as conn, conn.begin():
+        if store.backend == "postgresql":
+            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
+            yield conn
+            return
+        triggers = conn.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+        ).all()
+        assert triggers
+        for name, _sql in triggers:
+            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
+        yield conn
+        for _name, sql in triggers:
+            conn.exec_driver_sql(sql)
+
+
+def test_a_tampered_payload_byte_is_a_hash_mismatch_at_its_position(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, _ = settled
+    decided = [r for r in ledger.store.read_stream("attempt-att-a1") if r.type == "AttemptDecided"]
+    assert len(decided) == 1
+    target = decided[0]
+    index = target.payload_bytes.index(b'"speedup":"1.020408"') + len(b'"speedup":"1.02040')
+    assert target.payload_bytes[index : index + 1] == b"8"
+    tampered = target.payload_bytes[:index] + b"9" + target.payload_bytes[index + 1 :]
+    with _triggers_bypassed(ledger.store) as conn:
+        conn.execute(text("UPDATE events SET payload = :p WHERE position = :n"),
+                     {"p": tampered, "n": target.position})
+    assert ledger.store.get(target.position).payload["speedup"] == "1.020409"
+
+    report = replay(store_url)
+
+    divergence = report.divergence
+    assert divergence is not None
+    assert (divergence.position, divergence.type, divergence.field, divergence.code) == (
+        target.position, "AttemptDecided", "entry_hash", "hash_mismatch")
+    assert divergence.recorded == target.entry_hash
+    assert divergence.recomputed != target.entry_hash
+    assert (report.events, report.last_position) == (target.position - 1, target.position - 1)
+    assert report.ok is False
+    verified = ledger.store.verify()
+    assert (verified.first_bad_position, verified.kind) == (target.position, "hash_mismatch")
+
+
+# --- bundles --------------------------------------------------------------------------------
+
+
+def test_a_bundle_replays_to_the_same_digest_and_head(
+    settled: tuple[ArenaLedger, Settled], store_url: str, tmp_path: Path
+) -> None:
+    ledger, built = settled
+    bundle = tmp_path / "bundle"
+    export_bundle(ledger.store, bundle)
+    from_store = replay(store_url)
+
+    records, total = read_bundle_events(bundle, None)
+    from_bundle = replay_events(records)
+
+    assert total == HEAD
+    assert from_bundle.to_json() == from_store.to_json()
+    assert from_bundle.settlement_digest == _digests(built)[-1]
+
+    records, total = read_bundle_events(bundle, 81)
+    first = replay_events(records, expect=_digests(built)[0])
+    assert total == 81
+    assert (first.events, first.ok) == (81, True)
+

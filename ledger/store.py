@@ -10,6 +10,7 @@ new head, the idempotency key — commits in one transaction or not at all.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -366,13 +367,14 @@ class EventStore:
                 {"streams": streams},
             )
         else:
-            marks = ", ".join(f":s{i}" for i in range(len(streams)))
+            # One fixed statement whatever the batch: an IN list of n parameters is a new
+            # statement per n, and the statement caches kept every one (writer memory grew).
             rows = conn.execute(
                 text(
-                    f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) "
-                    "GROUP BY stream"
+                    "SELECT stream, MAX(version) FROM events WHERE stream IN "
+                    "(SELECT value FROM json_each(:streams)) GROUP BY stream"
                 ),
-                {f"s{i}": s for i, s in enumerate(streams)},
+                {"streams": json.dumps(streams)},
             )
         for stream, version in rows:
             current[str(stream)] = int(version)

@@ -38,7 +38,7 @@ SQLALCHEMY_MODULES = {
     "ledger/verify.py",
     "ledger/schema.py",
     "ledger/migrate.py",
-    "ledger/tree.py",  # the Merkle tree's storage half: it reads nodes through the store's connection
+    "ledger/tree.py",  # the Merkle tree's storage half: reads nodes via the store connection
 }
 SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}

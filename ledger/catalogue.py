@@ -29,6 +29,7 @@ __all__ = [
     "CatalogueError",
     "Upcaster",
     "check_stream_name",
+    "schema_error",
     "stream_category",
 ]
 
@@ -172,7 +173,7 @@ class Catalogue:
         try:
             model.model_validate(document)
         except ValidationError as exc:
-            raise _schema_error(event_type, version, exc) from None
+            raise schema_error(event_type, version, exc) from None
         category = model.category
         if stream is not None and category is not None and stream_category(stream) != category:
             raise SchemaError(
@@ -209,7 +210,8 @@ class Catalogue:
         return self.model(event_type).model_validate(lifted)
 
 
-def _schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaError:
+def schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaError:
+    """Turns a pydantic error into a SchemaError naming the first bad JSON path."""
     first = exc.errors()[0]
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
     path = f"$.payload{loc}"

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ledger.catalogue import CATALOGUE
+from pydantic import ValidationError
+
+from ledger.catalogue import CATALOGUE, schema_error
 from ledger.codec import digest, loads
-from ledger.errors import InvalidInput, NotFound, Refused
+from ledger.errors import InvalidInput, LedgerError, NotFound, Refused
 from ledger.events import (
     AttemptClaimed,
     AttemptDecided,
@@ -141,6 +143,17 @@ class DomainGuard:
             )
 
 
+E = TypeVar("E", bound=Event)
+
+
+def _model(cls: type[E], data: dict[str, Any]) -> E:
+    """Validates ``data`` as ``cls``; bad input becomes a SchemaError naming the field."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise schema_error(cls.event_type, cls.schema_version, exc) from None
+
+
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -239,22 +252,28 @@ class ArenaLedger:
 
     def register_control(self, arena_id: str, control: dict[str, Any]) -> AppendResult:
         """Appends ControlRegistered to an arena."""
-        event = ControlRegistered.model_validate(control)
+        event = _model(ControlRegistered, control)
         return self.append([(f"arena-{arena_id}", event)])
 
     def grant_credit(self, credit_id: str, hotkey: str, amount_rao: int, note: str) -> AppendResult:
         """Appends CreditGranted on a new credit stream."""
-        event = CreditGranted(credit_id=credit_id, hotkey=hotkey, amount_rao=amount_rao, note=note)
+        event = _model(
+            CreditGranted,
+            {"credit_id": credit_id, "hotkey": hotkey, "amount_rao": amount_rao, "note": note},
+        )
         return self.append([(f"credit-{credit_id}", event, NO_STREAM)])
 
     def set_emission_policy(
         self, half_life_blocks: int, burn_hotkey: str, validator_hotkey: str
     ) -> AppendResult:
         """Appends EmissionPolicySet to the settlement stream."""
-        event = EmissionPolicySet(
-            half_life_blocks=half_life_blocks,
-            burn_hotkey=burn_hotkey,
-            validator_hotkey=validator_hotkey,
+        event = _model(
+            EmissionPolicySet,
+            {
+                "half_life_blocks": half_life_blocks,
+                "burn_hotkey": burn_hotkey,
+                "validator_hotkey": validator_hotkey,
+            },
         )
         return self.append([("settlement", event)])
 
@@ -276,8 +295,11 @@ class ArenaLedger:
         from machines.intake import Admission, Rejection, intake
 
         fields = {k: v for k, v in arrival.items() if k != "submission_id"}
-        sid = submission_id(fields) if isinstance(fields.get("arrival"), dict) else "0" * 64
-        arrived = SubmissionArrived.model_validate({**fields, "submission_id": sid})
+        try:
+            sid = submission_id(fields)
+        except (KeyError, TypeError, LedgerError):
+            sid = "0" * 64  # a malformed arrival: validation below names the bad field
+        arrived = _model(SubmissionArrived, {**fields, "submission_id": sid})
         fold = self.fold
         if fold.arena(arrived.arena_id) is None:
             raise NotFound(
@@ -303,7 +325,7 @@ class ArenaLedger:
         fee = None
         if isinstance(outcome, Admission):
             fee = {"kind": outcome.kind, "ref": outcome.ref, "amount_rao": outcome.amount_rao}
-            batch.append((stream, SubmissionAdmitted.model_validate({"block": at, "fee": fee})))
+            batch.append((stream, _model(SubmissionAdmitted, {"block": at, "fee": fee})))
             batch.extend(self._fee_events(sid, arrived.arena_id, outcome))
         else:
             batch.append((stream, SubmissionRejected(block=at, reason=outcome.reason)))
@@ -358,7 +380,8 @@ class ArenaLedger:
             )
         arena = fold.arena(sub.arena_id)
         assert arena is not None
-        claimed = AttemptClaimed.model_validate(
+        claimed = _model(
+            AttemptClaimed,
             {
                 "attempt_id": attempt_id,
                 "submission_id": submission_id,
@@ -368,7 +391,7 @@ class ArenaLedger:
                 "validator_hotkey": validator_hotkey,
                 "claimed_block": block,
                 "plan": plan,
-            }
+            },
         )
         self.append(
             [
@@ -395,7 +418,7 @@ class ArenaLedger:
 
     def fault(self, attempt_id: str, code: str, stage: str, detail: str) -> Event:
         """Appends an InfrastructureFault to an attempt."""
-        event = InfrastructureFault.model_validate({"code": code, "stage": stage, "detail": detail})
+        event = _model(InfrastructureFault, {"code": code, "stage": stage, "detail": detail})
         return self.record(attempt_id, event)
 
     def conclude(self, attempt_id: str, block: int) -> AttemptDecided:
@@ -413,12 +436,13 @@ class ArenaLedger:
                 state=state.status,
                 attempt_id=attempt_id,
             )
-        decided = AttemptDecided.model_validate(
+        decided = _model(
+            AttemptDecided,
             {
                 **decision._asdict(),
                 "decided_block": block,
                 "rules_version": RULES_VERSION,
-            }
+            },
         )
         sid = state.submission_id
         resolved = SubmissionResolved(
@@ -438,16 +462,18 @@ class ArenaLedger:
 
     def hold(self, sid: str, reason: str, block: int) -> AppendResult:
         """Appends SubmissionHeld (any non-terminal submission)."""
-        return self.append([(f"submission-{sid}", SubmissionHeld(reason=reason, block=block))])
+        event = _model(SubmissionHeld, {"reason": reason, "block": block})
+        return self.append([(f"submission-{sid}", event)])
 
     def release(self, sid: str, reason: str, block: int, operator: str) -> AppendResult:
         """Appends HoldReleased, naming the operator."""
-        event = HoldReleased(reason=reason, block=block, operator=operator)
+        event = _model(HoldReleased, {"reason": reason, "block": block, "operator": operator})
         return self.append([(f"submission-{sid}", event)])
 
     def requeue(self, sid: str, reason: str, block: int) -> AppendResult:
         """Appends SubmissionRequeued for a completed NO_DECISION."""
-        return self.append([(f"submission-{sid}", SubmissionRequeued(reason=reason, block=block))])
+        event = _model(SubmissionRequeued, {"reason": reason, "block": block})
+        return self.append([(f"submission-{sid}", event)])
 
     def expire(self, block: int, sid: str | None = None) -> list[str]:
         """Expires the given submission, or every live one whose SLA has passed at ``block``."""

@@ -1,0 +1,47 @@
+"""Bad input to the library's processes is a SchemaError naming the field; nothing is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ledger import migrate
+from ledger.domain import ArenaLedger
+from ledger.errors import SchemaError
+from machines import samples
+
+
+@pytest.fixture
+def ledger(tmp_path: Any) -> Iterator[ArenaLedger]:
+    url = f"sqlite:///{tmp_path / 'inputs.db'}"
+    migrate.upgrade(url)
+    with ArenaLedger(url) as opened:
+        opened.commission(samples.commissioned("mlp-arena").model_dump(exclude_unset=True))
+        yield opened
+
+
+@pytest.mark.parametrize(
+    ("call", "path"),
+    [
+        (lambda l: l.grant_credit("BAD ID", "hk", 1, ""), "$.payload.credit_id"),
+        (lambda l: l.register_control("mlp-arena", {"control_id": "c1", "kind": "nonsense",
+                                                     "delta_digest": "0" * 64,
+                                                     "expected_verdict": "PASS"}),
+         "$.payload.kind"),
+        (lambda l: l.intake({"miner_hotkey": "hk"}), "$.payload.arena_id"),
+        (lambda l: l.hold("0" * 64, "x" * 300, 5), "$.payload.reason"),
+        (lambda l: l.release("0" * 64, "ok", 5, "has space"), "$.payload.operator"),
+        (lambda l: l.set_emission_policy(0, "burn", "val"), "$.payload.half_life_blocks"),
+        (lambda l: l.fault("a1", "not_a_code", "speed", ""), "$.payload.code"),
+    ],
+)
+def test_bad_process_input_is_a_schema_error_and_writes_nothing(
+    ledger: ArenaLedger, call: Any, path: str
+) -> None:
+    before = ledger.store.head()
+    with pytest.raises(SchemaError) as raised:
+        call(ledger)
+    assert raised.value.context["path"] == path
+    assert ledger.store.head() == before

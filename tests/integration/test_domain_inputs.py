@@ -25,16 +25,24 @@ def ledger(tmp_path: Any) -> Iterator[ArenaLedger]:
 @pytest.mark.parametrize(
     ("call", "path"),
     [
-        (lambda l: l.grant_credit("BAD ID", "hk", 1, ""), "$.payload.credit_id"),
-        (lambda l: l.register_control("mlp-arena", {"control_id": "c1", "kind": "nonsense",
-                                                     "delta_digest": "0" * 64,
-                                                     "expected_verdict": "PASS"}),
-         "$.payload.kind"),
-        (lambda l: l.intake({"miner_hotkey": "hk"}), "$.payload.arena_id"),
-        (lambda l: l.hold("0" * 64, "x" * 300, 5), "$.payload.reason"),
-        (lambda l: l.release("0" * 64, "ok", 5, "has space"), "$.payload.operator"),
-        (lambda l: l.set_emission_policy(0, "burn", "val"), "$.payload.half_life_blocks"),
-        (lambda l: l.fault("a1", "not_a_code", "speed", ""), "$.payload.code"),
+        (lambda led: led.grant_credit("BAD ID", "hk", 1, ""), "$.payload.credit_id"),
+        (
+            lambda led: led.register_control(
+                "mlp-arena",
+                {
+                    "control_id": "c1",
+                    "kind": "nonsense",
+                    "delta_digest": "0" * 64,
+                    "expected_verdict": "PASS",
+                },
+            ),
+            "$.payload.kind",
+        ),
+        (lambda led: led.intake({"miner_hotkey": "hk"}), "$.payload.arena_id"),
+        (lambda led: led.hold("0" * 64, "x" * 300, 5), "$.payload.reason"),
+        (lambda led: led.release("0" * 64, "ok", 5, "has space"), "$.payload.operator"),
+        (lambda led: led.set_emission_policy(0, "burn", "val"), "$.payload.half_life_blocks"),
+        (lambda led: led.fault("a1", "not_a_code", "speed", ""), "$.payload.code"),
     ],
 )
 def test_bad_process_input_is_a_schema_error_and_writes_nothing(

@@ -873,6 +873,26 @@ def _insert_pass(
             )
 
 
+def _check_events(rows: list[Row], _: list[bytes]) -> None:
+    """Refuses a line whose event the catalogue would not accept at append, byte for byte.
+
+    A consistent chain proves the bundle was not altered after hashing, not that its events
+    were ever valid: an unsigned bundle could be forged whole. Import therefore holds every
+    event to the append rules (known type and version, schema, canonical bytes).
+    """
+    from ledger.catalogue import CATALOGUE, check_stream_name
+
+    for position, stream, _version, kind, schema, payload, _at, _actor, _hash in rows:
+        try:
+            check_stream_name(stream)
+            document = loads(payload, where=f"{EVENTS_FILE} line {position} payload")
+            canonical = CATALOGUE.validate(kind, schema, document, stream)
+        except LedgerError as exc:
+            raise _line_error(position, f"event is not valid: {exc.message}") from None
+        if canonical != payload:
+            raise _line_error(position, "payload is not in canonical form")
+
+
 def import_bundle(
     store: EventStore, bundle: Path, verifier: Verifier | None, *, origin: str | None = None,
     allow_unsigned: bool = False,
@@ -894,7 +914,7 @@ def import_bundle(
         )
     # In-process passes only: no worker is forked from a process holding database
     # connections, and the inserting pass dominates an import's time anyway.
-    first = _scan_sequential(bundle)
+    first = _scan_sequential(bundle, sink=_check_events)
     _check_totals(first, manifest)
     try:
         _insert_pass(store, bundle, first, signed, verifier.name if verifier else None)

@@ -146,7 +146,9 @@ class Catalogue:
         """Returns the model of ``event_type`` at ``version`` (current when None)."""
         current = self._current.get(event_type)
         if current is None:
-            raise UnknownEventType(f"unknown event type {event_type!r}", type=event_type)
+            raise UnknownEventType(
+                f"unknown event type {event_type!r}", type=event_type, path="$.type"
+            )
         version = current if version is None else version
         model = self._models.get((event_type, version))
         if model is None:
@@ -154,6 +156,7 @@ class Catalogue:
                 f"{event_type} has no schema version {version} (current is {current})",
                 type=event_type,
                 schema_version=version,
+                path="$.schema_version",
             )
         return model
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ledger.catalogue import CATALOGUE, schema_error
 from ledger.codec import digest, loads
-from ledger.errors import InvalidInput, LedgerError, NotFound, Refused
+from ledger.errors import InvalidInput, LedgerError, NotFound, Refused, SchemaError
 from ledger.events import (
     AttemptClaimed,
     AttemptDecided,
@@ -294,6 +294,16 @@ class ArenaLedger:
         from machines import submission as submission_machine
         from machines.intake import Admission, Rejection, intake
 
+        if not isinstance(arrival, dict):
+            raise SchemaError("the arrival must be a JSON object", path="$")
+        if payment_amount_rao is not None and (
+            type(payment_amount_rao) is not int or not 0 <= payment_amount_rao <= 2**53 - 1
+        ):
+            raise SchemaError(
+                "payment_amount_rao must be a non-negative integer", path="payment_amount_rao"
+            )
+        if block is not None and (type(block) is not int or not 0 <= block <= 2**53 - 1):
+            raise SchemaError("block must be a non-negative integer", path="block")
         fields = {k: v for k, v in arrival.items() if k != "submission_id"}
         try:
             sid = submission_id(fields)

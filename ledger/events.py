@@ -394,7 +394,7 @@ class WindowMeasured(Event):
     event_type: ClassVar[str] = "WindowMeasured"
     category: ClassVar[str | None] = "attempt"
     window: int = Field(ge=1, le=5)
-    orientation: Literal[1, 2]
+    orientation: int = Field(ge=1, le=2)  # strict int: True is not a window orientation
     stock_cost_ns: PositiveInt
     candidate_cost_ns: PositiveInt
     stock_output_tokens: NonNegInt

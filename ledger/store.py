@@ -210,9 +210,17 @@ class EventStore:
 
     def _prepare_one(self, index: int, draft: EventDraft, checked: set[str]) -> PreparedEvent:
         try:
-            if draft.stream not in checked:
+            if type(draft.stream) is not str or draft.stream not in checked:
                 check_stream_name(draft.stream)
                 checked.add(draft.stream)
+            if type(draft.type) is not str:
+                raise SchemaError("type must be a string", path="$.type")
+            if draft.schema_version is not None and (
+                type(draft.schema_version) is not int or draft.schema_version < 1
+            ):
+                raise SchemaError(
+                    "schema_version must be a positive integer", path="$.schema_version"
+                )
             version = draft.schema_version
             if version is None:
                 version = self.catalogue.current_version(draft.type)
@@ -659,7 +667,15 @@ class EventStore:
 _copy_threshold_rows = 64
 #: PostgreSQL types of ``_COLUMNS``, for binary COPY (binary input is not cast: exact types).
 _COPY_TYPES = (
-    "int8", "varchar", "int4", "varchar", "int4", "bytea", "varchar", "varchar", "varchar",
+    "int8",
+    "varchar",
+    "int4",
+    "varchar",
+    "int4",
+    "bytea",
+    "varchar",
+    "varchar",
+    "varchar",
 )
 
 

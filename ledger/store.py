@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
@@ -133,6 +135,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         raise InvalidInput(f"database URL {url!r} is not valid: {exc}", url=url) from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
+        url = _read_only_media_url(parsed.database) or url
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _on_sqlite_connect)
         event.listen(engine, "begin", _on_sqlite_begin)
@@ -144,6 +147,25 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     raise InvalidInput(
         f"database backend {backend!r} is not supported (use sqlite:/// or postgresql://)", url=url
     )
+
+
+def _read_only_media_url(path: str | None) -> str | None:
+    """Returns an immutable, read-only URL for a database file on read-only media, else None.
+
+    SQLite cannot open a WAL database whose -shm file neither exists nor can be created
+    (https://sqlite.org/wal.html#readonly), so a ledger on read-only media could not even
+    be read. Nothing can change a file there, so opening it immutable is exact, unless a
+    -wal file holds frames: then -shm exists too and the ordinary open reads them.
+    """
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    try:
+        flags = os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        return None
+    if not flags & os.ST_RDONLY or not os.path.exists(path) or os.path.exists(path + "-wal"):
+        return None
+    return f"sqlite:///file:{quote(os.path.abspath(path))}?mode=ro&immutable=1&uri=true"
 
 
 class EventStore:

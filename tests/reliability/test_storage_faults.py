@@ -131,21 +131,7 @@ def ro_disk(tmp_path: Path) -> Iterator[Path]:
     yield directory
 
 
-@pytest.mark.parametrize(
-    "closed",
-    [
-        "after_a_crash",
-        pytest.param(
-            "after_a_clean_close",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known limitation: a cleanly closed WAL database on a read-only mount "
-                "cannot be opened by SQLite without a writable -shm file; reading it needs "
-                "`?mode=ro&immutable=1`, not implemented yet (see docs/reliability.md)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("closed", ["after_a_crash", "after_a_clean_close"])
 def test_a_read_only_database_refuses_appends_and_still_reads(ro_disk: Path, closed: str) -> None:
     url = _sqlite_url(ro_disk)
     _seed_ledger(url)

@@ -300,11 +300,10 @@ class EventStore:
             versions = self._check_versions(conn, batch)
             if self.guard is not None:
                 self.guard(self, conn, batch)
-            rows, tip = self._build_rows(batch, versions, head, actor)
+            rows, entries = self._build_rows(batch, versions, head, actor)
+            tip = entries[-1].hex()
             self._insert(conn, rows)
-            frontier, nodes = advance_frontier(
-                frontier, head.position, [bytes.fromhex(r[8]) for r in rows]
-            )
+            frontier, nodes = advance_frontier(frontier, head.position, entries)
             if nodes:
                 conn.exec_driver_sql(
                     f"INSERT INTO merkle_nodes (level, idx, hash) VALUES "
@@ -416,12 +415,14 @@ class EventStore:
 
     def _build_rows(
         self, batch: list[PreparedEvent], versions: dict[str, int], head: Head, actor: str
-    ) -> tuple[list[tuple[Any, ...]], str]:
+    ) -> tuple[list[tuple[Any, ...]], list[bytes]]:
+        """Returns the rows to insert and their raw entry hashes (the Merkle leaves' input)."""
         recorded_at = self.clock()
         previous = bytes.fromhex(head.entry_hash)
         running = dict(versions)
         position = head.position
         rows: list[tuple[Any, ...]] = []
+        entries: list[bytes] = []
         for p in batch:
             position += 1
             running[p.stream] += 1
@@ -437,6 +438,7 @@ class EventStore:
                 recorded_at,
                 actor,
             )
+            entries.append(previous)
             rows.append(
                 (
                     position,
@@ -450,7 +452,7 @@ class EventStore:
                     previous.hex(),
                 )
             )
-        return rows, previous.hex()
+        return rows, entries
 
     def _insert(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:
         if self.backend == "postgresql" and len(rows) >= _copy_threshold_rows:

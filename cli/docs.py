@@ -12,6 +12,8 @@ from typing import Any
 
 import typer
 
+from ledger.fields import DECIMAL_PATTERN
+
 __all__ = ["render_cli_md", "render_events_md"]
 
 
@@ -97,7 +99,7 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Annotated:
         for meta in args[1:]:
             name = getattr(getattr(meta, "func", None), "__name__", "")
-            if name == "_check_decimal":
+            if getattr(meta, "pattern", None) == DECIMAL_PATTERN:
                 return "decimal string"
             if name == "_check_fixed6":
                 return "fixed-6 decimal string"

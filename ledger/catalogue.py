@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import copy
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from ledger import limits
 from ledger.codec import canonical_bytes, normalise, plain_canonical_bytes
 from ledger.errors import LimitExceeded, SchemaError, UnknownEventType
 from ledger.events import ALL_EVENTS_V1, Event
-from ledger.fields import is_arena_id, is_digest, is_local_id
+from ledger.fields import DECIMAL_PATTERN, DECIMAL_PROBLEM, is_arena_id, is_digest, is_local_id
 
 __all__ = [
     "CATALOGUE",
@@ -80,10 +82,32 @@ def check_stream_name(stream: str, where: str = "stream") -> None:
         raise SchemaError(f"{where} must be exactly 'settlement'", path=where, stream=stream)
 
 
-@dataclass(frozen=True)
-class _Entry:
-    model: type[Event]
-    version: int
+#: The value types a flat payload may hold; exact types, so a subclass takes the full walk.
+_CANONICAL_FLAT = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _is_scalar(annotation: Any) -> bool:
+    """Tells whether a field's values are JSON scalars: str, int, bool, None or a Literal."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_scalar(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, typing.Literal):
+        return all(
+            _is_scalar(arg) if origin is not typing.Literal else type(arg) in _SCALARS
+            for arg in typing.get_args(annotation)
+        )
+    return annotation in _SCALARS
+
+
+def _flat_fields(model: type[Event]) -> frozenset[str] | None:
+    """Returns the field names of a model whose fields are all scalars, else None."""
+    fields = model.model_fields
+    if not all(_is_scalar(info.annotation) for info in fields.values()):
+        return None
+    if not all(name.isascii() for name in fields):
+        return None
+    return frozenset(fields)
 
 
 class Catalogue:
@@ -91,6 +115,7 @@ class Catalogue:
 
     def __init__(self) -> None:
         self._models: dict[tuple[str, int], type[Event]] = {}
+        self._flat: dict[tuple[str, int], frozenset[str]] = {}
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._current: dict[str, int] = {}
         self._sealed = False
@@ -101,6 +126,9 @@ class Catalogue:
         if key in self._models:
             raise CatalogueError(f"{key} is registered twice")
         self._models[key] = model
+        flat = _flat_fields(model)
+        if flat is not None:
+            self._flat[key] = flat
         self._current[model.event_type] = max(
             self._current.get(model.event_type, 0), model.schema_version
         )
@@ -168,6 +196,46 @@ class Catalogue:
         self, event_type: str, version: int, payload: Any, stream: str | None = None
     ) -> bytes:
         """Checks a payload against its schema and returns its canonical bytes, or raises."""
+        flat = self._flat.get((event_type, version))
+        if (
+            flat is not None
+            and type(payload) is dict
+            and payload.keys() <= flat
+            and _SCALARS.issuperset(map(type, payload.values()))
+        ):
+            data = self._validate_flat(event_type, version, payload, stream)
+            if data is not None:
+                return data
+        return self._validate_walk(event_type, version, payload, stream)
+
+    def _validate_flat(
+        self, event_type: str, version: int, payload: dict[str, Any], stream: str | None
+    ) -> bytes | None:
+        """Validates a payload of a flat model's own keys and exact scalars: the append path.
+
+        Such a payload has a canonical form exactly when strict validation passes and every
+        integer is within ±(2**53 - 1) (orjson's strict-integer option) and no string holds
+        a lone surrogate (orjson refuses it); its keys are the model's ASCII field names, so
+        orjson's key sort is RFC 8785's. Returns None on any problem so that the full walk
+        raises the error it always raised.
+        """
+        model = self._models[(event_type, version)]
+        try:
+            model.__pydantic_validator__.validate_python(payload)
+            data = orjson.dumps(payload, option=_CANONICAL_FLAT)
+        except (ValidationError, orjson.JSONEncodeError):
+            return None
+        category = model.category
+        if stream is not None and category is not None and stream_category(stream) != category:
+            return None
+        if len(data) > limits.payload_bytes_max:
+            return None
+        return data
+
+    def _validate_walk(
+        self, event_type: str, version: int, payload: Any, stream: str | None
+    ) -> bytes:
+        """Validates any payload, normalising it first when it is not plain JSON."""
         model = self.model(event_type, version)
         if not isinstance(payload, dict):
             raise SchemaError(f"payload of {event_type} must be a JSON object", path="$.payload")
@@ -218,8 +286,14 @@ def schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaE
     first = exc.errors()[0]
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
     path = f"$.payload{loc}"
+    message = first["msg"]
+    if (
+        first["type"] == "string_pattern_mismatch"
+        and first.get("ctx", {}).get("pattern") == DECIMAL_PATTERN
+    ):
+        message = f"{first['input']!r} {DECIMAL_PROBLEM}"
     return SchemaError(
-        f"{event_type} v{version}: {path}: {first['msg']}",
+        f"{event_type} v{version}: {path}: {message}",
         path=path,
         type=event_type,
         errors=len(exc.errors()),

@@ -44,7 +44,13 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 events = Table(
     "events",
     metadata,
-    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    # INTEGER on SQLite makes position the table's rowid (revision 0003): one B-tree fewer.
+    Column(
+        "position",
+        BigInteger().with_variant(Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=False,
+    ),
     Column("stream", String(128), nullable=False),
     Column("version", Integer, nullable=False),
     Column("type", String(64), nullable=False),

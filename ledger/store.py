@@ -15,9 +15,8 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
@@ -26,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 
 from ledger import limits
 from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
-from ledger.chain import GENESIS_HASH, chain_link
+from ledger.chain import GENESIS_HASH, chain_batch
 from ledger.codec import canonical_bytes
 from ledger.errors import (
     ConcurrencyConflict,
@@ -73,8 +72,7 @@ _COLUMNS = (
 _log = get_logger("arena_ledger.store")
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedEvent:
+class PreparedEvent(NamedTuple):
     """Is a validated draft: canonical payload bytes, ready for a position and a hash."""
 
     stream: str
@@ -227,32 +225,36 @@ class EventStore:
                 f"a batch holds at most {limits.batch_events_max} events, not {len(drafts)}",
                 path="$",
             )
+        # One loop with its lookups hoisted: this is the append's per-event hot path.
         checked: set[str] = set()  # a batch repeats few streams: check each name once
-        return [self._prepare_one(i, d, checked) for i, d in enumerate(drafts)]
-
-    def _prepare_one(self, index: int, draft: EventDraft, checked: set[str]) -> PreparedEvent:
-        try:
-            if type(draft.stream) is not str or draft.stream not in checked:
-                check_stream_name(draft.stream)
-                checked.add(draft.stream)
-            if type(draft.type) is not str:
-                raise SchemaError("type must be a string", path="$.type")
-            if draft.schema_version is not None and (
-                type(draft.schema_version) is not int or draft.schema_version < 1
-            ):
-                raise SchemaError(
-                    "schema_version must be a positive integer", path="$.schema_version"
-                )
-            version = draft.schema_version
-            if version is None:
-                version = self.catalogue.current_version(draft.type)
-            data = self.catalogue.validate(draft.type, version, draft.payload, draft.stream)
-            expected = parse_expected_version(draft.expected_version)
-        except LedgerError as exc:
-            exc.context.setdefault("index", index)
-            exc.index = index  # type: ignore[attr-defined]
-            raise
-        return PreparedEvent(draft.stream, draft.type, version, data, expected)
+        catalogue = self.catalogue
+        validate, current = catalogue.validate, catalogue.types
+        prepared: list[PreparedEvent] = []
+        add = prepared.append
+        for index, draft in enumerate(drafts):
+            stream, kind, version = draft.stream, draft.type, draft.schema_version
+            try:
+                if type(stream) is not str or stream not in checked:
+                    check_stream_name(stream)
+                    checked.add(stream)
+                if type(kind) is not str:
+                    raise SchemaError("type must be a string", path="$.type")
+                if version is None:
+                    version = current.get(kind) or catalogue.current_version(kind)
+                elif type(version) is not int or version < 1:
+                    raise SchemaError(
+                        "schema_version must be a positive integer", path="$.schema_version"
+                    )
+                data = validate(kind, version, draft.payload, stream)
+                expected = draft.expected_version
+                if expected is not ANY:
+                    expected = parse_expected_version(expected)
+            except LedgerError as exc:
+                exc.context.setdefault("index", index)
+                exc.index = index  # type: ignore[attr-defined]
+                raise
+            add(PreparedEvent(stream, kind, version, data, expected))
+        return prepared
 
     def append(
         self,
@@ -418,40 +420,18 @@ class EventStore:
     ) -> tuple[list[tuple[Any, ...]], list[bytes]]:
         """Returns the rows to insert and their raw entry hashes (the Merkle leaves' input)."""
         recorded_at = self.clock()
-        previous = bytes.fromhex(head.entry_hash)
         running = dict(versions)
         position = head.position
-        rows: list[tuple[Any, ...]] = []
-        entries: list[bytes] = []
+        located: list[tuple[int, str, int, str, int, bytes]] = []
         for p in batch:
             position += 1
-            running[p.stream] += 1
-            version = running[p.stream]
-            previous = chain_link(
-                previous,
-                position,
-                p.stream,
-                version,
-                p.type,
-                p.schema_version,
-                p.payload_bytes,
-                recorded_at,
-                actor,
-            )
-            entries.append(previous)
-            rows.append(
-                (
-                    position,
-                    p.stream,
-                    version,
-                    p.type,
-                    p.schema_version,
-                    p.payload_bytes,
-                    recorded_at,
-                    actor,
-                    previous.hex(),
-                )
-            )
+            version = running[p.stream] = running[p.stream] + 1
+            located.append((position, p.stream, version, p.type, p.schema_version, p.payload_bytes))
+        entries = chain_batch(bytes.fromhex(head.entry_hash), located, recorded_at, actor)
+        rows = [
+            (*event, recorded_at, actor, entry.hex())
+            for event, entry in zip(located, entries, strict=True)
+        ]
         return rows, entries
 
     def _insert(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:

@@ -25,6 +25,9 @@ from ledger.store import EventStore, make_engine
 #: (STYLE.md); add a revision here in the commit that ships it.
 SHIPPED_REVISION_SHA256 = {
     "0001_initial.py": "6305a57d634eca7900e2125182c1dbe3dd492fdbe398e3a9789a70f0be16d96a",
+    "0002_merkle_checkpoints.py": (
+        "ddbbc3d1de76310d11573a91fc76d4df2386fbe759777ba2ba8a9a60e189715f"
+    ),
 }
 
 MIGRATIONS_DIR = Path(migrate._script_location())
@@ -185,3 +188,56 @@ def test_shipped_revisions_are_never_edited(name: str) -> None:
     assert hashlib.sha256(data).hexdigest() == SHIPPED_REVISION_SHA256[name], (
         f"{name} was edited after it shipped; add a new revision instead"
     )
+
+
+def _sqlite_events_shape(path: Path) -> tuple[str, set[str]]:
+    """Returns events.position's declared type and the names of the table's indexes."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        declared = {row[1]: row[2] for row in conn.execute("PRAGMA table_info(events)")}
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(events)")}
+    finally:
+        conn.close()
+    return declared["position"], indexes
+
+
+def test_sqlite_position_becomes_the_rowid_and_stays_append_only(tmp_path: Path) -> None:
+    path = tmp_path / "rowid.db"
+    url = f"sqlite:///{path}"
+    migrate.upgrade(url, "0002_merkle_checkpoints")
+    _append_some(url)
+    before = _event_rows(url)
+    declared, indexes = _sqlite_events_shape(path)
+    assert declared == "BIGINT" and len(indexes) == 4  # pk index beside the rowid
+
+    migrate.upgrade(url, "0003_sqlite_position_rowid")
+    declared, indexes = _sqlite_events_shape(path)
+    assert declared == "INTEGER"
+    # the primary key is the rowid now: one autoindex (stream, version) and the two named
+    assert indexes == {"sqlite_autoindex_events_1", "ix_events_type_position",
+                       "ix_events_recorded_at"}
+    assert _event_rows(url) == before
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM events WHERE rowid <> position")
+                                ).scalar() == 0
+            for statement in ("UPDATE events SET actor = 'x' WHERE position = 1",
+                              "DELETE FROM events WHERE position = 5"):
+                with pytest.raises(Exception, match="append-only"):
+                    conn.execute(text(statement))
+    finally:
+        engine.dispose()
+    with EventStore(url) as store:
+        assert store.verify().ok
+        assert store.append([EventDraft("arena-m", "ArenaRetired",
+                                        {"block": 7, "reason": "after"})]).positions == (6,)
+
+    migrate.downgrade(url, "0002_merkle_checkpoints")
+    declared, _ = _sqlite_events_shape(path)
+    assert declared == "BIGINT"
+    assert _event_rows(url)[:5] == before
+    with EventStore(url) as store:
+        assert store.verify().ok

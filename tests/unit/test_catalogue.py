@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger import limits
 from ledger.catalogue import (
@@ -491,3 +493,56 @@ def test_registering_twice_is_refused() -> None:
         catalogue.register(WidgetV2)
     with pytest.raises(CatalogueError):
         catalogue.register_upcaster("TestWidgetRecorded", 1, widget_v1_to_v2)
+
+
+# -- the flat-payload fast path gives exactly what the full walk gives -----------------------
+
+
+class _Label(str):
+    """A str subclass: the walk encodes it as the plain string it holds."""
+
+
+class _Count(int):
+    """An int subclass: the walk refuses it (no JSON form)."""
+
+
+_ODD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**60), 2**60),
+    st.integers(-(2**53) - 2, -(2**53) + 2), st.integers(2**53 - 2, 2**53 + 2),
+    st.floats(allow_nan=True), st.text(max_size=6), st.sampled_from(["\ud800", "1.50", "0"]),
+    st.builds(_Label, st.text(max_size=4)), st.builds(_Count, st.integers(0, 9)),
+    st.lists(st.integers(0, 3), max_size=2), st.dictionaries(st.text(max_size=2), st.none()),
+)
+
+
+def _outcome(call: Callable[[], bytes]) -> tuple[str, str]:
+    try:
+        return "ok", call().decode("utf-8")
+    except Exception as exc:  # noqa: BLE001 - the test compares whatever each path raises
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_flat_payloads_validate_exactly_as_the_full_walk_does(data: st.DataObject) -> None:
+    flat_types = sorted(t for t in CATEGORY_OF if (t, 1) in CATALOGUE._flat)
+    event_type = data.draw(st.sampled_from(flat_types))
+    payload = golden(event_type)
+    for name in data.draw(st.lists(st.sampled_from(sorted(payload) or ["x"]), max_size=3)):
+        payload[name] = data.draw(_ODD_VALUES)
+    if data.draw(st.booleans()):
+        payload[data.draw(st.sampled_from(["extra", "\u00e9", "block"]))] = data.draw(_ODD_VALUES)
+    if payload and data.draw(st.booleans()):
+        del payload[data.draw(st.sampled_from(sorted(payload)))]
+    stream = data.draw(st.sampled_from([EXAMPLE_STREAM[CATEGORY_OF[event_type]],
+                                        "arena-wrong-category", "attempt-x"]))
+    fast = _outcome(lambda: CATALOGUE.validate(event_type, 1, payload, stream))
+    walk = _outcome(lambda: CATALOGUE._validate_walk(event_type, 1, payload, stream))
+    assert fast == walk
+
+
+def test_the_append_path_types_are_flat_and_the_nested_ones_are_not() -> None:
+    assert ("WindowMeasured", 1) in CATALOGUE._flat
+    assert ("AuditNodeGraded", 1) in CATALOGUE._flat
+    assert ("ArenaCommissioned", 1) not in CATALOGUE._flat  # engine_config is any JSON
+    assert ("SettlementComputed", 1) not in CATALOGUE._flat

@@ -10,7 +10,13 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.chain import GENESIS_HASH, entry_hash, envelope_bytes, next_entry_hash
+from ledger.chain import (
+    GENESIS_HASH,
+    chain_batch,
+    entry_hash,
+    envelope_bytes,
+    next_entry_hash,
+)
 from ledger.codec import canonical_bytes, loads
 
 MAX_INT = 2**53 - 1
@@ -120,3 +126,28 @@ def test_a_pinned_entry_hash() -> None:
     assert entry_hash(GENESIS_HASH, _envelope(EXAMPLE)) == (
         "8b5f00cb5e9c1b68a408a2af54595047d1d4de1d8afd49168514b459f613678d"
     )
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["attempt-a", "attempt-b", "s-\u00e9\u2028"]),
+                  st.sampled_from(["WindowMeasured", "T\"x"]), st.integers(1, 3),
+                  _payloads),
+        min_size=1, max_size=8,
+    ),
+    _text,
+    _text,
+)
+def test_chain_batch_equals_linking_one_event_at_a_time(
+    events: list[tuple[str, str, int, dict[str, Any]]], recorded_at: str, actor: str
+) -> None:
+    previous = hashlib.sha256(b"seed").digest()
+    located = [(position, stream, position * 2, kind, schema, canonical_bytes(payload))
+               for position, (stream, kind, schema, payload) in enumerate(events, start=7)]
+    expected, link = [], previous
+    for position, stream, version, kind, schema, data in located:
+        link = next_entry_hash(
+            link, envelope_bytes(position, stream, version, kind, schema, data, recorded_at, actor)
+        )
+        expected.append(link)
+    assert chain_batch(previous, located, recorded_at, actor) == expected

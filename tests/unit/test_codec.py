@@ -12,6 +12,7 @@ import pytest
 import rfc8785
 from hypothesis import example, given
 from hypothesis import strategies as st
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from ledger import limits
 from ledger.codec import (
@@ -25,6 +26,7 @@ from ledger.codec import (
     normalise,
 )
 from ledger.errors import CanonicalFormError, InvalidInput, LedgerError, LimitExceeded
+from ledger.fields import DecimalStr
 
 MAX_INT = 2**53 - 1
 
@@ -353,3 +355,35 @@ def test_fixed6_is_always_a_fixed6_spelling_of_the_rounded_value(value: Decimal)
     spelled = fixed6(value)
     assert is_fixed6(spelled)
     assert abs(Decimal(spelled) - value) <= Decimal("0.0000005")
+
+
+# -- the decimal field type agrees with the codec ---------------------------------------------
+
+_DECIMAL_FIELD = TypeAdapter(DecimalStr, config=ConfigDict(strict=True))
+
+
+def _field_accepts(text: str) -> bool:
+    try:
+        _DECIMAL_FIELD.validate_python(text)
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("text", [*CANONICAL_DECIMALS, *NON_CANONICAL_DECIMALS, "1.5\n", "\n1.5"])
+def test_decimal_fields_accept_exactly_the_canonical_spellings(text: str) -> None:
+    # Event fields check the spelling in pydantic-core (Rust regex); the codec in Python.
+    assert _field_accepts(text) is is_canonical_decimal(text)
+
+
+@given(st.text(alphabet="0123456789.-+eE \n\u0661", max_size=12))
+@example("0.10")
+@example("-0")
+@example("01")
+def test_decimal_fields_and_the_codec_agree_on_any_string(text: str) -> None:
+    assert _field_accepts(text) is is_canonical_decimal(text)
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False))
+def test_decimal_fields_accept_every_canonical_spelling(value: Decimal) -> None:
+    assert _field_accepts(canonical_decimal(value))

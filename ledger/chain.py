@@ -10,7 +10,7 @@ verification never re-serialises a payload.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import orjson
 
@@ -20,6 +20,7 @@ __all__ = [
     "chain_link",
     "entry_hash",
     "envelope_bytes",
+    "iter_chain",
     "next_entry_hash",
 ]
 
@@ -103,10 +104,18 @@ def chain_batch(
     returns each event's raw entry hash. Equal to calling ``chain_link`` per event, but each
     string is JSON-quoted once per batch, not once per event (a batch repeats few streams).
     """
+    return list(iter_chain(previous, events, recorded_at, actor))
+
+
+def iter_chain(
+    previous: bytes,
+    events: Iterable[tuple[int, str, int, str, int, bytes]],
+    recorded_at: str,
+    actor: str,
+) -> Iterator[bytes]:
+    """Yields the entry hashes of ``chain_batch`` one by one, so a writer can stream rows."""
     quoted_actor, quoted_at = _dumps(actor), _dumps(recorded_at)
     quoted: dict[str, bytes] = {}
-    hashes: list[bytes] = []
-    add = hashes.append
     for position, stream, version, event_type, schema_version, payload in events:
         quoted_stream = quoted.get(stream)
         if quoted_stream is None:
@@ -128,8 +137,7 @@ def chain_batch(
                 version,
             )
         ).digest()
-        add(previous)
-    return hashes
+        yield previous
 
 
 def entry_hash(previous_hex: str, envelope: bytes) -> str:

@@ -25,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 
 from ledger import limits
 from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
-from ledger.chain import GENESIS_HASH, chain_batch
+from ledger.chain import GENESIS_HASH, chain_batch, iter_chain
 from ledger.codec import canonical_bytes
 from ledger.errors import (
     ConcurrencyConflict,
@@ -302,10 +302,22 @@ class EventStore:
             versions = self._check_versions(conn, batch)
             if self.guard is not None:
                 self.guard(self, conn, batch)
-            rows, entries = self._build_rows(batch, versions, head, actor)
-            tip = entries[-1].hex()
-            self._insert(conn, rows)
-            frontier, nodes = advance_frontier(frontier, head.position, entries)
+            located = _locate(batch, versions, head.position)
+            previous, recorded_at = bytes.fromhex(head.entry_hash), self.clock()
+            if self.backend == "postgresql" and len(located) >= _copy_threshold_rows:
+                rows, entries, frontier, nodes = _copy_rows(
+                    conn, located, previous, recorded_at, actor, frontier, head.position
+                )
+            else:
+                entries = chain_batch(previous, located, recorded_at, actor)
+                rows = [
+                    (*event, recorded_at, actor, entry.hex())
+                    for event, entry in zip(located, entries, strict=True)
+                ]
+                marks = ", ".join([self._param] * 9)
+                conn.exec_driver_sql(f"INSERT INTO events ({_COLUMNS}) VALUES ({marks})", rows)
+                frontier, nodes = advance_frontier(frontier, head.position, entries)
+            tip = rows[-1][8]
             if nodes:
                 conn.exec_driver_sql(
                     f"INSERT INTO merkle_nodes (level, idx, hash) VALUES "
@@ -414,37 +426,6 @@ class EventStore:
             _expect(prepared, running[prepared.stream], index)
             running[prepared.stream] += 1
         return current
-
-    def _build_rows(
-        self, batch: list[PreparedEvent], versions: dict[str, int], head: Head, actor: str
-    ) -> tuple[list[tuple[Any, ...]], list[bytes]]:
-        """Returns the rows to insert and their raw entry hashes (the Merkle leaves' input)."""
-        recorded_at = self.clock()
-        running = dict(versions)
-        position = head.position
-        located: list[tuple[int, str, int, str, int, bytes]] = []
-        for p in batch:
-            position += 1
-            version = running[p.stream] = running[p.stream] + 1
-            located.append((position, p.stream, version, p.type, p.schema_version, p.payload_bytes))
-        entries = chain_batch(bytes.fromhex(head.entry_hash), located, recorded_at, actor)
-        rows = [
-            (*event, recorded_at, actor, entry.hex())
-            for event, entry in zip(located, entries, strict=True)
-        ]
-        return rows, entries
-
-    def _insert(self, conn: Connection, rows: list[tuple[Any, ...]]) -> None:
-        if self.backend == "postgresql" and len(rows) >= _copy_threshold_rows:
-            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            # Binary COPY: bytea and integers travel without text encoding on either side.
-            with cursor.copy(f"COPY events ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(_COPY_TYPES)
-                for row in rows:
-                    copy.write_row(row)
-            return
-        marks = ", ".join([self._param] * 9)
-        conn.exec_driver_sql(f"INSERT INTO events ({_COLUMNS}) VALUES ({marks})", rows)
 
     # -- read ------------------------------------------------------------------------------
 
@@ -666,6 +647,51 @@ class EventStore:
         if value is None:
             raise NotFound(f"no event at position {position}", position=position)
         return str(value)
+
+
+def _locate(
+    batch: list[PreparedEvent], versions: dict[str, int], head_position: int
+) -> list[tuple[int, str, int, str, int, bytes]]:
+    """Gives each prepared event its position and stream version, in batch order."""
+    running = dict(versions)
+    located = []
+    for position, p in enumerate(batch, start=head_position + 1):
+        version = running[p.stream] = running[p.stream] + 1
+        located.append((position, p.stream, version, p.type, p.schema_version, p.payload_bytes))
+    return located
+
+
+def _copy_rows(
+    conn: Connection,
+    located: list[tuple[int, str, int, str, int, bytes]],
+    previous: bytes,
+    recorded_at: str,
+    actor: str,
+    frontier: bytes,
+    size: int,
+) -> tuple[list[tuple[Any, ...]], list[bytes], bytes, list[tuple[int, int, bytes]]]:
+    """Chains and streams events into PostgreSQL by binary COPY; advances the Merkle frontier.
+
+    Each row is written as soon as it is chained, so the server digests the stream while the
+    client hashes the rest, and the frontier is advanced before the COPY ends, while the
+    server finishes the tail: the client's and the server's work overlap instead of adding.
+    """
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    rows: list[tuple[Any, ...]] = []
+    entries: list[bytes] = []
+    # Binary COPY: bytea and integers travel without text encoding on either side.
+    with cursor.copy(f"COPY events ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(_COPY_TYPES)
+        write = copy.write_row
+        for event, entry in zip(
+            located, iter_chain(previous, located, recorded_at, actor), strict=True
+        ):
+            row = (*event, recorded_at, actor, entry.hex())
+            write(row)
+            rows.append(row)
+            entries.append(entry)
+        frontier, nodes = advance_frontier(frontier, size, entries)
+    return rows, entries, frontier, nodes
 
 
 _copy_threshold_rows = 64

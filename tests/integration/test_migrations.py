@@ -28,6 +28,9 @@ SHIPPED_REVISION_SHA256 = {
     "0002_merkle_checkpoints.py": (
         "ddbbc3d1de76310d11573a91fc76d4df2386fbe759777ba2ba8a9a60e189715f"
     ),
+    "0003_sqlite_position_rowid.py": (
+        "6f565146e6f74279fa55efda62ad8aac39675a724ed17f76508e5682de8c69c4"
+    ),
 }
 
 MIGRATIONS_DIR = Path(migrate._script_location())

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 import orjson
 
 __all__ = [
+    "ENVELOPE",
     "GENESIS_HASH",
     "chain_batch",
     "chain_link",
@@ -27,7 +28,9 @@ __all__ = [
 #: The hash "before" position 1, as 64 hex characters.
 GENESIS_HASH = "0" * 64
 
-_ENVELOPE = (
+#: The envelope's byte template: actor, payload, position, recorded_at, schema_version,
+#: stream, type, version (strings JSON-quoted, the payload's canonical bytes spliced in).
+ENVELOPE = _ENVELOPE = (
     b'{"actor":%b,"payload":%b,"position":%d,"recorded_at":%b,'
     b'"schema_version":%d,"stream":%b,"type":%b,"version":%d}'
 )

@@ -395,6 +395,10 @@ class _Chainer:
 
 _HEAD_SQL = "SELECT position, entry_hash, frontier FROM ledger_head WHERE id = 1"
 _NODES_SQL = "INSERT INTO merkle_nodes (level, idx, hash) VALUES ({p}, {p}, {p})"
+_PG_NODES_SQL = (
+    "INSERT INTO merkle_nodes (level, idx, hash) SELECT * FROM "
+    "unnest(%s::smallint[], %s::bigint[], %s::bytea[])"
+)
 _UPDATE_HEAD_SQL = (
     "UPDATE ledger_head SET position = {p}, entry_hash = {p}, frontier = {p} WHERE id = 1"
 )
@@ -453,7 +457,8 @@ class RawCopy:
                     copy.set_types(_COPY_TYPES)
                     for row in rows:
                         copy.write_row(row)
-                cur.executemany(_NODES_SQL.format(p="%s"), nodes)
+                if nodes:  # one statement over arrays, as the store does on PostgreSQL
+                    cur.execute(_PG_NODES_SQL, tuple(list(c) for c in zip(*nodes, strict=True)))
                 cur.execute(_UPDATE_HEAD_SQL.format(p="%s"), (rows[-1][0], rows[-1][8], frontier))
         handled, self.done = end - self.done, end
         return handled

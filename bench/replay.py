@@ -1,4 +1,4 @@
-"""Benchmarks ``replay_events``: a second validator re-checking a 1,000,000-event SQLite ledger.
+"""Benchmarks ``replay_store``: a second validator re-checking a 1,000,000-event SQLite ledger.
 
 The ledger comes from ``bench/fold.py``'s generator (six arenas, thousands of hotkeys,
 payments, credits, rejections, interleaved attempts with windows, audits, quality, faults,
@@ -13,12 +13,14 @@ of 10,000 *without* the domain guard (this times replay, not the guarded write).
 The timed part runs in a fresh process (so its peak RSS is its own) and measures, in one
 run, on the same file:
 
-1. ``read_all``: the store's plain streaming read (the ceiling for anything reading it);
-2. ``read + chain``: plus the entry-hash recomputation replay does;
-3. ``read + chain + decode``: plus ``orjson`` and ``CATALOGUE.decode`` (pydantic models);
-4. ``replay_events(store.read_all())``: everything (chain, every machine, every
-   AttemptDecided / SubmissionResolved / SettlementComputed re-derived), with the time
-   spent in settlement checks and in the cyclic garbage collector measured on the side.
+1. ``read_all``: the store's plain streaming read (RecordedEvent per event), for reference;
+2. ``raw read``: the driver's rows a position window at a time, which is what replay reads;
+3. ``raw read + chain``: plus the entry-hash recomputation replay does;
+4. ``raw read + chain + decode``: plus replay's payload parse (orjson with the canonical
+   re-encoding check, ``codec.loads`` otherwise) and catalogue decode (pydantic models);
+5. ``replay_store(store)``: everything (chain, every machine, every AttemptDecided /
+   SubmissionResolved / SettlementComputed re-derived), with the time spent in settlement
+   checks and in the cyclic garbage collector measured on the side.
 
 Target (from the replay issue): replay ≥ 80,000 events/s on one core. Not a test: nothing
 gates on the figures (STYLE.md).
@@ -189,45 +191,55 @@ def _read(store: EventStore) -> int:
     return count
 
 
+def _raw_rows(store: EventStore) -> Iterator[Any]:
+    from itertools import chain
+
+    from ledger.verify import _pages  # replay_store's reader
+
+    return chain.from_iterable(_pages(store, 1, store.head().position))
+
+
+def _read_raw(store: EventStore) -> int:
+    count = 0
+    for _ in _raw_rows(store):
+        count += 1
+    return count
+
+
 def _read_chain(store: EventStore) -> int:
-    from ledger.chain import envelope_bytes, next_entry_hash
+    from ledger.chain import chain_link
 
     previous, count = bytes(32), 0
-    for r in store.read_all():
-        envelope = envelope_bytes(r.position, r.stream, r.version, r.type, r.schema_version,
-                                  r.payload_bytes, r.recorded_at, r.actor)
-        previous = next_entry_hash(previous, envelope)
-        if previous.hex() != r.entry_hash:
-            raise SystemExit(f"chain broken at {r.position}")
+    for position, stream, version, kind, schema, data, at, actor, entry in _raw_rows(store):
+        previous = chain_link(previous, position, stream, version, kind, schema, data, at, actor)
+        if previous.hex() != entry:
+            raise SystemExit(f"chain broken at {position}")
         count += 1
     return count
 
 
 def _read_chain_decode(store: EventStore) -> int:
-    from ledger.catalogue import CATALOGUE
-    from ledger.chain import envelope_bytes, next_entry_hash
-    from ledger.codec import loads
+    from ledger.chain import chain_link
+    from ledger.replay import decoder, parse_payload
 
     previous, count = bytes(32), 0
-    decode = CATALOGUE.decode
-    for r in store.read_all():
-        envelope = envelope_bytes(r.position, r.stream, r.version, r.type, r.schema_version,
-                                  r.payload_bytes, r.recorded_at, r.actor)
-        previous = next_entry_hash(previous, envelope)
-        if previous.hex() != r.entry_hash:
-            raise SystemExit(f"chain broken at {r.position}")
-        decode(r.type, r.schema_version, loads(r.payload_bytes))
+    decode = decoder()
+    for position, stream, version, kind, schema, data, at, actor, entry in _raw_rows(store):
+        previous = chain_link(previous, position, stream, version, kind, schema, data, at, actor)
+        if previous.hex() != entry:
+            raise SystemExit(f"chain broken at {position}")
+        decode(kind, schema, parse_payload(data))
         count += 1
     return count
 
 
 class _SettlementClock:
-    """Wraps ``ledger.settle.check_recorded`` (replay imports it per call) to time it."""
+    """Wraps ``SettlementTracker.check_recorded`` (replay's settlement check) to time it."""
 
     def __init__(self) -> None:
-        import ledger.settle as settle
+        from ledger.settle import SettlementTracker
 
-        self.module, self.original = settle, settle.check_recorded
+        self.owner, self.original = SettlementTracker, SettlementTracker.check_recorded
         self.calls, self.seconds, self.cpu_seconds, self.last = 0, 0.0, 0.0, 0.0
 
     def __enter__(self) -> _SettlementClock:
@@ -243,11 +255,11 @@ class _SettlementClock:
                 self.cpu_seconds += time.process_time() - cpu
                 self.calls += 1
 
-        self.module.check_recorded = timed  # type: ignore[assignment]
+        self.owner.check_recorded = timed  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.module.check_recorded = self.original
+        self.owner.check_recorded = self.original  # type: ignore[method-assign]
 
 
 class _GcClock:
@@ -273,13 +285,14 @@ class _GcClock:
 
 def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
     """Times the passes over the ledger at ``url``; meant to run in a fresh process."""
-    from ledger.replay import replay_events
+    from ledger.replay import replay_store
 
     figures: dict[str, Any] = {"rss_start_kib": _status_kib("VmRSS"),
                                "load_before": os.getloadavg()[0]}
     with EventStore(url) as store:
         store.head()  # opens the pool: connection set-up is not a per-event cost
         figures["read_all"] = _timed(lambda: _read(store))
+        figures["read_raw"] = _timed(lambda: _read_raw(store))
         if phases:
             figures["read_chain"] = _timed(lambda: _read_chain(store))
             figures["read_chain_decode"] = _timed(lambda: _read_chain_decode(store))
@@ -290,7 +303,7 @@ def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
 
         def run_replay() -> int:
             nonlocal report
-            report = replay_events(store.read_all())
+            report = replay_store(store)
             return int(report.events)
 
         profiler = cProfile.Profile() if profile else None
@@ -349,9 +362,10 @@ def summarize(meta: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
 
 def _step_rows(figures: dict[str, Any]) -> list[list[str]]:
     names = [("read_all", "store.read_all() (plain streaming read)"),
-             ("read_chain", "read + entry-hash chain"),
-             ("read_chain_decode", "read + chain + codec.loads + CATALOGUE.decode"),
-             ("replay", "replay_events(store.read_all()), everything"),
+             ("read_raw", "raw driver rows, position windows (replay's read)"),
+             ("read_chain", "raw read + entry-hash chain"),
+             ("read_chain_decode", "raw read + chain + payload parse + catalogue decode"),
+             ("replay", "replay_store(store), everything"),
              ("read_all_after", "store.read_all() again, after the replay")]
     rows = []
     for key, label in names:
@@ -368,16 +382,16 @@ def _breakdown_rows(figures: dict[str, Any]) -> list[list[str]]:
     """Splits the replay's CPU time by pass differences (CPU, not wall: the host is shared)."""
     if "read_chain_decode" not in figures:
         return []
-    cpu = {k: figures[k]["cpu_seconds"] for k in ("read_all", "read_chain",
+    cpu = {k: figures[k]["cpu_seconds"] for k in ("read_raw", "read_chain",
                                                    "read_chain_decode", "replay")}
     events = figures["replay"]["events"]
     settlements = figures["settlement_checks"]["cpu_seconds"]
     parts = [
-        ("read (SQLite page reads, RecordedEvent)", cpu["read_all"]),
-        ("entry-hash chain", cpu["read_chain"] - cpu["read_all"]),
-        ("payload parse (codec.loads) + CATALOGUE.decode",
+        ("read (SQLite page reads, raw driver rows)", cpu["read_raw"]),
+        ("entry-hash chain", cpu["read_chain"] - cpu["read_raw"]),
+        ("payload parse (orjson + canonical check) + catalogue decode",
          cpu["read_chain_decode"] - cpu["read_chain"]),
-        ("settlement checks (ledger.settle.check_recorded)", settlements),
+        ("settlement checks (SettlementTracker.check_recorded)", settlements),
         ("machines (LedgerFold.apply) + decision checks + loop",
          cpu["replay"] - cpu["read_chain_decode"] - settlements),
     ]
@@ -415,7 +429,7 @@ def render(meta: dict[str, Any], figures: dict[str, Any], summary: dict[str, Any
             f"{figures['load_before']:.2f} / {figures['load_after']:.2f}",
     })
     return "\n".join([
-        _para(f"`replay_events(store.read_all())` over a generated SQLite ledger of "
+        _para(f"`replay_store(store)` over a generated SQLite ledger of "
               f"{meta['events']:,} events ({meta['bytes'] / 2**20:,.0f} MiB), in one process "
               "and thread: read, entry-hash chain, catalogue decode, every machine folded from "
               "nothing, every AttemptDecided, SubmissionResolved and SettlementComputed "
@@ -452,9 +466,9 @@ def render(meta: dict[str, Any], figures: dict[str, Any], summary: dict[str, Any
                 f"in all ({summary['settlement_share']:.0%} of the replay's wall time), the "
                 f"last one {checks['last_seconds'] * 1000:,.0f} ms; the rest of the replay "
                 f"runs at {fmt_rate(summary['rate_without_settlements'])} events/s. Each check "
-                "projects every submission, payment and credit recorded so far "
-                "(`ledger.settle.settlement_input`), so it costs O(ledger) and the checks "
-                "together grow as settlements × ledger size."),
+                "recomputes only the submissions, payments, credits and arenas touched since "
+                "the one before (`ledger.settle.SettlementTracker`) and walks rewards on from "
+                "where the last one stopped, so it costs what changed plus the claims."),
         _bullet(f"Cyclic GC during the replay: {collector['seconds']:.1f} s "
                 f"({summary['gc_share']:.0%} of the wall time, overlapping the figures above), "
                 f"collections by generation {collector['collections']}: every full "

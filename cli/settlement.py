@@ -139,14 +139,10 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
-    from ledger.replay import replay_events
-
-    records, total, closer = _source(from_bundle, as_of)
-    try:
-        with _progress(total, as_json) as advance:
-            report = replay_events(records, expect=expect, progress=advance)
-    finally:
-        closer()
+    if from_bundle is not None:
+        report = _replay_bundle(from_bundle, as_of, expect, as_json)
+    else:
+        report = _replay_store(as_of, expect, as_json)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -155,21 +151,28 @@ def replay(
         raise typer.Exit(4)
 
 
-def _source(bundle: str | None, as_of: int | None) -> tuple[Any, int, Any]:
-    if bundle is not None:
-        from ledger.bundle import read_bundle_events
+def _replay_bundle(bundle: str, as_of: int | None, expect: str | None, quiet: bool) -> Any:
+    from ledger.bundle import read_bundle_rows
+    from ledger.replay import replay_rows
 
-        path = Path(bundle)
-        if not path.exists():
-            raise InvalidInput(f"bundle {bundle} does not exist", path=bundle)
-        records, total = read_bundle_events(path, as_of)
-        return records, total, lambda: None
+    path = Path(bundle)
+    if not path.exists():
+        raise InvalidInput(f"bundle {bundle} does not exist", path=bundle)
+    rows, total = read_bundle_rows(path, as_of)
+    with _progress(total, quiet) as advance:
+        return replay_rows(rows, expect=expect, progress=advance)
+
+
+def _replay_store(as_of: int | None, expect: str | None, quiet: bool) -> Any:
+    from ledger.replay import replay_store
     from ledger.store import EventStore
 
-    store = EventStore(state.db_url)
-    store.require_initialised()
-    total = store.head().position if as_of is None else min(as_of, store.head().position)
-    return store.read_all(1, to_position=total), total, store.close
+    with EventStore(state.db_url) as store:
+        store.require_initialised()
+        head = store.head().position
+        total = head if as_of is None else min(as_of, head)
+        with _progress(total, quiet) as advance:
+            return replay_store(store, total, expect=expect, progress=advance)
 
 
 class _progress:

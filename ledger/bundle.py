@@ -76,6 +76,7 @@ __all__ = [
     "import_chunk_events",
     "manifest_bytes_max",
     "read_bundle_events",
+    "read_bundle_rows",
     "read_manifest",
     "verify_bundle",
 ]
@@ -944,16 +945,26 @@ def read_bundle_events(
     Each line is checked as import checks it (shape, position, chain); a bad line raises
     IntegrityError naming it. ``as_of`` stops after that position.
     """
+    rows, total = read_bundle_rows(bundle, as_of)
+    return (RecordedEvent(*row) for row in rows), total
+
+
+def read_bundle_rows(bundle: Path, as_of: int | None = None) -> tuple[Iterator[Row], int]:
+    """Is ``read_bundle_events`` yielding the plain rows (the store's columns) instead.
+
+    Replay reads these: it needs the columns, not a RecordedEvent per event.
+    """
     manifest = read_manifest(bundle)
     total = manifest.events if as_of is None else min(as_of, manifest.events)
 
-    def events() -> Iterator[RecordedEvent]:
+    def rows() -> Iterator[Row]:
         previous = bytes(32)
+        check = _check_line
         with (bundle / EVENTS_FILE).open("rb") as source:
             for number, line in enumerate(source, start=1):
                 if number > total:
                     return
-                row, previous = _check_line(line.rstrip(b"\n"), number, previous)
-                yield RecordedEvent(*row)
+                row, previous = check(line.rstrip(b"\n"), number, previous)
+                yield row
 
-    return events(), total
+    return rows(), total

@@ -12,21 +12,44 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain
+from operator import attrgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from ledger.catalogue import CATALOGUE
-from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
+from ledger.chain import GENESIS_HASH, chain_link
 from ledger.codec import loads
 from ledger.errors import LedgerError
 from ledger.events import (
     AttemptDecided,
     EmissionPolicySet,
+    Event,
     SettlementComputed,
     SubmissionResolved,
 )
 from ledger.model import RecordedEvent
 
-__all__ = ["Divergence", "ReplayReport", "replay_events"]
+if TYPE_CHECKING:
+    from ledger.store import EventStore
+
+__all__ = [
+    "Divergence",
+    "ReplayReport",
+    "Row",
+    "decoder",
+    "parse_payload",
+    "replay_bundle",
+    "replay_events",
+    "replay_rows",
+    "replay_store",
+]
+
+#: One recorded event as the store's columns hold it: position, stream, version, type,
+#: schema_version, payload bytes, recorded_at, actor, entry_hash (hex).
+Row = tuple[int, str, int, str, int, bytes, str, str, str]
 
 _DECISION_FIELDS = ("verdict", "reason", "disposition", "speedup", "pass_line", "look_window")
 
@@ -94,97 +117,188 @@ class ReplayReport:
         }
 
 
+def parse_payload(data: bytes) -> Any:
+    """Parses recorded payload bytes exactly as ``codec.loads`` does, taking a fast path.
+
+    orjson parses, then re-encodes with sorted keys; when that gives back the very bytes
+    (an ASCII document), the bytes are the canonical form of the parsed value: no duplicate
+    key (the re-encoding would be shorter), no whitespace, no other spelling of a number
+    or string, valid UTF-8, so ``codec.loads`` would have returned an equal value without
+    raising. Anything else (non-canonical, duplicate keys, non-ASCII, invalid) takes
+    ``codec.loads`` itself, which raises or returns exactly as it always did.
+    """
+    if data.isascii():
+        try:
+            value = _orjson_loads(data)
+            if type(value) is dict and _orjson_dumps(value, option=_SORT_KEYS) == data:
+                return value
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+            pass  # e.g. an integer beyond 64 bits, or nesting orjson refuses: the slow path
+    return loads(data)
+
+
+_orjson_loads = orjson.loads
+_orjson_dumps = orjson.dumps
+_SORT_KEYS = orjson.OPT_SORT_KEYS
+
+
+def decoder() -> Callable[[str, int, Any], Event]:
+    """Returns ``CATALOGUE.decode`` with the current-version case looked up once per type.
+
+    For a payload recorded at its type's current version ``CATALOGUE.decode`` upcasts
+    nothing and validates with the current model; this calls that model's validator
+    directly (``model_validate`` with its defaults). Other versions and unknown types go
+    through ``CATALOGUE.decode``, which upcasts or raises as it always does.
+    """
+    current = {
+        kind: (version, CATALOGUE.model(kind).__pydantic_validator__.validate_python)
+        for kind, version in CATALOGUE.types.items()
+    }
+    slow = CATALOGUE.decode
+
+    def decode(kind: str, schema_version: int, payload: Any) -> Event:
+        found = current.get(kind)
+        if found is not None and found[0] == schema_version:
+            event: Event = found[1](payload)
+            return event
+        return slow(kind, schema_version, payload)
+
+    return decode
+
+
 class _Replayer:
+    """Folds rows from nothing and checks them; one instance per replay."""
+
     def __init__(self, report: ReplayReport) -> None:
+        from ledger.settle import SettlementTracker
         from machines.projection import LedgerFold
 
         self.fold = LedgerFold()
+        self.settlements = SettlementTracker(self.fold)
         self.report = report
         self.policy: EmissionPolicySet | None = None
-        self.previous = bytes(32)
+        self.checks: dict[type, Callable[[int, str, Any, Any], Divergence | None]] = {
+            AttemptDecided: self._check_decided,
+            SubmissionResolved: self._check_resolved,
+            EmissionPolicySet: self._policy_set,
+            SettlementComputed: self._check_settlement,
+        }
 
-    def step(self, r: RecordedEvent) -> Divergence | None:
-        expected_position = self.report.last_position + 1
-        if r.position != expected_position:
-            return Divergence(
-                expected_position,
-                r.stream,
-                r.type,
-                "position",
-                r.position,
-                expected_position,
-                "gap",
-            )
-        envelope = envelope_bytes(
-            r.position,
-            r.stream,
-            r.version,
-            r.type,
-            r.schema_version,
-            r.payload_bytes,
-            r.recorded_at,
-            r.actor,
+    def run(self, rows: Iterable[Row], progress: Callable[[int], None] | None) -> None:
+        """Replays ``rows`` in order until the end or the first divergence."""
+        report, fold = self.report, self.fold
+        apply, note, checks = fold.apply, self.settlements.note, self.checks
+        decode, parse, link = decoder(), parse_payload, chain_link
+        previous, expected, head, counted = bytes(32), 1, GENESIS_HASH, 0
+        divergence: Divergence | None = None
+        try:
+            for position, stream, version, kind, schema, data, at, actor, entry in rows:
+                if position != expected:
+                    divergence = Divergence(
+                        expected, stream, kind, "position", position, expected, "gap"
+                    )
+                else:
+                    if type(data) is not bytes:
+                        data = bytes(data)  # a driver's memoryview
+                    previous = link(
+                        previous, position, stream, version, kind, schema, data, at, actor
+                    )
+                    if previous.hex() != entry:
+                        divergence = Divergence(
+                            position,
+                            stream,
+                            kind,
+                            "entry_hash",
+                            entry,
+                            previous.hex(),
+                            "hash_mismatch",
+                        )
+                if divergence is not None:
+                    if progress is not None:
+                        progress(position)
+                    break
+                payload = parse(data)
+                event = decode(kind, schema, payload)
+                check = checks.get(type(event))
+                if check is not None:
+                    divergence = check(position, stream, event, payload)
+                if divergence is None:
+                    refusal = apply(position, stream, event, payload)
+                    if refusal is None:
+                        note(stream, event)
+                    else:
+                        divergence = Divergence(
+                            position,
+                            stream,
+                            kind,
+                            _field_of(refusal.detail),
+                            None,
+                            refusal.detail,
+                            refusal.code,
+                        )
+                counted += 1
+                expected += 1
+                head = entry
+                if progress is not None:
+                    progress(position)
+                if divergence is not None:
+                    break
+                if position % _FROZEN_EVERY == 0:
+                    gc.freeze()
+        finally:
+            report.events += counted
+            report.last_position = expected - 1
+            report.head_hash = head
+            report.divergence = divergence
+
+    def _check_decided(
+        self, position: int, stream: str, event: AttemptDecided, _: Any
+    ) -> Divergence | None:
+        self.report.verdicts_checked += 1
+        derived = self.fold.derive_decision(stream.partition("-")[2])
+        recorded = (
+            event.verdict,
+            event.reason,
+            event.disposition,
+            event.speedup,
+            event.pass_line,
+            event.look_window,
         )
-        self.previous = next_entry_hash(self.previous, envelope)
-        if self.previous.hex() != r.entry_hash:
-            return Divergence(
-                r.position,
-                r.stream,
-                r.type,
-                "entry_hash",
-                r.entry_hash,
-                self.previous.hex(),
-                "hash_mismatch",
-            )
-        payload = loads(r.payload_bytes)
-        event = CATALOGUE.decode(r.type, r.schema_version, payload)
-        divergence = self._check(r, event, payload)
-        if divergence is None:
-            refusal = self.fold.apply(r.position, r.stream, event, payload)
-            if refusal is not None:
-                divergence = Divergence(
-                    r.position,
-                    r.stream,
-                    r.type,
-                    _field_of(refusal.detail),
-                    None,
-                    refusal.detail,
-                    refusal.code,
-                )
-        self.report.events += 1
-        self.report.last_position = r.position
-        self.report.head_hash = r.entry_hash
-        return divergence
+        if derived is not None and derived == recorded:
+            return None  # equal field by field; _compare names the first field otherwise
+        return _compare(position, stream, event, None if derived is None else derived._asdict())
 
-    def _check(self, r: RecordedEvent, event: Any, payload: Any) -> Divergence | None:
-        if isinstance(event, AttemptDecided):
-            self.report.verdicts_checked += 1
-            derived = self.fold.derive_decision(r.stream.partition("-")[2])
-            return _compare(r, event, None if derived is None else derived._asdict())
-        if isinstance(event, SubmissionResolved):
-            self.report.resolutions_checked += 1
-            attempt = self.fold.attempt(event.attempt_id)
-            decision = None if attempt is None else attempt.decision
-            return _compare(r, event, None if decision is None else decision._asdict())
-        if isinstance(event, EmissionPolicySet):
-            self.policy = event
-        if isinstance(event, SettlementComputed):
-            return self._check_settlement(r, event, payload)
+    def _check_resolved(
+        self, position: int, stream: str, event: SubmissionResolved, _: Any
+    ) -> Divergence | None:
+        self.report.resolutions_checked += 1
+        attempt = self.fold.attempt(event.attempt_id)
+        decision = None if attempt is None else attempt.decision
+        if decision is not None and (decision.verdict, decision.reason, decision.disposition) == (
+            event.verdict,
+            event.reason,
+            event.disposition,
+        ):
+            return None
+        return _compare(position, stream, event, None if decision is None else decision._asdict())
+
+    def _policy_set(
+        self, _position: int, _stream: str, event: EmissionPolicySet, _: Any
+    ) -> Divergence | None:
+        self.policy = event
         return None
 
     def _check_settlement(
-        self, r: RecordedEvent, event: SettlementComputed, payload: Any
+        self, position: int, stream: str, event: SettlementComputed, payload: Any
     ) -> Divergence | None:
-        from ledger.settle import check_recorded
-
         self.report.settlements_checked += 1
         try:
-            difference = check_recorded(self.fold, self.policy, event, payload)
+            difference = self.settlements.check_recorded(self.policy, event, payload)
         except LedgerError as exc:
             return Divergence(
-                r.position,
-                r.stream,
-                r.type,
+                position,
+                stream,
+                event.event_type,
                 "settlement",
                 None,
                 exc.message,
@@ -193,16 +307,31 @@ class _Replayer:
         if difference is not None:
             name, recorded, recomputed = difference
             return Divergence(
-                r.position, r.stream, r.type, name, recorded, recomputed, "settlement_mismatch"
+                position,
+                stream,
+                event.event_type,
+                name,
+                recorded,
+                recomputed,
+                "settlement_mismatch",
             )
         self.report.settlement_digest = event.settlement_digest
         return None
 
 
-def _compare(r: RecordedEvent, event: Any, derived: dict[str, Any] | None) -> Divergence | None:
+#: Positions between two ``gc.freeze()`` calls. The fold's state is long-lived and acyclic:
+#: freezing it keeps the cyclic collector from rescanning it (a third of replay's time on a
+#: 1M ledger otherwise).
+_FROZEN_EVERY = 10_000
+
+
+def _compare(
+    position: int, stream: str, event: Any, derived: dict[str, Any] | None
+) -> Divergence | None:
+    kind = event.event_type
     if derived is None:
         return Divergence(
-            r.position, r.stream, r.type, "verdict", event.verdict, None, "decision_not_derivable"
+            position, stream, kind, "verdict", event.verdict, None, "decision_not_derivable"
         )
     for name in _DECISION_FIELDS:
         if name not in type(event).model_fields:
@@ -210,7 +339,7 @@ def _compare(r: RecordedEvent, event: Any, derived: dict[str, Any] | None) -> Di
         recorded = getattr(event, name)
         if recorded != derived[name]:
             return Divergence(
-                r.position, r.stream, r.type, name, recorded, derived[name], "decision_mismatch"
+                position, stream, kind, name, recorded, derived[name], "decision_mismatch"
             )
     return None
 
@@ -220,6 +349,34 @@ def _field_of(detail: str) -> str:
     return head if head.isidentifier() else "event"
 
 
+_row_of = attrgetter(
+    "position",
+    "stream",
+    "version",
+    "type",
+    "schema_version",
+    "payload_bytes",
+    "recorded_at",
+    "actor",
+    "entry_hash",
+)
+
+
+def replay_rows(
+    rows: Iterable[Row],
+    *,
+    expect: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Replays raw rows (position order, from 1); stops at the first divergence."""
+    report = ReplayReport(expected_digest=expect)
+    try:
+        _Replayer(report).run(rows, progress)
+    finally:
+        gc.unfreeze()
+    return report
+
+
 def replay_events(
     records: Iterable[RecordedEvent],
     *,
@@ -227,21 +384,44 @@ def replay_events(
     progress: Callable[[int], None] | None = None,
 ) -> ReplayReport:
     """Replays ``records`` (position order, from 1); stops at the first divergence."""
-    report = ReplayReport(expected_digest=expect)
-    replayer = _Replayer(report)
-    # The fold's state is long-lived and acyclic: freezing it periodically keeps the cyclic
-    # garbage collector from rescanning it (a third of replay's time on a 1M ledger).
-    frozen_every = 10_000
-    try:
-        for recorded in records:
-            divergence = replayer.step(recorded)
-            if progress is not None:
-                progress(recorded.position)
-            if divergence is not None:
-                report.divergence = divergence
-                break
-            if recorded.position % frozen_every == 0:
-                gc.freeze()
-    finally:
-        gc.unfreeze()
-    return report
+    return replay_rows(map(_row_of, records), expect=expect, progress=progress)
+
+
+def replay_store(
+    store: EventStore,
+    as_of: int | None = None,
+    *,
+    expect: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Replays the store from position 1 to ``as_of`` (default: the head), from raw pages.
+
+    The same replay as ``replay_events(store.read_all(1, to_position=...))``, reading the
+    driver's rows a position window at a time (``ledger.verify``'s reader) instead of
+    building a RecordedEvent per event.
+    """
+    from ledger.verify import _pages  # the windowed raw-cursor reader verify_chain uses
+
+    head = store.head().position
+    last = head if as_of is None else min(as_of, head)
+    return replay_rows(
+        chain.from_iterable(_pages(store, 1, last)), expect=expect, progress=progress
+    )
+
+
+def replay_bundle(
+    bundle: Path,
+    as_of: int | None = None,
+    *,
+    expect: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Replays an exported bundle's events.jsonl up to ``as_of`` (default: all of it).
+
+    Each line is checked as ``read_bundle_events`` checks it; a bad line raises
+    IntegrityError naming it.
+    """
+    from ledger.bundle import read_bundle_rows
+
+    rows, _ = read_bundle_rows(bundle, as_of)
+    return replay_rows(rows, expect=expect, progress=progress)

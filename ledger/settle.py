@@ -10,17 +10,30 @@ up to that position gives.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ledger.catalogue import CATALOGUE
 from ledger.domain import CONTROL_HOTKEY
-from ledger.errors import Refused
-from ledger.events import EmissionPolicySet, SettlementComputed
+from ledger.errors import LedgerError, Refused
+from ledger.events import AttemptDecided, EmissionPolicySet, SettlementComputed
+from ledger.log import get_logger
 
 if TYPE_CHECKING:
     from machines.projection import LedgerFold
     from machines.settlement import Settlement, SettlementInput
 
-__all__ = ["check_recorded", "compute", "fee_summary", "rewards", "settlement_input"]
+__all__ = [
+    "SettlementTracker",
+    "check_recorded",
+    "compute",
+    "fee_summary",
+    "rewards",
+    "settlement_input",
+]
+
+_log = get_logger("arena_ledger.settle")
 
 
 def settlement_input(
@@ -50,37 +63,58 @@ _RELEVANT = frozenset({"QUALIFIED", "ARRIVED", "QUEUED", "QUALIFYING", "HELD"})
 
 
 def _arena_input(fold: LedgerFold, arena: Any) -> Any:
-    from machines import settlement as rules
-
-    policy = arena.commissions[arena.commission_digest].event.policy
     subs = []
     for sub in fold.submissions(arena.arena_id):
-        if sub.hotkey == CONTROL_HOTKEY:
-            continue  # the validator's own control runs: never rewarded, never blocking
-        if sub.status not in _RELEVANT:
-            continue  # finished without a PASS: blocks nothing and earns nothing
-        resolution = fold.resolution(sub.submission_id) if sub.status == "QUALIFIED" else None
-        block, index, subindex = sub.arrival_key[:3]
-        subs.append(
-            rules.SubmissionInput(
-                submission_id=sub.submission_id,
-                hotkey=sub.hotkey,
-                content_hash=sub.content_hash,
-                block=block,
-                event_index=index,
-                event_subindex=subindex,
-                status=sub.status,
-                incumbent_digest=fold.reward_group(sub.submission_id) or arena.incumbent_digest,
-                verdict="PASS" if sub.status == "QUALIFIED" else _verdict(sub),
-                speedup=None if resolution is None else resolution.speedup,
-            )
-        )
+        found = _submission_input(fold, arena, sub)
+        if found is not None:
+            subs.append(found)
+    return _arena_header(arena, subs)
+
+
+def _arena_header(arena: Any, submissions: Sequence[Any] = ()) -> Any:
+    """Returns the arena's ArenaInput: the share and reward margin of its commission in force."""
+    from machines import settlement as rules
+
+    commission = arena.commissions[arena.commission_digest].event
     return rules.ArenaInput(
         arena_id=arena.arena_id,
-        emission_share_ppm=arena.commissions[arena.commission_digest].event.emission_share_ppm,
-        reward_margin=policy.reward_margin,
-        submissions=subs,
+        emission_share_ppm=commission.emission_share_ppm,
+        reward_margin=commission.policy.reward_margin,
+        submissions=submissions,
     )
+
+
+def _submission_input(fold: LedgerFold, arena: Any, sub: Any) -> Any:
+    """Returns the SubmissionInput settlement reads for ``sub``, or None when it is not one."""
+    rules = _rules()
+    if sub.hotkey == CONTROL_HOTKEY:
+        return None  # the validator's own control runs: never rewarded, never blocking
+    if sub.status not in _RELEVANT:
+        return None  # finished without a PASS: blocks nothing and earns nothing
+    resolution = fold.resolution(sub.submission_id) if sub.status == "QUALIFIED" else None
+    block, index, subindex = sub.arrival_key[:3]
+    return rules.SubmissionInput(
+        submission_id=sub.submission_id,
+        hotkey=sub.hotkey,
+        content_hash=sub.content_hash,
+        block=block,
+        event_index=index,
+        event_subindex=subindex,
+        status=sub.status,
+        incumbent_digest=fold.reward_group(sub.submission_id) or arena.incumbent_digest,
+        verdict="PASS" if sub.status == "QUALIFIED" else _verdict(sub),
+        speedup=None if resolution is None else resolution.speedup,
+    )
+
+
+@cache
+def _rules() -> Any:
+    """Returns ``machines.settlement``, imported on first use."""
+    # ledger/ never imports machines/ at module level; the cache spares the per-submission
+    # helpers (thousands of calls per replay) an import statement each.
+    from machines import settlement
+
+    return settlement
 
 
 def _verdict(sub: Any) -> str | None:
@@ -91,19 +125,29 @@ def _verdict(sub: Any) -> str | None:
 def _fee_records(fold: LedgerFold) -> Any:
     from machines import settlement as rules
 
-    payments = [
-        rules.PaymentRecord(p.arena_id, p.payment_ref, p.amount_rao, p.status == "RELEASED")
-        for p in fold.payments()
-    ]
+    payments = [_payment_record(p) for p in fold.payments()]
     credits = []
     for credit in fold.credits():
-        if credit.submission_id is None:
-            continue
-        sub = fold.submission(credit.submission_id)
-        if sub is None or sub.fee is None:
-            continue
-        credits.append(rules.CreditRecord(sub.arena_id, credit.credit_id, sub.fee.amount_rao))
+        found = _credit_record(fold, credit)
+        if found is not None:
+            credits.append(found)
     return rules.FeeRecords(payments=payments, credits=credits)
+
+
+def _payment_record(payment: Any) -> Any:
+    released = payment.status == "RELEASED"
+    return _rules().PaymentRecord(
+        payment.arena_id, payment.payment_ref, payment.amount_rao, released
+    )
+
+
+def _credit_record(fold: LedgerFold, credit: Any) -> Any:
+    if credit.submission_id is None:
+        return None
+    sub = fold.submission(credit.submission_id)
+    if sub is None or sub.fee is None:
+        return None
+    return _rules().CreditRecord(sub.arena_id, credit.credit_id, sub.fee.amount_rao)
 
 
 def compute(fold: LedgerFold, policy: EmissionPolicySet | None, block: int) -> Settlement:
@@ -159,3 +203,232 @@ def fee_summary(fold: LedgerFold, arena_id: str | None = None) -> dict[str, Any]
         )
     summary: dict[str, Any] = rules.summarize_fees(arena_ids, records).to_dict()
     return summary
+
+
+class SettlementTracker:
+    """Checks recorded settlements during a replay at the cost of what changed since the last.
+
+    ``check_recorded`` rebuilds every arena's settlement input from the whole fold, so a
+    replay that meets a settlement every few thousand events would pay O(ledger) each time.
+    The tracker keeps those inputs instead: the replay calls ``note`` after every event it
+    folds, naming the submission, payment, credit or arena the event touched, and each
+    check recomputes only the touched entries (with the same functions the full build uses)
+    before settling through ``machines.settlement.RewardScan`` and running fee sums.
+
+    It trusts nothing it cannot re-derive: until its first check, after ``dirty_entries_max``
+    touched entries, and after any error or mismatch, it rebuilds from the fold. A check that
+    does not match, or that raises, is answered by ``check_recorded`` itself, so the field or
+    error a divergence names is exactly the full recomputation's.
+    """
+
+    #: Touched entries kept between two checks before the tracker rebuilds from the fold
+    #: instead (bounds its memory on a ledger that settles rarely or never).
+    dirty_entries_max = 100_000
+
+    def __init__(self, fold: LedgerFold) -> None:
+        self.fold = fold
+        self._scans: dict[str, Any] = {}
+        self._payments: dict[str, tuple[str, int, bool]] = {}
+        self._credits: dict[str, tuple[str, int]] = {}
+        self._credit_of: dict[str, str] = {}
+        self._fallback: dict[str, set[str]] = {}  # arena -> inputs that read its incumbent
+        self._fees: dict[str, list[int]] = {}
+        self._subs: set[str] = set()
+        self._arenas: set[str] = set()
+        self._payment_refs: set[str] = set()
+        self._credit_ids: set[str] = set()
+        self._rebuild = True
+        by_category = {
+            "submission": self._subs,
+            "payment": self._payment_refs,
+            "credit": self._credit_ids,
+            "arena": self._arenas,
+        }
+        self._touches: dict[type, tuple[int, set[str]]] = {}
+        for kind in CATALOGUE.types:
+            category = CATALOGUE.model(kind).category
+            if category in by_category:
+                self._touches[CATALOGUE.model(kind)] = (len(category) + 1, by_category[category])
+
+    def note(self, stream: str, event: Any) -> None:
+        """Records which settlement input the event just folded on ``stream`` may change.
+
+        The fold accepted the event, so ``stream`` is its category, a dash and the id.
+        """
+        if self._rebuild:
+            return
+        found = self._touches.get(type(event))
+        if found is None:
+            # Of the attempt events only a decision reaches settlement (the speedup of a
+            # QUALIFIED submission, read through its attempt).
+            if type(event) is AttemptDecided:
+                attempt = self.fold.attempt(stream[8:])
+                if attempt is not None:
+                    self._subs.add(attempt.submission_id)
+            return
+        cut, touched = found
+        touched.add(stream[cut:])
+        if len(touched) > self.dirty_entries_max:
+            self._forget()
+
+    def check_recorded(
+        self, policy: EmissionPolicySet | None, event: SettlementComputed, payload: dict[str, Any]
+    ) -> tuple[str, Any, Any] | None:
+        """Is ``check_recorded(fold, policy, event, payload)``, incrementally."""
+        from machines import settlement as rules
+
+        fold = self.fold
+        if event.as_of_position != fold.position:
+            return ("as_of_position", event.as_of_position, fold.position)
+        try:
+            expected = self.payload(policy, event.block)
+        except LedgerError:
+            expected = None
+        if expected is not None and not rules.diff_settlement_payload(expected, payload):
+            return None
+        self._forget()
+        difference = check_recorded(fold, policy, event, payload)
+        if difference is None:  # the full projection accepts what the tracker did not: a bug
+            _log.warning("settlement_tracker_disagreed", position=fold.position + 1)
+        return difference
+
+    def payload(self, policy: EmissionPolicySet | None, block: int) -> dict[str, Any]:
+        """Returns the SettlementComputed payload ``compute`` gives for the fold as it stands."""
+        from machines import settlement as rules
+
+        if policy is None:
+            settlement_input(self.fold, policy, block)  # raises the refusal
+        assert policy is not None
+        emission = rules.EmissionPolicy.from_event(policy)
+        self._catch_up()
+        shares: dict[str, int] = {}
+        rewarded: list[Any] = []
+        for arena in self.fold.arenas():
+            scan = self._scans.get(arena.arena_id)
+            if scan is None:  # not announced by note(): never trust, rebuild
+                self._build(arena.arena_id)
+                scan = self._scans[arena.arena_id]
+            shares[arena.arena_id] = scan.arena.emission_share_ppm
+            rewarded.extend(scan.rewarded())
+        sums = {a: row[:3] for a, row in self._fees.items() if row[3]}
+        fees = rules.fee_summary(shares, sums)
+        settlement = rules.settle_assessed(
+            block, self.fold.position, emission, shares, rewarded, fees
+        )
+        return rules.settlement_payload(settlement)
+
+    # --- keeping the inputs ---------------------------------------------------------------
+
+    def _forget(self) -> None:
+        self._rebuild = True
+        for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
+            touched.clear()
+
+    def _catch_up(self) -> None:
+        fold = self.fold
+        if self._rebuild:
+            self._scans.clear()
+            self._payments.clear()
+            self._credits.clear()
+            self._credit_of.clear()
+            self._fallback.clear()
+            self._fees.clear()
+            self._arenas.update(a.arena_id for a in fold.arenas())
+            self._payment_refs.update(p.payment_ref for p in fold.payments())
+            self._credit_ids.update(c.credit_id for c in fold.credits())
+        self._rebuild = True  # until this catch-up completes
+        for arena_id in self._arenas:
+            self._refresh_arena(arena_id)
+        for sid in self._subs:
+            sub = fold.submission(sid)
+            if sub is None:
+                continue
+            credit_id = self._credit_of.get(sid)
+            if credit_id is not None:
+                self._credit_ids.add(credit_id)  # its amount is the submission's fee
+            scan = self._scans.get(sub.arena_id)
+            if scan is None:
+                self._build(sub.arena_id)
+            else:
+                self._put(scan, fold.arena(sub.arena_id), sub)
+        for ref in self._payment_refs:
+            payment = fold.payment(ref)
+            found = None
+            if payment is not None:
+                record = _payment_record(payment)
+                found = (record.arena_id, record.amount_rao, record.released)
+            self._fee_swap(self._payments, ref, found)
+        for credit_id in self._credit_ids:
+            self._fee_swap(self._credits, credit_id, self._credit_found(credit_id))
+        for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
+            touched.clear()
+        self._rebuild = False
+
+    def _build(self, arena_id: str) -> None:
+        """Builds one arena's scan from the fold (none when the fold has no such arena)."""
+        from machines import settlement as rules
+
+        arena = self.fold.arena(arena_id)
+        self._scans.pop(arena_id, None)
+        self._fallback.pop(arena_id, None)
+        if arena is None:
+            return
+        scan = rules.RewardScan(_arena_header(arena))
+        for sub in self.fold.submissions(arena_id):
+            self._put(scan, arena, sub)
+        self._scans[arena_id] = scan
+
+    def _refresh_arena(self, arena_id: str) -> None:
+        """Brings one arena's scan up to date after an arena event.
+
+        An arena event can change the share and reward margin in force, and the reward
+        group of a submission whose arrival recorded none (it falls back to the arena's
+        current incumbent; the fold records one for every arrival).
+        """
+        scan = self._scans.get(arena_id)
+        arena = self.fold.arena(arena_id)
+        if scan is None or arena is None:
+            self._build(arena_id)
+            return
+        scan.set_arena(_arena_header(arena))
+        for sid in list(self._fallback.get(arena_id, ())):
+            sub = self.fold.submission(sid)
+            if sub is not None:
+                self._put(scan, arena, sub)
+
+    def _put(self, scan: Any, arena: Any, sub: Any) -> None:
+        sid = sub.submission_id
+        found = _submission_input(self.fold, arena, sub)
+        scan.put(sid, found)
+        if found is not None and not self.fold.reward_group(sid):
+            self._fallback.setdefault(arena.arena_id, set()).add(sid)
+        elif arena.arena_id in self._fallback:
+            self._fallback[arena.arena_id].discard(sid)
+
+    def _credit_found(self, credit_id: str) -> tuple[str, int] | None:
+        credit = self.fold.credit(credit_id)
+        if credit is None:
+            return None
+        if credit.submission_id is not None:
+            self._credit_of[credit.submission_id] = credit_id
+        record = _credit_record(self.fold, credit)
+        return None if record is None else (record.arena_id, record.amount_rao)
+
+    def _fee_swap(self, table: dict[str, Any], key: str, found: tuple[Any, ...] | None) -> None:
+        old = table.pop(key, None)
+        if old is not None:
+            self._fee_add(old, -1)
+        if found is not None:
+            table[key] = found
+            self._fee_add(found, 1)
+
+    def _fee_add(self, record: tuple[Any, ...], sign: int) -> None:
+        row = self._fees.setdefault(record[0], [0, 0, 0, 0])
+        amount = sign * record[1]
+        if len(record) == 2:  # a spent credit
+            row[2] += amount
+        else:
+            row[0] += amount
+            if record[2]:
+                row[1] += amount
+        row[3] += sign

@@ -24,7 +24,8 @@ Choices this module makes where DOMAIN §7 is silent (also in docs/settlement.md
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import (
     ROUND_FLOOR,
@@ -63,6 +64,7 @@ __all__ = [
     "FeeSummary",
     "PaymentRecord",
     "RewardAssessment",
+    "RewardScan",
     "RewardStatus",
     "Settlement",
     "SettlementInput",
@@ -75,7 +77,9 @@ __all__ = [
     "compute_weights",
     "diff_settlement_payload",
     "explain_rewards",
+    "fee_summary",
     "largest_remainder",
+    "settle_assessed",
     "settlement_digest",
     "settlement_document",
     "settlement_payload",
@@ -509,6 +513,99 @@ def explain_rewards(arenas: Iterable[ArenaInput]) -> list[dict[str, Any]]:
     return [a.to_dict() for a in assess_rewards(arenas)]
 
 
+class RewardScan:
+    """Assesses one arena's rewards incrementally, for a replay that settles again and again.
+
+    It holds the arena's submissions (those ``assess_rewards`` would be given) sorted by
+    arrival order, and the assessment of the longest prefix already walked. Only PASSes
+    before the first blocking submission can be ``rewarded`` or ``lost_potential`` (every
+    later one is ``pending`` and earns nothing), and that prefix holds only QUALIFIED
+    (terminal) submissions, so a new settlement walks on from where the last one stopped.
+    A change inside the walked prefix (an earlier arrival, a requeued one) rolls the walk
+    back to the last mark before it (one every ``mark_every_walked``). ``rewarded()``
+    equals the ``rewarded`` assessments ``assess_rewards([ArenaInput(..., submissions)])``
+    gives, in the same order.
+    """
+
+    def __init__(self, arena: ArenaInput, *, mark_every_walked: int = 64) -> None:
+        if mark_every_walked < 1:
+            raise ValueError(f"mark_every_walked must be at least 1, not {mark_every_walked}")
+        #: Walked submissions between two saved walk states (the rollback points).
+        self.mark_every_walked = mark_every_walked
+        self.arena = arena
+        self._order: list[tuple[tuple[int, int, int, str, str], str]] = []
+        self._subs: dict[str, SubmissionInput] = {}
+        self._restart()
+
+    def _restart(self) -> None:
+        self._walked = 0
+        self._best: dict[str, tuple[Decimal, SubmissionInput]] = {}
+        self._rewarded: list[RewardAssessment] = []
+        # (walked, best then, len(rewarded) then): the state before assessing order[walked].
+        self._marks: list[tuple[int, dict[str, tuple[Decimal, SubmissionInput]], int]] = []
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def set_arena(self, arena: ArenaInput) -> None:
+        """Replaces the arena's share and reward margin; the walk starts over."""
+        if arena != self.arena:
+            self.arena = arena
+            self._restart()
+
+    def put(self, submission_id: str, sub: SubmissionInput | None) -> None:
+        """Sets (or, with None, removes) one submission's input."""
+        old = self._subs.get(submission_id)
+        if old == sub:
+            return
+        if sub is not None and sub.submission_id != submission_id:
+            raise ValueError(f"input of {sub.submission_id} put as {submission_id}")
+        if old is not None:
+            index = bisect_left(self._order, _arrival_order(old))
+            del self._order[index]
+            del self._subs[submission_id]
+            self._changed(index)
+        if sub is not None:
+            key = _arrival_order(sub)
+            index = bisect_left(self._order, key)
+            self._order.insert(index, key)
+            self._subs[submission_id] = sub
+            self._changed(index)
+
+    def _changed(self, index: int) -> None:
+        """Forgets the walk from ``index`` on: order[:index] is as it was when walked."""
+        if index >= self._walked:
+            return
+        marks = self._marks
+        while marks and marks[-1][0] > index:
+            marks.pop()
+        if not marks:
+            self._restart()
+            return
+        walked, best, count = marks[-1]
+        self._walked, self._best = walked, dict(best)
+        del self._rewarded[count:]
+
+    def rewarded(self) -> tuple[RewardAssessment, ...]:
+        """Returns the arena's rewarded assessments in arrival order, walking what is new."""
+        order, subs, arena, best = self._order, self._subs, self.arena, self._best
+        marks, rewarded, every = self._marks, self._rewarded, self.mark_every_walked
+        index, end = self._walked, len(order)
+        while index < end:
+            if index % every == 0 and (not marks or marks[-1][0] < index):
+                marks.append((index, dict(best), len(rewarded)))
+            sub = subs[order[index][1]]
+            if sub.status in BLOCKING_STATUSES:
+                break  # every later PASS is pending: nothing more to assess now
+            if sub.is_pass:
+                assessed = _judge(sub, arena, best, ())
+                if assessed.status == "rewarded":
+                    rewarded.append(assessed)
+            index += 1
+        self._walked = index
+        return tuple(rewarded)
+
+
 # --- claims ---------------------------------------------------------------------------------
 
 
@@ -709,14 +806,27 @@ def summarize_fees(arena_ids: Iterable[str], records: FeeRecords) -> FeeSummary:
     Every arena in ``arena_ids`` appears, with zeros when it has no fee record; an arena
     that only appears in ``records`` appears too.
     """
-    per: dict[str, ArenaFees] = {a: ArenaFees() for a in arena_ids}
+    sums: dict[str, list[int]] = {}
     for p in records.payments:
-        released = p.amount_rao if p.released else 0
-        per[p.arena_id] = per.get(p.arena_id, ArenaFees()).plus(
-            ArenaFees(p.amount_rao, released, 0)
-        )
+        row = sums.setdefault(p.arena_id, [0, 0, 0])
+        row[0] += p.amount_rao
+        if p.released:
+            row[1] += p.amount_rao
     for c in records.credits:
-        per[c.arena_id] = per.get(c.arena_id, ArenaFees()).plus(ArenaFees(0, 0, c.amount_rao))
+        sums.setdefault(c.arena_id, [0, 0, 0])[2] += c.amount_rao
+    return fee_summary(arena_ids, sums)
+
+
+def fee_summary(arena_ids: Iterable[str], sums: Mapping[str, Sequence[int]]) -> FeeSummary:
+    """Builds the summary from per-arena sums (consumed, released, credits spent) in rao.
+
+    Every arena in ``arena_ids`` appears, with zeros when ``sums`` has no row for it; an
+    arena that only appears in ``sums`` appears too. ``summarize_fees`` and the replay's
+    running sums (``ledger.settle.SettlementTracker``) both end here.
+    """
+    per: dict[str, ArenaFees] = {a: ArenaFees() for a in arena_ids}
+    for arena_id, (consumed, released, credits) in sums.items():
+        per[arena_id] = ArenaFees(consumed, released, credits)
     total = ArenaFees()
     for fees in per.values():
         total = total.plus(fees)
@@ -776,14 +886,53 @@ class Settlement:
 def compute_settlement(inputs: SettlementInput) -> Settlement:
     """Computes the settlement of ``inputs``: assess, claim, weigh, sum fees, hash."""
     assessments = assess_rewards(inputs.arenas)
-    claims = build_claims(assessments, inputs.block, inputs.policy.half_life_blocks)
     shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
-    weights = compute_weights(claims, shares, inputs.policy.burn_hotkey)
-    fees = summarize_fees(shares, inputs.fees)
-    document = settlement_document(inputs.block, inputs.as_of_position, claims, weights, fees)
+    return _settle(
+        inputs.block,
+        inputs.as_of_position,
+        inputs.policy,
+        shares,
+        assessments,
+        lambda: summarize_fees(shares, inputs.fees),
+    )
+
+
+def settle_assessed(
+    block: int,
+    as_of_position: int,
+    policy: EmissionPolicy,
+    shares_ppm: Mapping[str, int],
+    assessments: Sequence[RewardAssessment],
+    fees: FeeSummary,
+) -> Settlement:
+    """Computes a settlement from assessments made elsewhere (``RewardScan``) and fee sums.
+
+    Claims, weights, document and digest come from the same code as ``compute_settlement``;
+    only the rewarded ``assessments`` matter (the others earn nothing), and ``shares_ppm``
+    must name every arena. ``Settlement.assessments`` holds what was passed in.
+    """
+    # What SettlementInput checks on construction (the rest holds by how a fold is built).
+    _check_int(block, "block")
+    _check_int(as_of_position, "as_of_position")
+    _check_shares(shares_ppm)
+    return _settle(block, as_of_position, policy, shares_ppm, tuple(assessments), lambda: fees)
+
+
+def _settle(
+    block: int,
+    as_of_position: int,
+    policy: EmissionPolicy,
+    shares: Mapping[str, int],
+    assessments: tuple[RewardAssessment, ...],
+    fees_of: Callable[[], FeeSummary],
+) -> Settlement:
+    claims = build_claims(assessments, block, policy.half_life_blocks)
+    weights = compute_weights(claims, shares, policy.burn_hotkey)
+    fees = fees_of()  # after the weights, so errors come in the order they always did
+    document = settlement_document(block, as_of_position, claims, weights, fees)
     return Settlement(
-        block=inputs.block,
-        as_of_position=inputs.as_of_position,
+        block=block,
+        as_of_position=as_of_position,
         claims=claims,
         weights_ppm=weights,
         fees=fees,

@@ -1,0 +1,129 @@
+"""Replays one settled ledger from every source and holds the fast paths to the full checks.
+
+``replay_store`` (raw driver pages), ``replay_bundle`` (an exported bundle's rows) and
+``replay_events`` (RecordedEvents) must give the same report on SQLite and PostgreSQL, and
+catch a forged settlement or decision at its position with the same divergence. The
+incremental settlement check (``SettlementTracker``) must equal the full recomputation
+(``settle.compute``) after every event of the ledger, and a replay whose tracker rebuilds
+at every check must report exactly what the incremental one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_replay import HEAD, _forge_weights, replay  # same directory, prepend import mode
+from test_settlement_ledger import Settled, build_settled, open_ledger
+
+from ledger.bundle import export_bundle, read_bundle_events
+from ledger.domain import ArenaLedger
+from ledger.events import EmissionPolicySet
+from ledger.model import EventDraft
+from ledger.replay import ReplayReport, replay_bundle, replay_events, replay_store
+from ledger.settle import SettlementTracker, compute
+from ledger.store import EventStore
+from machines.projection import LedgerFold
+from machines.settlement import settlement_payload
+
+
+@pytest.fixture
+def settled(store_url: str) -> Iterator[tuple[ArenaLedger, Settled]]:
+    """Yields the fully built and settled ledger (92 events) on each backend."""
+    ledger = open_ledger(store_url)
+    try:
+        yield ledger, build_settled(ledger)
+    finally:
+        ledger.close()
+
+
+def _every_source(url: str, bundle: Path, as_of: int | None = None) -> list[ReplayReport]:
+    with EventStore(url) as store:
+        head = store.head().position
+        to = head if as_of is None else min(as_of, head)
+        from_records = replay_events(store.read_all(1, to_position=to))
+        from_store = replay_store(store, as_of)
+    from_bundle = replay_bundle(bundle, as_of)
+    records, _ = read_bundle_events(bundle, as_of)
+    from_bundle_records = replay_events(records)
+    return [from_records, from_store, from_bundle, from_bundle_records]
+
+
+def test_store_bundle_and_records_replay_to_one_report(
+    settled: tuple[ArenaLedger, Settled], store_url: str, tmp_path: Path
+) -> None:
+    ledger, built = settled
+    bundle = tmp_path / "bundle"
+    export_bundle(ledger.store, bundle)
+    last_digest = built.settlements[-1][0]["settlement_digest"]
+    for as_of in (None, 80, 81, 91, HEAD):
+        reports = _every_source(store_url, bundle, as_of)
+        first = reports[0].to_json()
+        assert all(r.to_json() == first for r in reports), as_of
+        assert first["ok"] and first["divergence"] is None
+    full = _every_source(store_url, bundle)[0]
+    assert (full.events, full.settlements_checked, full.settlement_digest) == (HEAD, 3, last_digest)
+    assert full.head_hash == ledger.store.head().entry_hash
+
+
+@pytest.mark.parametrize("digest", ["kept", "recomputed"])
+def test_a_forged_settlement_is_caught_at_its_position_from_every_source(
+    settled: tuple[ArenaLedger, Settled], store_url: str, tmp_path: Path, digest: str
+) -> None:
+    ledger, built = settled
+    honest = settlement_payload(ledger.weights(4_000))
+    forged = _forge_weights(honest, digest)
+    with EventStore(store_url) as unguarded:
+        unguarded.append([EventDraft("settlement", "SettlementComputed", forged)])
+    bundle = tmp_path / "bundle"
+    export_bundle(ledger.store, bundle)
+
+    reports = _every_source(store_url, bundle)
+
+    assert all(r.to_json() == reports[0].to_json() for r in reports)
+    divergence = reports[0].divergence
+    assert divergence is not None
+    assert (divergence.position, divergence.field, divergence.code) == (
+        HEAD + 1,
+        "weights_ppm",
+        "settlement_mismatch",
+    )
+    assert divergence.recorded == forged["weights_ppm"]
+    assert divergence.recomputed == honest["weights_ppm"]
+    assert reports[0].settlement_digest == built.settlements[-1][0]["settlement_digest"]
+    assert reports[0].to_json() == replay(store_url).to_json()
+
+
+def test_a_replay_whose_tracker_always_rebuilds_reports_the_same(
+    settled: tuple[ArenaLedger, Settled], store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    incremental = replay(store_url)
+    monkeypatch.setattr(SettlementTracker, "dirty_entries_max", 0)
+    rebuilding = replay(store_url)
+    assert rebuilding.to_json() == incremental.to_json()
+    assert incremental.ok and incremental.settlements_checked == 3
+
+
+def test_the_tracker_equals_the_full_settlement_after_every_event(
+    settled: tuple[ArenaLedger, Settled],
+) -> None:
+    ledger, _ = settled
+    fold = LedgerFold()
+    tracker = SettlementTracker(fold)
+    policy = None
+    compared = claims = 0
+    for recorded in ledger.store.read_all():
+        event = recorded.event()
+        assert fold.apply(recorded.position, recorded.stream, event, recorded.payload) is None
+        tracker.note(recorded.stream, event)
+        if isinstance(event, EmissionPolicySet):
+            policy = event
+        if policy is None:
+            continue
+        for block in (2_000, 4_000):
+            expected = settlement_payload(compute(fold, policy, block))
+            assert tracker.payload(policy, block) == expected, recorded.position
+            compared += 1
+            claims += len(expected["claims"])
+    assert compared == 2 * (HEAD - 79) and claims > 0

@@ -1,0 +1,207 @@
+"""Checks replay's fast payload parse and decode against ``codec.loads`` and ``CATALOGUE.decode``.
+
+Replay parses every recorded payload with orjson and accepts the result only when the
+sorted-key re-encoding gives back the very bytes; everything else goes to ``codec.loads``.
+These tests hold the fast path to the slow one: the same value (and types) where the slow
+path returns, the same exception (class and message) where it raises, on hand-picked
+spellings and on hypothesis-generated documents written canonically and otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import ledger.replay as replay_module
+from ledger.catalogue import CATALOGUE
+from ledger.codec import loads
+from ledger.errors import CanonicalFormError, LedgerError
+from ledger.replay import decoder, parse_payload
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
+
+
+def _outcome(parse: Any, data: bytes) -> tuple[Any, ...]:
+    try:
+        value = parse(data)
+    except (LedgerError, ValueError) as exc:
+        return ("raised", type(exc), str(exc))
+    return ("value", _typed(value))
+
+
+def _typed(value: Any) -> Any:
+    """Returns ``value`` with every scalar tagged by its type (1 and True and 1.0 differ)."""
+    if isinstance(value, dict):
+        return ("dict", [(k, _typed(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [_typed(v) for v in value])
+    return (type(value).__name__, repr(value))
+
+
+def _same_as_slow(data: bytes) -> None:
+    assert _outcome(parse_payload, data) == _outcome(loads, data), data
+
+
+SPELLINGS = [
+    b'{"a":1,"b":"x"}',
+    b"{}",
+    b'{"b":1,"a":2}',  # keys out of order: valid JSON, not canonical
+    b'{"a": 1}',  # whitespace
+    b'{"a":1,"a":1}',  # a duplicate key with the same value
+    b'{"a":1,"a":2}',
+    b'{"a":{"b":1,"b":2}}',  # a nested duplicate
+    b'{"a":"\\u00e9"}',  # an escape a canonical writer would not use
+    '{"a":"é"}'.encode(),  # non-ASCII: the slow path
+    '{"é":1,"z":2}'.encode(),
+    b'{"a":1.0}',
+    b'{"a":1e5}',
+    b'{"a":-0}',
+    b'{"a":-0.0}',
+    b'{"a":18446744073709551615}',  # 2**64 - 1: orjson reads it
+    b'{"a":18446744073709551616}',  # 2**64: orjson refuses it, json reads it
+    b'{"a":' + b"9" * 400 + b"}",
+    b'{"a":NaN}',
+    b'{"a":Infinity}',
+    b'{"a":"\\ud800"}',  # a lone surrogate escape
+    b'{"a":"\\u0001\\n\\"\\\\"}',
+    b'{"a":"\xff"}',  # not UTF-8
+    b'{"a":1} ',
+    b'{"a":1}x',
+    b"[1,2]",
+    b'"text"',
+    b"null",
+    b"",
+    b'{"a":' * 300 + b"1" + b"}" * 300,  # deeper than orjson.dumps writes
+    b'{"a":' * 2000 + b"1" + b"}" * 2000,  # deeper than either parser reads
+]
+
+
+@pytest.mark.parametrize("data", SPELLINGS)
+def test_the_fast_parse_returns_or_raises_exactly_as_codec_loads(data: bytes) -> None:
+    _same_as_slow(data)
+
+
+def test_refusals_of_the_slow_path_are_kept() -> None:
+    with pytest.raises(CanonicalFormError, match="duplicate object key 'a'"):
+        parse_payload(b'{"a":1,"a":1}')
+    with pytest.raises(CanonicalFormError, match="NaN is not allowed"):
+        parse_payload(b'{"a":NaN}')
+    with pytest.raises(CanonicalFormError, match="not valid UTF-8"):
+        parse_payload(b'{"a":"\xff"}')
+
+
+def test_only_canonical_ascii_documents_skip_codec_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[bytes] = []
+
+    def counted(data: bytes) -> Any:
+        calls.append(data)
+        return loads(data)
+
+    monkeypatch.setattr(replay_module, "loads", counted)
+    assert parse_payload(b'{"a":[1,{"b":null}],"c":true}') == {"a": [1, {"b": None}], "c": True}
+    assert calls == []
+    for data in (b'{"c":1,"a":2}', b'{"a":1,"a":1}', '{"a":"é"}'.encode(), b'{"a": 1}'):
+        with contextlib.suppress(CanonicalFormError):
+            parse_payload(data)
+        assert calls[-1] == data
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(max_size=4), json_values, max_size=5), st.randoms())
+def test_generated_documents_parse_alike_in_every_spelling(
+    document: dict[str, Any], rng: Any
+) -> None:
+    _same_as_slow(_compact(document, sort_keys=True).encode())
+    _same_as_slow(orjson.dumps(document, option=orjson.OPT_SORT_KEYS) if _fits(document) else b"")
+    _same_as_slow(json.dumps(document).encode())  # spaces, document order, \\u escapes
+    _same_as_slow(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
+    items = list(document.items())
+    rng.shuffle(items)
+    if items:
+        key, value = items[0]
+        duplicated = [*items, (key, value)]
+        body = ",".join(f"{json.dumps(k)}:{_compact(v)}" for k, v in duplicated)
+        _same_as_slow(("{" + body + "}").encode())
+
+
+def _compact(value: Any, *, sort_keys: bool = False) -> str:
+    return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
+
+
+def _fits(value: Any) -> bool:
+    """Tells whether orjson can write ``value`` (its integers fit in 64 bits)."""
+    if isinstance(value, dict):
+        return all(_fits(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_fits(v) for v in value)
+    return type(value) is not int or -(2**63) <= value < 2**64
+
+
+def _golden() -> list[tuple[str, int, Any]]:
+    cases = []
+    for path in sorted(GOLDEN.glob("*.v*.json")):
+        kind, version = path.name.split(".")[:2]
+        cases.append((kind, int(version[1:]), json.loads(path.read_text())))
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "version", "payload"), _golden(), ids=lambda v: str(v)[:24])
+def test_the_decoder_equals_catalogue_decode_on_every_golden_fixture(
+    kind: str, version: int, payload: Any
+) -> None:
+    decode = decoder()
+    assert decode(kind, version, payload) == CATALOGUE.decode(kind, version, payload)
+    assert type(decode(kind, version, payload)) is CATALOGUE.model(kind)
+
+
+def _raised(call: Any) -> tuple[Any, ...]:
+    try:
+        call()
+    except ValidationError as exc:
+        return (ValidationError, exc.errors(include_url=False))
+    except LedgerError as exc:
+        return (type(exc), str(exc), exc.context)
+    raise AssertionError("no exception")
+
+
+@pytest.mark.parametrize(
+    ("kind", "version", "payload"),
+    [
+        ("AttemptDecided", 1, {}),
+        ("AttemptDecided", 1, [1]),
+        ("SubmissionHeld", 1, {"reason": "r", "block": 1, "extra": 1}),
+        ("SubmissionHeld", 1, {"reason": "r", "block": True}),
+        ("SubmissionHeld", 2, {"reason": "r", "block": 1}),
+        ("SubmissionHeld", 0, {"reason": "r", "block": 1}),
+        ("NoSuchEvent", 1, {}),
+    ],
+)
+def test_the_decoder_refuses_what_catalogue_decode_refuses(
+    kind: str, version: int, payload: Any
+) -> None:
+    decode = decoder()
+    assert _raised(lambda: decode(kind, version, payload)) == _raised(
+        lambda: CATALOGUE.decode(kind, version, payload)
+    )

@@ -1,0 +1,148 @@
+"""Holds replay's incremental settlement to the full recomputation (hypothesis).
+
+``RewardScan`` must give the ``rewarded`` assessments ``assess_rewards`` gives for the same
+submissions, after any sequence of puts (arrivals before the walked prefix, status
+changes, removals), whenever it is asked. ``SettlementTracker`` must give, at every point
+of a random ledger, the payload ``settle.compute`` gives from the whole fold, or raise the
+same error; a tracker that rebuilds at every check must agree too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_machine_properties import PRELUDE, _World, op  # same directory, prepend import mode
+
+from ledger.errors import LedgerError
+from ledger.events import EmissionPolicySet
+from ledger.settle import SettlementTracker, compute
+from machines import samples
+from machines.projection import LedgerFold
+from machines.settlement import (
+    SUBMISSION_STATUSES,
+    ArenaInput,
+    RewardScan,
+    SubmissionInput,
+    assess_rewards,
+    settlement_payload,
+)
+
+SPEEDUPS = ("0.990000", "1.000000", "1.010000", "1.015000", "1.020000", "1.030000", "1.050000")
+GROUPS = (samples.hex64("group:1"), samples.hex64("group:2"))
+
+
+def _input(
+    index: int, block: int, order: int, status: str, group: int, speedup: int, verdict: str
+) -> SubmissionInput:
+    passed = status == "QUALIFIED"
+    return SubmissionInput(
+        submission_id=samples.hex64(f"sub:{index}"),
+        hotkey=f"5H{index % 3}",
+        content_hash=samples.hex64(f"content:{index}"),
+        block=block,
+        event_index=order,
+        event_subindex=0,
+        status=status,
+        incumbent_digest=GROUPS[group],
+        verdict="PASS" if passed else (None if verdict == "PASS" else verdict),
+        speedup=SPEEDUPS[speedup] if passed else None,
+    )
+
+
+puts = st.lists(
+    st.tuples(
+        st.integers(0, 11),  # which submission
+        st.one_of(
+            st.none(),  # removed (or never relevant)
+            st.tuples(
+                st.integers(0, 6),
+                st.integers(0, 2),
+                st.sampled_from(SUBMISSION_STATUSES),
+                st.integers(0, 1),
+                st.integers(0, len(SPEEDUPS) - 1),
+                st.sampled_from(["PASS", "FAIL", "NO_DECISION"]),
+            ),
+        ),
+        st.booleans(),  # ask for the rewards right after this put
+    ),
+    max_size=40,
+)
+
+
+@given(puts, st.sampled_from(["0.015", "0", "0.5"]), st.sampled_from([1, 2, 3, 64]))
+def test_a_reward_scan_equals_assess_rewards_after_every_change(
+    changes: list[tuple[int, Any, bool]], margin: str, every: int
+) -> None:
+    header = ArenaInput(arena_id="a1", emission_share_ppm=500_000, reward_margin=margin)
+    scan = RewardScan(header, mark_every_walked=every)
+    current: dict[str, SubmissionInput] = {}
+    for index, fields, ask in [*changes, (0, None, True)]:
+        sid = samples.hex64(f"sub:{index}")
+        sub = None if fields is None else _input(index, *fields)
+        scan.put(sid, sub)
+        if sub is None:
+            current.pop(sid, None)
+        else:
+            current[sid] = sub
+        if ask:
+            full = ArenaInput("a1", 500_000, margin, list(current.values()))
+            expected = tuple(a for a in assess_rewards([full]) if a.status == "rewarded")
+            assert scan.rewarded() == expected
+            assert len(scan) == len(current)
+
+
+def test_a_new_margin_restarts_the_walk() -> None:
+    scan = RewardScan(ArenaInput("a1", 1, "0"), mark_every_walked=1)
+    subs = [_input(n, n, 0, "QUALIFIED", 0, speedup, "PASS") for n, speedup in enumerate([2, 3])]
+    for sub in subs:
+        scan.put(sub.submission_id, sub)
+    assert [a.submission_id for a in scan.rewarded()] == [s.submission_id for s in subs]
+    scan.set_arena(ArenaInput("a1", 1, "0.5"))  # 1.015 x 1.5 > 1.02: the second one is lost
+    assert [a.submission_id for a in scan.rewarded()] == [subs[0].submission_id]
+
+
+def test_a_reward_scan_refuses_an_input_under_another_id() -> None:
+    scan = RewardScan(ArenaInput(arena_id="a1", emission_share_ppm=1, reward_margin="0"))
+    with pytest.raises(ValueError, match="put as"):
+        scan.put(samples.hex64("other"), _input(1, 1, 0, "QUEUED", 0, 0, "PASS"))
+
+
+POLICY = EmissionPolicySet(half_life_blocks=7_200, burn_hotkey="5Burn", validator_hotkey="5Val")
+
+
+def _outcome(call: Any) -> tuple[Any, ...]:
+    try:
+        return ("payload", call())
+    except LedgerError as exc:
+        return ("raised", type(exc), exc.message, exc.context.get("reason"))
+
+
+def _compare(fold: LedgerFold, trackers: list[SettlementTracker], block: int) -> None:
+    expected = _outcome(lambda: settlement_payload(compute(fold, POLICY, block)))
+    for tracker in trackers:
+        assert _outcome(lambda t=tracker: t.payload(POLICY, block)) == expected  # type: ignore[misc]
+
+
+@given(st.lists(op, max_size=60), st.integers(1, 7), st.sampled_from([3_000_000, 400]))
+def test_the_tracker_equals_a_full_recomputation_at_every_point(
+    ops: list[tuple[Any, ...]], every: int, block: int
+) -> None:
+    fold = LedgerFold()
+    world = _World(fold)
+    incremental = SettlementTracker(fold)
+    rebuilding = SettlementTracker(fold)
+    rebuilding.dirty_entries_max = 0  # forgets at every note: rebuilds at every check
+    steps = 0
+    for item in [*PRELUDE, *ops]:
+        for stream, event in world.build(item):
+            if fold.apply(fold.position + 1, stream, event) is None:
+                incremental.note(stream, event)
+                rebuilding.note(stream, event)
+            steps += 1
+            if steps % every == 0:
+                _compare(fold, [incremental, rebuilding], block)
+    _compare(fold, [incremental, rebuilding], block)
+    _compare(fold, [incremental], 3_000_000)

@@ -10,6 +10,7 @@ divergence is reported with its position, stream, field, recorded and recomputed
 from __future__ import annotations
 
 import gc
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ledger.catalogue import CATALOGUE
-from ledger.chain import GENESIS_HASH, chain_link
+from ledger.chain import ENVELOPE, GENESIS_HASH
 from ledger.codec import loads
 from ledger.errors import LedgerError
 from ledger.events import (
@@ -188,8 +189,11 @@ class _Replayer:
         """Replays ``rows`` in order until the end or the first divergence."""
         report, fold = self.report, self.fold
         apply, note, checks = fold.apply, self.settlements.note, self.checks
-        decode, parse, link = decoder(), parse_payload, chain_link
+        decode, parse, sha, envelope = decoder(), parse_payload, hashlib.sha256, ENVELOPE
         previous, expected, head, counted = bytes(32), 1, GENESIS_HASH, 0
+        # Streams, types, actors and timestamps repeat (an append shares its timestamp and
+        # actor): each is JSON-quoted once; the cache is emptied when it grows, memory flat.
+        quoted: dict[str, bytes] = {}
         divergence: Divergence | None = None
         try:
             for position, stream, version, kind, schema, data, at, actor, entry in rows:
@@ -200,9 +204,19 @@ class _Replayer:
                 else:
                     if type(data) is not bytes:
                         data = bytes(data)  # a driver's memoryview
-                    previous = link(
-                        previous, position, stream, version, kind, schema, data, at, actor
+                    if len(quoted) > _QUOTED_MAX:
+                        quoted.clear()
+                    q_actor = quoted.get(actor) or quoted.setdefault(actor, _orjson_dumps(actor))
+                    q_at = quoted.get(at) or quoted.setdefault(at, _orjson_dumps(at))
+                    q_stream = quoted.get(stream) or quoted.setdefault(
+                        stream, _orjson_dumps(stream)
                     )
+                    q_kind = quoted.get(kind) or quoted.setdefault(kind, _orjson_dumps(kind))
+                    previous = sha(
+                        previous
+                        + envelope
+                        % (q_actor, data, position, q_at, schema, q_stream, q_kind, version)
+                    ).digest()
                     if previous.hex() != entry:
                         divergence = Divergence(
                             position,
@@ -323,6 +337,8 @@ class _Replayer:
 #: freezing it keeps the cyclic collector from rescanning it (a third of replay's time on a
 #: 1M ledger otherwise).
 _FROZEN_EVERY = 10_000
+#: Distinct strings kept JSON-quoted by the replay's chain check before the cache is emptied.
+_QUOTED_MAX = 50_000
 
 
 def _compare(

@@ -23,6 +23,7 @@ __all__ = [
     "envelope_bytes",
     "iter_chain",
     "next_entry_hash",
+    "quote",
 ]
 
 #: The hash "before" position 1, as 64 hex characters.
@@ -95,6 +96,16 @@ def chain_link(
     return _sha256(previous + envelope).digest()
 
 
+def quote(cache: dict[str, bytes], text: str) -> bytes:
+    """JSON-quotes ``text`` (as the envelope spells it) and keeps it in ``cache``.
+
+    The cache holds an exact-size copy: orjson returns even a 10-byte result inside a 4 KiB
+    allocation, and a cache of 25,000 of those cost a replay 100 MiB.
+    """
+    quoted = cache[text] = bytes(memoryview(_dumps(text)))
+    return quoted
+
+
 def chain_batch(
     previous: bytes,
     events: Iterable[tuple[int, str, int, str, int, bytes]],
@@ -120,12 +131,8 @@ def iter_chain(
     quoted_actor, quoted_at = _dumps(actor), _dumps(recorded_at)
     quoted: dict[str, bytes] = {}
     for position, stream, version, event_type, schema_version, payload in events:
-        quoted_stream = quoted.get(stream)
-        if quoted_stream is None:
-            quoted_stream = quoted[stream] = _dumps(stream)
-        quoted_type = quoted.get(event_type)
-        if quoted_type is None:
-            quoted_type = quoted[event_type] = _dumps(event_type)
+        quoted_stream = quoted.get(stream) or quote(quoted, stream)
+        quoted_type = quoted.get(event_type) or quote(quoted, event_type)
         previous = _sha256(
             previous
             + _ENVELOPE

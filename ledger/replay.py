@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ledger.catalogue import CATALOGUE
-from ledger.chain import ENVELOPE, GENESIS_HASH
+from ledger.chain import ENVELOPE, GENESIS_HASH, quote
 from ledger.codec import loads
 from ledger.errors import LedgerError
 from ledger.events import (
@@ -206,12 +206,10 @@ class _Replayer:
                         data = bytes(data)  # a driver's memoryview
                     if len(quoted) > _QUOTED_MAX:
                         quoted.clear()
-                    q_actor = quoted.get(actor) or quoted.setdefault(actor, _orjson_dumps(actor))
-                    q_at = quoted.get(at) or quoted.setdefault(at, _orjson_dumps(at))
-                    q_stream = quoted.get(stream) or quoted.setdefault(
-                        stream, _orjson_dumps(stream)
-                    )
-                    q_kind = quoted.get(kind) or quoted.setdefault(kind, _orjson_dumps(kind))
+                    q_actor = quoted.get(actor) or quote(quoted, actor)
+                    q_at = quoted.get(at) or quote(quoted, at)
+                    q_stream = quoted.get(stream) or quote(quoted, stream)
+                    q_kind = quoted.get(kind) or quote(quoted, kind)
                     previous = sha(
                         previous
                         + envelope

@@ -12,11 +12,10 @@ import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from sqlalchemy import text
 
 from ledger import limits
-from ledger.chain import ENVELOPE, GENESIS_HASH
+from ledger.chain import ENVELOPE, GENESIS_HASH, quote
 from ledger.model import VerifyReport
 
 if TYPE_CHECKING:
@@ -68,10 +67,10 @@ def verify_chain(
                     "gap",
                     f"position {expected_position} is missing (next stored is {position})",
                 )
-            q_actor = quoted.get(actor) or quoted.setdefault(actor, orjson.dumps(actor))
-            q_at = quoted.get(at) or quoted.setdefault(at, orjson.dumps(at))
-            q_stream = quoted.get(stream) or quoted.setdefault(stream, orjson.dumps(stream))
-            q_kind = quoted.get(kind) or quoted.setdefault(kind, orjson.dumps(kind))
+            q_actor = quoted.get(actor) or quote(quoted, actor)
+            q_at = quoted.get(at) or quote(quoted, at)
+            q_stream = quoted.get(stream) or quote(quoted, stream)
+            q_kind = quoted.get(kind) or quote(quoted, kind)
             previous = sha(
                 previous
                 + envelope

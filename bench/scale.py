@@ -10,9 +10,9 @@ smaller one), and inside it every step after the build runs in a fresh process t
 - ``read_all`` and ``verify`` over the whole ledger;
 - ``checkpoint`` (``ledger.checkpoint.sign_tree`` of the head), inclusion and consistency
   proof documents at random positions and sizes;
-- ``replay``: ``ledger.replay.replay_events(store.read_all())`` (chain, decode, every
-  machine, every recorded decision re-derived; the generator writes no settlements, so
-  none are re-checked here: bench/replay.py measures those);
+- ``replay``: ``ledger.replay.replay_store(store)``, what ``arena-ledger replay`` runs
+  (chain, decode, every machine, every recorded decision re-derived; the generator writes
+  no settlements, so none are re-checked here: bench/replay.py measures those);
 - ``explain submission`` and ``history --hotkey`` as a user runs them (the CLI in a new
   process: interpreter start, imports, ``ArenaLedger`` opening and folding the ledger,
   the query), and the same queries on an ``ArenaLedger`` whose fold has caught up.
@@ -300,15 +300,15 @@ def _ms(call: Callable[[], object]) -> float:
 
 
 def measure_replay(url: str) -> list[dict[str, Any]]:
-    """Times ``replay_events(store.read_all())``; runs in a fresh process."""
-    from ledger.replay import replay_events
+    """Times ``replay_store(store)`` (what ``arena-ledger replay`` runs) in a fresh process."""
+    from ledger.replay import replay_store
     from ledger.store import EventStore
 
     steps: list[dict[str, Any]] = []
     with EventStore(url) as store:
         store.head()
         with _step("replay", steps) as figures:
-            report = replay_events(store.read_all())
+            report = replay_store(store)
             figures.update(events=report.events, ok=report.ok,
                            verdicts=report.verdicts_checked)
     if not report.ok:
@@ -498,7 +498,7 @@ _ROWS = [
     ("append", "append (`EventStore.append` ×10,000, no guard), events/s", "append"),
     ("read_all", "`read_all`, events/s", "`read_all`"),
     ("verify", "`verify` (read + chain), events/s", "`verify`"),
-    ("replay", "`replay_events(read_all())`, events/s", "replay"),
+    ("replay", "`replay_store(store)`, events/s", "replay"),
     ("ArenaLedger open + fold catch-up", "`ArenaLedger` open + fold catch-up, events/s",
      "`ArenaLedger` open + fold catch-up"),
     ("checkpoint", "checkpoint (`sign_tree`), median", "checkpoint"),

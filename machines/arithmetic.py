@@ -9,8 +9,9 @@ every digit. Decisions compare full-precision values; recorded results use ``fix
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import (
     ROUND_HALF_EVEN,
     Clamped,
@@ -37,6 +38,7 @@ __all__ = [
     "Look",
     "NodeTally",
     "PolicyParams",
+    "QuickLine",
     "SpeedLine",
     "SpeedResult",
     "audit_outcome",
@@ -50,6 +52,9 @@ __all__ = [
     "look",
     "node_outcome",
     "quality_outcome",
+    "quick_fixed",
+    "quick_outcome",
+    "quick_speedup",
     "ratio",
 ]
 
@@ -123,10 +128,48 @@ class PolicyParams:
     reward_margin: Decimal
     calibration_digests: frozenset[str]
     sla_blocks: int
+    #: Float thresholds per look for the fold's quick pre-check (derived from ``lines``).
+    quick: tuple[QuickLine | None, ...] = field(default=(), compare=False, repr=False)
 
     def orientation(self, window: int) -> int:
         """Returns the orientation DOMAIN §6 prescribes for ``window`` (1-based)."""
         return 1 if window <= self.orientation1_windows else 2
+
+
+#: Relative distance from a threshold under which a float estimate does not decide. The
+#: estimate of S is within a few units in the last place (about 1e-15 relative) of the
+#: Decimal value, and each float threshold within one; 1e-11 leaves four orders of margin.
+_QUICK_TOLERANCE = 1e-11
+#: Range of S (and of the thresholds) the quick path handles; anything else goes exact.
+_QUICK_LOW = 1e-9
+_QUICK_HIGH = 1e9
+_QUICK_LOW_EXACT = Decimal("1e-9")
+_QUICK_HIGH_EXACT = Decimal("1e9")
+
+
+class QuickLine(NamedTuple):
+    """Holds one look's thresholds as floats, for deciding a look without ``ln`` and ``exp``.
+
+    ``gate`` is 1 + L (None: the look cannot pass); ``slower`` is the FAIL split of the last
+    look, 1 / (1 + L) as ``classify_final`` computes it (1 without a line); ``line_text`` is
+    ``fixed(L)``.
+    """
+
+    gate: float | None
+    slower: float
+    line_text: str | None
+
+
+def _quick_line(line: SpeedLine | None) -> QuickLine | None:
+    if line is None:
+        return None
+    pass_line = line.pass_line
+    if pass_line is None:
+        return QuickLine(None, 1.0, None)
+    gate = _C.add(_ONE, pass_line)
+    if not _QUICK_LOW_EXACT < gate < _QUICK_HIGH_EXACT:
+        return None  # an extreme policy: its looks take the Decimal path only
+    return QuickLine(float(gate), float(_C.divide(_ONE, gate)), fixed(pass_line))
 
 
 def _speed_line(window: int, n1: int, policy: Policy) -> SpeedLine:
@@ -169,6 +212,7 @@ def compile_policy(policy: Policy) -> PolicyParams:
         reward_margin=Decimal(policy.reward_margin),
         calibration_digests=frozenset(policy.audit_control_delta_digests),
         sla_blocks=policy.sla_blocks,
+        quick=tuple(_quick_line(line) for line in lines),
     )
 
 
@@ -258,6 +302,74 @@ def look(params: PolicyParams, window: int, r1: Decimal, ln_r1: Decimal, r2: Dec
     )
 
 
+def quick_speedup(
+    stock1_ns: int, candidate1_ns: int, stock2_ns: int, candidate2_ns: int
+) -> float:
+    """Returns S = sqrt(stock1 · stock2 / (candidate1 · candidate2)) as a float.
+
+    Mathematically S = exp(−(ln R1 + ln R2) / 2) with R_o = candidate_o / stock_o; the
+    integer products are exact and ``int / int`` and ``math.sqrt`` are correctly rounded, so
+    the estimate is within about 2 units in the last place of the true value. It only ever
+    decides what the Decimal computation would decide when far from every threshold.
+    """
+    return math.sqrt((stock1_ns * stock2_ns) / (candidate1_ns * candidate2_ns))
+
+
+def _clear(value: float, threshold: float) -> int:
+    """Returns 1 (value clearly above), -1 (clearly below) or 0 (too close to call)."""
+    gap = value - threshold
+    if gap > _QUICK_TOLERANCE * threshold:
+        return 1
+    if gap < -_QUICK_TOLERANCE * threshold:
+        return -1
+    return 0
+
+
+def quick_outcome(quick: QuickLine, speedup: float, last: bool) -> str | None:
+    """Returns the outcome ``look`` would give for an S estimate, or None if too close.
+
+    The Decimal look compares S − 1 ≥ L (the pass test) and, at the last window,
+    S ≤ 1 / (1 + L); both are decided here only when the estimate is clearly on one side.
+    """
+    if not _QUICK_LOW < speedup < _QUICK_HIGH:
+        return None
+    gate = quick.gate
+    if gate is not None:
+        if not _QUICK_LOW < gate < _QUICK_HIGH:
+            return None
+        side = _clear(speedup, gate)
+        if side == 0:
+            return None
+        if side > 0:
+            return "pass"
+    if not last:
+        return "continue"
+    if not _QUICK_LOW < quick.slower < _QUICK_HIGH:
+        return None
+    side = _clear(speedup, quick.slower)
+    if side == 0:
+        return None
+    return "candidate_slower" if side < 0 else "speed_threshold_not_met"
+
+
+def quick_fixed(speedup: float) -> str | None:
+    """Returns ``fixed(S)`` from an estimate of S, or None if S is too near a rounding tie.
+
+    Rounding to 6 places is ambiguous only within the estimate's error of a half-way point
+    (…5 in the 7th place); elsewhere the nearest 6-place value is the same for the estimate
+    and for the Decimal value.
+    """
+    if not _QUICK_LOW < speedup < _QUICK_HIGH:
+        return None
+    scaled = speedup * 1_000_000.0
+    below = math.floor(scaled)
+    if abs(scaled - below - 0.5) <= _QUICK_TOLERANCE * scaled + 1e-6:
+        return None
+    units = below + 1 if scaled - below > 0.5 else below
+    whole, places = divmod(units, 1_000_000)
+    return f"{whole}.{places:06d}"
+
+
 class SpeedResult(NamedTuple):
     """Is the speed stage's decision with the numbers AttemptDecided will carry."""
 
@@ -299,8 +411,10 @@ class NodeTally(NamedTuple):
     def add(self, graded: AuditNodeGraded) -> NodeTally:
         """Returns the tally with one more rank's counts added."""
         low = self.min_score
-        if low is None or _C.compare(Decimal(graded.min_score), Decimal(low)) < 0:
-            low = graded.min_score
+        score = graded.min_score
+        # Equal strings are equal values: skip the Decimal comparison.
+        if low is None or (score != low and _C.compare(Decimal(score), Decimal(low)) < 0):
+            low = score
         return NodeTally(
             self.calls + graded.calls,
             self.violations + graded.violations,

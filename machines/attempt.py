@@ -1,9 +1,17 @@
 """Folds an ``attempt-<attempt_id>`` stream through the Attempt machine (DOMAIN §5, §6).
 
 ``CLAIMED`` → ``SPEED`` → ``AUDIT`` → ``QUALITY`` → ``DECIDED``, under the sealed policy of
-the commission the attempt was claimed under. The fold keeps every number of every look, so
+the commission the attempt was claimed under. The fold keeps every window, from which
+``AttemptState.looks`` recomputes every number of every look at full precision, so
 ``explain`` can show them, and ``derive_decision`` returns what AttemptDecided must carry;
 AttemptDecided is refused unless it equals that derivation.
+
+Speed: each look is decided from a float estimate of S (exact integer products, one
+correctly rounded division and square root) whenever that estimate is clearly away from the
+pass line, the FAIL split and a 6-place rounding tie; otherwise by the Decimal look of
+``machines.arithmetic``. Both give the same verdict and the same recorded digits; the float
+is never recorded (``_speed_of``, tested against the Decimal look in
+tests/unit/test_machine_fast_paths.py).
 
 Rules this module fixes where DOMAIN leaves the mechanism open (see docs/machines.md):
 
@@ -53,6 +61,9 @@ from machines.arithmetic import (
     look,
     node_outcome,
     quality_outcome,
+    quick_fixed,
+    quick_outcome,
+    quick_speedup,
     ratio,
 )
 from machines.refusal import ABSENT, Refusal
@@ -139,8 +150,6 @@ class AttemptState:
     windows: tuple[Window, ...] = ()
     sums: tuple[int, int, int, int] = (0, 0, 0, 0)
     r1: Decimal | None = None
-    ln_r1: Decimal | None = None
-    looks: tuple[Look, ...] = ()
     speed: SpeedResult | None = None
     audit: Mapping[str, NodeTally] | None = None
     audit_ranks: frozenset[tuple[str, int]] = frozenset()
@@ -148,6 +157,35 @@ class AttemptState:
     fault: Fault | None = None
     decision: Decision | None = None
     decided_block: int | None = None
+
+    @property
+    def ln_r1(self) -> Decimal | None:
+        """Returns ln R1 once looks have begun (None before), at full precision."""
+        if self.r1 is None or len(self.windows) <= self.params.orientation1_windows:
+            return None
+        return ln(self.r1)
+
+    @property
+    def looks(self) -> tuple[Look, ...]:
+        """Returns every look taken so far, each number at full precision (DOMAIN §6).
+
+        Why a property: a look follows from the windows alone (one after every
+        orientation-2 window), and the fold decides looks from a float estimate of S
+        (``_speed_of``), so the correctly rounded ``ln`` and ``exp`` run only when someone
+        reads the looks (``explain``, the docs), not once per window of the replay.
+        """
+        r1 = self.r1
+        n1 = self.params.orientation1_windows
+        if r1 is None or len(self.windows) <= n1:
+            return ()
+        ln_r1 = ln(r1)
+        stock = candidate = 0
+        seen = []
+        for measured in self.windows[n1:]:
+            stock += measured.stock_cost_ns
+            candidate += measured.candidate_cost_ns
+            seen.append(look(self.params, measured.window, r1, ln_r1, ratio(candidate, stock)))
+        return tuple(seen)
 
     @property
     def last_window(self) -> int:
@@ -187,9 +225,12 @@ class AttemptSummary(NamedTuple):
     decided_block: int | None
 
 
-@dataclass(frozen=True)
-class ClaimContext:
-    """Carries the submission and arena an AttemptClaimed is checked against."""
+class ClaimContext(NamedTuple):
+    """Carries the submission and arena an AttemptClaimed is checked against.
+
+    A named tuple: the fold builds one per claim, and a frozen dataclass's ``__init__``
+    costs several times as much.
+    """
 
     submission: SubmissionState | None
     arena: ArenaState | None
@@ -198,6 +239,17 @@ class ClaimContext:
 def decide_claim(event: AttemptClaimed, context: ClaimContext) -> Refusal | None:
     """Returns the refusal of a claim, or None: submission queued, commission current, plan."""
     sub, arena = context.submission, context.arena
+    if (
+        sub is not None
+        and sub.submission_id == event.submission_id
+        and sub.arena_id == event.arena_id
+        and sub.status == QUEUED
+        and arena is not None
+        and arena.arena_id == event.arena_id
+        and event.commission_digest == arena.commission_digest
+        and event.plan == "normal"
+    ):
+        return None  # the common claim, which no rule below refuses
     no = partial(TABLE.refuse, ABSENT, event.event_type)
     if sub is None or sub.submission_id != event.submission_id:
         return no("submission_unknown", event.submission_id)
@@ -264,46 +316,74 @@ def _window_refusal(state: AttemptState, event: WindowMeasured) -> Refusal | Non
     return TABLE.refuse(state.status, event.event_type, code, detail) if code else None
 
 
-def _speed_after(
-    state: AttemptState, window: int, sums: tuple[int, int, int, int]
-) -> dict[str, Any]:
-    """Returns the speed fields after ``window``: R1 at orientation 1's end, or a look."""
-    params = state.params
-    if window < params.orientation1_windows:
-        return {}
-    if window == params.orientation1_windows:
-        r1 = ratio(sums[1], sums[0])
-        if futile(params, r1):
-            return {"r1": r1, "speed": SpeedResult.futility(params)}
-        return {"r1": r1}
-    assert state.r1 is not None
-    ln_r1 = state.ln_r1 if state.ln_r1 is not None else ln(state.r1)
-    seen = look(params, window, state.r1, ln_r1, ratio(sums[3], sums[2]))
-    fields: dict[str, Any] = {"ln_r1": ln_r1, "looks": (*state.looks, seen)}
-    if seen.outcome != "continue":
-        fields["speed"] = SpeedResult.of_look(seen)
-    return fields
+_new_tuple = tuple.__new__
+
+
+def _speed_of(
+    params: PolicyParams, window: int, sums: tuple[int, int, int, int], r1: Decimal
+) -> SpeedResult | None:
+    """Returns the speed result of the look after orientation-2 ``window`` (None: continue).
+
+    The look is decided from a float estimate of S when that is clearly away from every
+    threshold and from a rounding tie of its 6-place spelling (``quick_outcome``,
+    ``quick_fixed``); otherwise from the Decimal look itself. Either way the result is the
+    one the Decimal arithmetic of DOMAIN §6 gives, digit for digit.
+    """
+    stock1, candidate1, stock2, candidate2 = sums
+    quick = params.quick[window] if params.quick else None
+    if quick is not None:
+        estimate = quick_speedup(stock1, candidate1, stock2, candidate2)
+        outcome = quick_outcome(quick, estimate, window == params.windows)
+        if outcome == "continue":
+            return None
+        text = None if outcome is None else quick_fixed(estimate)
+        if text is not None:
+            if outcome == "pass":
+                return SpeedResult("PASS", "", text, quick.line_text, window)
+            return SpeedResult("FAIL", outcome or "", text, quick.line_text, window)
+    seen = look(params, window, r1, ln(r1), ratio(candidate2, stock2))
+    return None if seen.outcome == "continue" else SpeedResult.of_look(seen)
 
 
 def _measure(
     state: AttemptState, event: WindowMeasured, _: None
 ) -> AttemptState | Refusal:
-    refusal = _window_refusal(state, event)
-    if refusal is not None:
+    params, index, orientation = state.params, event.window, event.orientation
+    n1 = params.orientation1_windows
+    tokens = event.stock_output_tokens
+    if (
+        index != len(state.windows) + 1
+        or index > params.windows
+        or state.speed is not None
+        or orientation != (1 if index <= n1 else 2)
+        or tokens != event.candidate_output_tokens
+    ):
+        # Exactly the cases _window_refusal names, in its order of precedence.
+        refusal = _window_refusal(state, event)
+        assert refusal is not None
         return refusal
-    s_stock, s_cand = event.stock_cost_ns, event.candidate_cost_ns
+    stock, candidate = event.stock_cost_ns, event.candidate_cost_ns
     a, b, c, d = state.sums
-    if event.orientation == 1:
-        sums = (a + s_stock, b + s_cand, c, d)
+    if orientation == 1:
+        sums = (a + stock, b + candidate, c, d)
     else:
-        sums = (a, b, c + s_stock, d + s_cand)
-    fields = _speed_after(state, event.window, sums)
-    speed: SpeedResult | None = fields.get("speed")
+        sums = (a, b, c + stock, d + candidate)
+    r1, speed = state.r1, None
+    if index == n1:
+        r1 = ratio(sums[1], sums[0])
+        if futile(params, r1):
+            speed = SpeedResult.futility(params)
+    elif index > n1:
+        assert r1 is not None
+        speed = _speed_of(params, index, sums, r1)
     status = SPEED
     if speed is not None and (speed.verdict == "PASS" or state.plan == "calibration_observation"):
         status = AUDIT
-    window = Window(event.window, event.orientation, s_stock, s_cand, event.stock_output_tokens)
-    return evolve(state, status=status, windows=(*state.windows, window), sums=sums, **fields)
+    # Window(...) without its Python-level __new__: the same tuple, built once per window.
+    window = _new_tuple(Window, (index, orientation, stock, candidate, tokens))
+    return evolve(
+        state, status=status, windows=(*state.windows, window), sums=sums, r1=r1, speed=speed
+    )
 
 
 def _grade_audit(

@@ -246,6 +246,22 @@ quantized to exactly 6 places (`ledger.codec.fixed6`).
   regression → FAIL `quality_regression`; else PASS.
 - Non-fault outcomes after speed carry the speed look's speedup, pass line and
   look_window; a fault's NO_DECISION carries null, null, null.
+
+**How the fold evaluates a look quickly without changing a digit.** S = exp(−(ln R1 +
+ln R2) / 2) equals sqrt(Σstock1 · Σstock2 / (Σcandidate1 · Σcandidate2)) exactly, and the
+sums are integers (nanoseconds). The fold first computes that square root in IEEE-754
+binary64 (exact integer products, then one correctly rounded division and square root:
+within about 2 ulp, ~4·10⁻¹⁶ relative, of the true S, on every conforming platform). It
+lets that estimate decide a look only when it lies more than 10⁻¹¹ (relative) from every
+threshold the look compares against (1 + L for a pass, 1 / (1 + L) for the last look's
+split), and spells the recorded speedup from it only when S·10⁶ is more than 10⁻¹¹
+(relative) from a half-way point of the 6-place rounding. Inside those bands, or for a
+policy whose 1 + L lies outside (10⁻⁹, 10⁹), the Decimal look above runs. Outside them
+the Decimal computation, whose own error is below 10⁻³³, necessarily gives the same
+outcome and the same 6 places, so every recorded value and verdict is the one the Decimal
+formula gives; property tests in `tests/unit/test_machine_fast_paths.py` hold the two
+equal on random policies and on costs placed within 10⁻¹⁶–10⁻¹² of each threshold and
+rounding tie. The looks `explain` shows are always the Decimal ones.
 """
 
 

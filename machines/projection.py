@@ -71,6 +71,7 @@ from machines.refusal import ABSENT, Refusal
 from machines.submission import (
     FAILED,
     QUEUED,
+    TERMINALS,
     ArrivalKey,
     SubmissionContext,
     SubmissionState,
@@ -92,6 +93,9 @@ _ATTEMPT_EVENTS = (
     WindowMeasured, AuditNodeGraded, QualityGraded, InfrastructureFault, AttemptDecided,
 )
 
+
+_ATTEMPT_TABLE = attempt_machine.TABLE
+_ATTEMPT_MOVES = _ATTEMPT_TABLE.moves
 
 #: One plain SubmissionContext per SLA value (they are immutable, so they can be shared).
 _CONTEXTS: dict[int, SubmissionContext] = {}
@@ -174,15 +178,28 @@ class LedgerFold:
 
     def consume(self, records: Iterable[Record]) -> int:
         """Folds records (position, stream, type, event) in order; returns how many refused."""
-        before = len(self.refusals)
-        apply = self.apply
+        refusals = self.refusals
+        before = len(refusals)
+        routes, route = self._routes, self._route
+        # ``apply``, inlined: this loop is the replay's hot path.
         for position, stream, event_type, event in records:
             if event_type != event.event_type:
                 raise ValueError(
                     f"position {position}: type {event_type} is not {event.event_type}"
                 )
-            apply(position, stream, event)
-        return len(self.refusals) - before
+            if position <= self.position:
+                raise ValueError(f"position {position} is not after {self.position}")
+            category, _, ident = stream.partition("-")
+            handler = routes.get(type(event))
+            if category == event.category and handler is not None:
+                refusal = handler(ident, event, None)
+            else:
+                refusal = route(stream, event, None)
+            self.position = position
+            self.events += 1
+            if refusal is not None:
+                refusals.append((position, stream, refusal))
+        return len(refusals) - before
 
     def decide(self, stream: str, event: Event, payload: Payload = None) -> Refusal | None:
         """Returns the refusal ``event`` would get if appended to ``stream`` now, or None."""
@@ -261,6 +278,32 @@ class LedgerFold:
     # --- submissions ----------------------------------------------------------------------
 
     def _store(self, old: SubmissionState | None, new: SubmissionState) -> None:
+        if self._journal is not None:
+            self._store_journaled(old, new)
+            return
+        # _store_journaled with plain dict writes: the same changes, without a journal.
+        sid, status = new.submission_id, new.status
+        self._subs[sid] = new
+        if old is None:
+            key = new.arrival_key
+            by_arena = self._by_arena.get(new.arena_id)
+            if by_arena is None:
+                by_arena = self._by_arena[new.arena_id] = {}
+            by_arena[sid] = key
+            self._live[sid] = key
+        elif status == old.status:
+            return
+        elif old.status == QUEUED:
+            self._queued[new.arena_id].pop(sid, None)
+        if status == QUEUED:
+            queued = self._queued.get(new.arena_id)
+            if queued is None:
+                queued = self._queued[new.arena_id] = {}
+            queued[sid] = new.arrival_key
+        if status in TERMINALS:
+            self._live.pop(sid, None)
+
+    def _store_journaled(self, old: SubmissionState | None, new: SubmissionState) -> None:
         sid = new.submission_id
         self._put(self._subs, sid, new)
         if old is None:
@@ -425,14 +468,27 @@ class LedgerFold:
 
     def _on_attempt(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         state = self._attempts.get(ident)
-        if type(state) is AttemptSummary:
+        if type(state) is AttemptState and state.fault is None:
+            # attempt_machine.step, less the checks that cannot refuse here: the state
+            # exists, has no fault, and AttemptClaimed is routed to _on_claimed.
+            move = _ATTEMPT_MOVES.get((state.status, event.event_type))
+            if move is None:
+                result = _ATTEMPT_TABLE.step(state, event, None)  # the refusal
+            else:
+                result = move(state, event, None)
+        elif type(state) is AttemptSummary:
             return _refuse("attempt", state.status, event, "terminal_state")
-        assert state is None or isinstance(state, AttemptState)
-        result = attempt_machine.step(state, event)
+        else:
+            assert state is None or isinstance(state, AttemptState)
+            result = attempt_machine.step(state, event)
         if isinstance(result, Refusal):
             return result
-        decided = result.decision is not None and not self.detail
-        self._put(self._attempts, ident, result.summary() if decided else result)
+        assert isinstance(result, AttemptState)
+        kept = result if result.decision is None or self.detail else result.summary()
+        if self._journal is None:
+            self._attempts[ident] = kept  # _put without a journal, inlined (hot path)
+        else:
+            self._put(self._attempts, ident, kept)
         return None
 
     # --- payments and credits -------------------------------------------------------------

@@ -21,6 +21,7 @@ Decisions this module takes where DOMAIN is silent (documented in docs/machines.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -110,10 +111,32 @@ def arrival_key(event: SubmissionArrived) -> ArrivalKey:
 def submission_id_of(event: SubmissionArrived) -> str:
     """Returns digest(``arena-ledger.arrival``, the arrival fields) (DOMAIN §3).
 
-    The fold computes this for every arrival; ``ledger.codec.digest`` takes its plain-JSON
-    fast path for it.
+    The fold computes this for every arrival. When every text is printable ASCII without
+    a quote or backslash and every number a JSON-safe integer (any real arrival), the
+    canonical JSON is spelled directly: ``ledger.codec`` would write exactly these bytes
+    (keys sorted, no whitespace, nothing escaped). Anything else takes ``digest`` itself.
     """
     arrival = event.arrival
+    arena_id, hotkey, content = event.arena_id, event.miner_hotkey, event.content_hash
+    block, index, subindex = arrival.block, arrival.event_index, arrival.event_subindex
+    if (
+        type(arena_id) is str
+        and type(hotkey) is str
+        and type(content) is str
+        and type(block) is int
+        and type(index) is int
+        and type(subindex) is int
+        and 0 <= block <= _JSON_INT_MAX
+        and 0 <= index <= _JSON_INT_MAX
+        and 0 <= subindex <= _JSON_INT_MAX
+        and _plain_text(arena_id + hotkey + content)
+    ):
+        document = (
+            f'{{"domain":"{_ARRIVAL_DOMAIN}","payload":{{"arena_id":"{arena_id}",'
+            f'"block":{block},"content_hash":"{content}","event_index":{index},'
+            f'"event_subindex":{subindex},"miner_hotkey":"{hotkey}"}}}}'
+        )
+        return hashlib.sha256(document.encode("ascii")).hexdigest()
     payload = {
         "arena_id": event.arena_id,
         "block": arrival.block,
@@ -126,6 +149,13 @@ def submission_id_of(event: SubmissionArrived) -> str:
 
 
 _ARRIVAL_DOMAIN = "arena-ledger.arrival"
+#: The largest integer canonical JSON carries (DOMAIN §2.4: ±(2**53 − 1)).
+_JSON_INT_MAX = 2**53 - 1
+
+
+def _plain_text(text: str) -> bool:
+    """Tells whether canonical JSON writes ``text`` as is between quotes (no escapes)."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
 class Fee(NamedTuple):
@@ -171,13 +201,14 @@ class SubmissionState:
         return self.status in TERMINALS
 
 
-@dataclass(frozen=True)
-class SubmissionContext:
+class SubmissionContext(NamedTuple):
     """Carries what the submission machine checks beyond its own stream.
 
     ``sla_blocks`` comes from the arena's current policy. When ``check_resolution`` is set,
     a SubmissionResolved must equal ``attempt_decision`` (the attempt's recorded
-    AttemptDecided; None when the attempt is not decided yet).
+    AttemptDecided; None when the attempt is not decided yet). A named tuple: the fold
+    builds one per resolution, and a frozen dataclass's ``__init__`` costs several times as
+    much.
     """
 
     sla_blocks: int = sla_blocks_default

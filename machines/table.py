@@ -33,7 +33,7 @@ C = TypeVar("C")
 T = TypeVar("T")
 
 _FIELDS: dict[type, frozenset[str]] = {}
-_DEFAULTS: dict[type, tuple[frozenset[str], dict[str, object]]] = {}
+_DEFAULTS: dict[type, tuple[frozenset[str], frozenset[str], dict[str, object]]] = {}
 
 
 def build(cls: type[T], **fields: object) -> T:
@@ -48,9 +48,9 @@ def build(cls: type[T], **fields: object) -> T:
         every = dataclasses.fields(cls)  # type: ignore[arg-type]
         required = frozenset(f.name for f in every if f.default is dataclasses.MISSING)
         defaults = {f.name: f.default for f in every if f.default is not dataclasses.MISSING}
-        known = _DEFAULTS[cls] = (required, defaults)
-    required, defaults = known
-    if not required.issubset(fields) or not (required | defaults.keys()).issuperset(fields):
+        known = _DEFAULTS[cls] = (required, required | defaults.keys(), defaults)
+    required, allowed, defaults = known
+    if not required.issubset(fields) or not allowed.issuperset(fields):
         raise TypeError(f"{cls.__name__} needs {sorted(required)}, got {sorted(fields)}")
     new = object.__new__(cls)
     attrs = new.__dict__
@@ -63,20 +63,24 @@ def evolve(state: T, **changes: object) -> T:
     """Returns a copy of a frozen (non-slots) dataclass or a named tuple with ``changes``.
 
     Why not ``dataclasses.replace``: it re-runs ``__init__`` field by field and costs about
-    four times as much; the fold applies one of these per event. Field names are checked.
+    four times as much; the fold applies one of these per event. Field names are checked:
+    the state's ``__dict__`` holds exactly its fields, so an unknown name is one that makes
+    the copy grow, and only then are the names compared.
     """
     if isinstance(state, tuple):
         return cast(T, state._replace(**changes))  # type: ignore[attr-defined]
     cls = type(state)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-    if not names.issuperset(changes):
-        raise TypeError(f"{cls.__name__} has no field(s) {sorted(set(changes) - names)}")
     new = object.__new__(cls)
     attrs = new.__dict__
-    attrs.update(state.__dict__)
+    source = state.__dict__
+    attrs.update(source)
     attrs.update(changes)
+    if len(attrs) != len(source):
+        names = _FIELDS.get(cls)
+        if names is None:
+            names = _FIELDS[cls] = frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        if not names.issuperset(changes):
+            raise TypeError(f"{cls.__name__} has no field(s) {sorted(set(changes) - names)}")
     return new
 
 
@@ -95,6 +99,25 @@ class Guard(Generic[S, C]):
 
 Rule = str | Guard[S, C]
 Effect = Callable[[S, Any, str], S]
+Move = Callable[[S, Any, C], "S | Refusal"]
+
+
+def _plain(effect: Effect[S], target: str) -> Move[S, Any]:
+    """Returns the move of a plain transition: ``effect``, told its target state."""
+
+    def move(state: S, event: Any, _: Any) -> S:
+        return effect(state, event, target)
+
+    return move
+
+
+def _unbound(effects: Mapping[str, Effect[S]], event_type: str, target: str) -> Move[S, Any]:
+    """Returns the move of a plain transition whose effect is missing: it fails when run."""
+
+    def move(state: S, event: Any, _: Any) -> S:
+        return effects[event_type](state, event, target)  # KeyError, as before compiling
+
+    return move
 
 
 @dataclass(frozen=True)
@@ -124,6 +147,22 @@ class Table(Generic[S, C]):
     rules: Mapping[tuple[str, str], Rule[S, C]]
     effects: Mapping[str, Effect[S]] = field(default_factory=dict)
     refusals: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: ``rules`` compiled to one callable per (state, event type): the guard's ``choose``,
+    #: or the plain transition's effect with its target bound. Derived, so not compared.
+    moves: Mapping[tuple[str, str], Move[S, C]] = field(
+        init=False, default_factory=dict, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        moves: dict[tuple[str, str], Move[S, C]] = {}
+        for (status, event_type), rule in self.rules.items():
+            if isinstance(rule, Guard):
+                moves[status, event_type] = rule.choose
+            elif event_type in self.effects:
+                moves[status, event_type] = _plain(self.effects[event_type], rule)
+            else:
+                moves[status, event_type] = _unbound(self.effects, event_type, rule)
+        object.__setattr__(self, "moves", moves)
 
     def refuse(self, state: str, event_type: str, code: str, detail: str = "") -> Refusal:
         """Builds this machine's refusal of ``event_type`` in ``state``."""
@@ -133,12 +172,10 @@ class Table(Generic[S, C]):
         """Returns the state after ``event``, or the refusal of it; ``state`` is unchanged."""
         event_type = event.event_type
         status = state.status
-        rule = self.rules.get((status, event_type))
-        if rule is None:
+        move = self.moves.get((status, event_type))
+        if move is None:
             return self.refuse(status, event_type, self.missing_code(status, event_type))
-        if type(rule) is str:
-            return self.effects[event_type](state, event, rule)
-        return cast(Guard[S, C], rule).choose(state, event, context)
+        return move(state, event, context)
 
     def missing_code(self, status: str, event_type: str) -> str:
         """Returns the refusal code for a (state, event type) pair with no transition."""

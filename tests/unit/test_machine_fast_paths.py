@@ -1,0 +1,314 @@
+"""Checks the fold's fast paths against the straightforward computations they replace.
+
+- Looks decided from a float estimate of S (``quick_*``) must give, digit for digit, what
+  the Decimal look of DOMAIN §6 gives: the reference below is the per-window computation
+  the attempt machine used to run (``ln``/``exp`` at precision 34 at every look).
+- ``AttemptState.looks`` and ``ln_r1``, now derived from the windows, must equal the looks
+  the reference took.
+- ``submission_id_of`` spells canonical JSON directly for plain arrivals; it must equal
+  ``ledger.codec.digest`` for any arrival.
+- ``Table.moves`` must be exactly the compiled ``rules``.
+- ``LedgerFold``'s plain dict writes (the replay) must build what its journaled writes
+  (``decide_batch``) build.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from ledger.codec import digest, fixed6
+from ledger.events import HoldReleased, InfrastructureFault, SubmissionArrived, SubmissionHeld
+from machines import arena, attempt, payment, samples, submission
+from machines.arithmetic import (
+    CONTEXT,
+    Look,
+    PolicyParams,
+    SpeedResult,
+    compile_policy,
+    futile,
+    ln,
+    look,
+    quick_fixed,
+    quick_outcome,
+    quick_speedup,
+    ratio,
+)
+from machines.projection import LedgerFold
+from machines.refusal import Refusal
+from machines.scenario import Scenario
+from machines.table import Table
+
+BILLION = 1_000_000_000
+
+
+def _reference(
+    params: PolicyParams, costs: list[tuple[int, int]]
+) -> list[tuple[SpeedResult | None, tuple[Look, ...], Decimal | None]]:
+    """Returns (speed, looks, ln R1) after each window, computed the straightforward way."""
+    a = b = c = d = 0
+    r1: Decimal | None = None
+    ln_r1: Decimal | None = None
+    looks: list[Look] = []
+    speed: SpeedResult | None = None
+    after = []
+    n1 = params.orientation1_windows
+    for index, (stock, candidate) in enumerate(costs, start=1):
+        if speed is not None or index > params.windows:
+            break
+        if index <= n1:
+            a, b = a + stock, b + candidate
+        else:
+            c, d = c + stock, d + candidate
+        if index == n1:
+            r1 = ratio(b, a)
+            if futile(params, r1):
+                speed = SpeedResult.futility(params)
+        elif index > n1:
+            assert r1 is not None
+            ln_r1 = ln(r1)
+            seen = look(params, index, r1, ln_r1, ratio(d, c))
+            looks.append(seen)
+            if seen.outcome != "continue":
+                speed = SpeedResult.of_look(seen)
+        after.append((speed, tuple(looks), ln_r1))
+    return after
+
+
+def _machine(
+    params: PolicyParams, costs: list[tuple[int, int]]
+) -> list[tuple[SpeedResult | None, tuple[Look, ...], Decimal | None]]:
+    state = attempt.claim(samples.claimed("a" * 64, "c" * 64), params)
+    after = []
+    for index, (stock, candidate) in enumerate(costs, start=1):
+        if state.speed is not None or index > params.windows:
+            break
+        event = samples.window(index, params.orientation(index), stock, candidate)
+        result = attempt.step(state, event)
+        assert not isinstance(result, Refusal), str(result)
+        state = result
+        after.append((state.speed, state.looks, state.ln_r1))
+    return after
+
+
+def _policy(windows: int, z: str, noise: str, gain: str, futility: str | None) -> PolicyParams:
+    n1 = windows // 2
+    zs = {str(k): z for k in range(n1 + 1, windows + 1)}
+    return compile_policy(samples.policy(
+        windows=windows, z=zs, window_noise=noise, boot_noise=noise, required_gain=gain,
+        futility_margin=futility,
+    ))
+
+
+_COST = st.integers(min_value=1, max_value=2**53 - 1)
+_NEAR = st.integers(min_value=900_000_000, max_value=1_100_000_000)
+
+
+@given(
+    windows=st.integers(min_value=2, max_value=5),
+    z=st.sampled_from(["0", "1.645", "2", "-1", "3.5"]),
+    noise=st.sampled_from(["0.01", "0.02", "0.001"]),
+    gain=st.sampled_from(["0", "0.01"]),
+    futility=st.sampled_from([None, "0.03", "0"]),
+    costs=st.lists(st.tuples(_NEAR, _NEAR), min_size=5, max_size=5)
+    | st.lists(st.tuples(_COST, _COST), min_size=5, max_size=5),
+)
+def test_quick_looks_equal_the_decimal_looks(
+    windows: int, z: str, noise: str, gain: str, futility: str | None,
+    costs: list[tuple[int, int]],
+) -> None:
+    params = _policy(windows, z, noise, gain, futility)
+    assert _machine(params, costs) == _reference(params, costs)
+
+
+def _costs_for(target: float, windows: int) -> list[tuple[int, int]]:
+    """Returns costs whose S is within about 1e-16 of ``target`` (R1 = 1, R2 = 1 / S²)."""
+    n1 = windows // 2
+    scale = 10**15
+    costs = [(BILLION, BILLION)] * n1
+    costs.append((scale, round(scale / (target * target))))
+    return costs + [(BILLION, BILLION)] * (windows - n1 - 1)
+
+
+@given(
+    windows=st.integers(min_value=2, max_value=5),
+    offset=st.floats(min_value=-1e-12, max_value=1e-12),
+    which=st.sampled_from(["gate", "slower"]),
+)
+@example(windows=2, offset=0.0, which="gate")
+@example(windows=4, offset=0.0, which="slower")
+@example(windows=3, offset=2e-16, which="gate")
+@example(windows=5, offset=-2e-16, which="gate")
+@example(windows=2, offset=-4e-16, which="slower")
+def test_looks_next_to_a_threshold_still_equal_the_decimal_looks(
+    windows: int, offset: float, which: str
+) -> None:
+    params = _policy(windows, "1.645", "0.01", "0", None)
+    n1 = windows // 2
+    quick = params.quick[n1 + 1]
+    assert quick is not None and quick.gate is not None
+    threshold = quick.gate if which == "gate" else quick.slower
+    costs = _costs_for(threshold * (1 + offset), windows)
+    assert _machine(params, costs) == _reference(params, costs)
+
+
+def test_an_estimate_too_close_to_call_is_left_to_the_decimal_look() -> None:
+    params = _policy(2, "1.645", "0.01", "0", None)
+    quick = params.quick[2]
+    assert quick is not None and quick.gate is not None
+    for nudge in (0.0, 1e-13, -1e-13, 5e-12, -5e-12):  # within the estimate's error budget
+        assert quick_outcome(quick, quick.gate * (1 + nudge), last=True) is None
+        assert quick_outcome(quick, quick.slower * (1 + nudge), last=True) is None
+    assert quick_outcome(quick, quick.gate * (1 + 1e-9), last=True) == "pass"
+    assert quick_outcome(quick, quick.slower * (1 - 1e-9), last=True) == "candidate_slower"
+    between = (quick.gate + quick.slower) / 2
+    assert quick_outcome(quick, between, last=True) == "speed_threshold_not_met"
+    assert quick_outcome(quick, between, last=False) == "continue"
+
+
+def test_a_rounding_tie_of_the_speedup_takes_the_decimal_path() -> None:
+    # S = sqrt(1.00000100000025) = 1.0000005 exactly: a tie at the 7th place.
+    assert quick_fixed(quick_speedup(100_000_100_000_025, 10**14, 1, 1)) is None
+    for nudge in (1e-13, -1e-13, 5e-12, -5e-12):
+        assert quick_fixed(1.0000005 + nudge) is None
+    assert quick_fixed(1.0000005 + 1e-9) == "1.000001"
+    assert quick_fixed(1.0000005 - 1e-9) == "1.000000"
+    params = _policy(2, "-1", "0.01", "0", None)  # z < 0: S = 1.0000005 passes at look 2
+    costs = [(100_000_100_000_025, 10**14), (1, 1)]
+    reference = _reference(params, costs)
+    assert reference[-1][0] is not None and reference[-1][0].verdict == "PASS"
+    assert _machine(params, costs) == reference
+
+
+@given(st.floats(min_value=1e-6, max_value=1e3))
+def test_quick_fixed_spells_what_fixed6_spells(value: float) -> None:
+    text = quick_fixed(value)
+    exact = Decimal(value)  # the float's exact value: fixed6 of it is the reference
+    if text is None:  # only next to a tie at the 7th place
+        scaled = CONTEXT.multiply(exact, Decimal(1_000_000))
+        fraction = CONTEXT.subtract(scaled, scaled.to_integral_value(rounding="ROUND_FLOOR"))
+        assert abs(fraction - Decimal("0.5")) < Decimal("0.01")
+    else:
+        assert text == fixed6(exact)
+
+
+def test_quick_speedup_is_the_inverse_geometric_mean() -> None:
+    estimate = quick_speedup(2_000_000_000, 1_975_000_000, 1_000_000_000, 975_000_000)
+    assert math.isclose(estimate, 1.019128953289989, rel_tol=1e-15)
+
+
+def test_an_extreme_pass_line_has_no_quick_line() -> None:
+    params = _policy(2, "2300", "0.02", "0", None)  # L = exp(2300 · 0.02) − 1 ≈ 1e20
+    assert params.quick[2] is None
+    costs = [(BILLION, BILLION // 2), (BILLION, BILLION // 2)]
+    assert _machine(params, costs) == _reference(params, costs)
+
+
+_TEXT = st.text(min_size=1, max_size=12)
+
+
+@given(
+    arena_id=_TEXT | st.integers(), hotkey=_TEXT, content=_TEXT,
+    block=st.integers(min_value=-(2**60), max_value=2**53 + 5),
+    index=st.integers(min_value=0, max_value=2**53 - 1) | st.booleans(),
+    subindex=st.integers(min_value=0, max_value=2**53 + 5),
+)
+@example(arena_id="a", hotkey='5"Miner\\', content="x", block=1, index=0, subindex=0)
+@example(arena_id="a", hotkey="5Minér", content="x", block=1, index=0, subindex=0)
+def test_submission_id_equals_the_codec_digest(
+    arena_id: str | int, hotkey: str, content: str, block: int, index: int, subindex: int
+) -> None:
+    arrival = samples.arrived().arrival.model_construct(
+        block=block, event_index=index, event_subindex=subindex
+    )
+    event = SubmissionArrived.model_construct(
+        arena_id=arena_id, miner_hotkey=hotkey, content_hash=content, arrival=arrival,
+    )
+    payload = {
+        "arena_id": arena_id, "block": block, "event_index": index, "event_subindex": subindex,
+        "miner_hotkey": hotkey, "content_hash": content,
+    }
+    try:
+        expected: Any = digest("arena-ledger.arrival", payload)
+    except Exception as exc:  # the codec refuses some values; so must the fast path
+        with pytest.raises(type(exc)):
+            submission.submission_id_of(event)
+        return
+    assert submission.submission_id_of(event) == expected
+
+
+def test_a_real_arrival_keeps_its_submission_id() -> None:
+    event = samples.arrived("mlp-arena", hotkey="5Miner", content="delta-9", block=7)
+    assert submission.submission_id_of(event) == event.submission_id
+
+
+@pytest.mark.parametrize(
+    "table",
+    [attempt.TABLE, submission.TABLE, arena.TABLE, payment.PAYMENT_TABLE, payment.CREDIT_TABLE],
+)
+def test_moves_are_the_compiled_rules(table: Table[Any, Any]) -> None:
+    assert set(table.moves) == set(table.rules)
+    for key, rule in table.rules.items():
+        if not isinstance(rule, str):
+            assert table.moves[key] == rule.choose
+
+
+def test_a_plain_move_runs_its_effect_with_the_target() -> None:
+    seen: list[tuple[Any, Any, str]] = []
+
+    def effect(state: Any, event: Any, target: str) -> Any:
+        seen.append((state, event, target))
+        return target
+
+    table: Table[Any, Any] = Table(
+        machine="attempt", states=("A", "B"), initial="A", opening="X",
+        terminals=frozenset({"B"}), rules={("A", "Y"): "B", ("A", "Z"): "B"},
+        effects={"Y": effect},
+    )
+    state, event = arena.TABLE, samples.window(1, 1, 1, 1)  # any objects will do
+    assert table.moves["A", "Y"](state, event, None) == "B"
+    assert seen == [(state, event, "B")]
+    with pytest.raises(KeyError):
+        table.moves["A", "Z"](state, event, None)  # no effect for Z: fails as step did
+
+
+def _busy_scenario() -> Scenario:
+    """Returns a scenario whose submissions visit every status the fold indexes."""
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    slow = ((BILLION, 1_040_000_000),) * 4
+    passed = sc.arrive(content="pass")
+    sc.evaluate(passed, "att-1", samples.WORKED_EXAMPLE_COSTS, samples.audit(), samples.quality())
+    failed = sc.arrive(content="slow", block=1_001)
+    sc.evaluate(failed, "att-2", slow)
+    sc.arrive(content="slow", block=1_002, hotkey="5Other")  # rejected: duplicate of a FAIL
+    requeued = sc.arrive(content="requeue", block=1_003)
+    fault = InfrastructureFault(code="adapter_start_failed", stage="start", detail="")
+    sc.evaluate(requeued, "att-3", (), fault)
+    held = sc.arrive(content="held", block=1_004)
+    sc.append(f"submission-{held}", SubmissionHeld(reason="operator", block=1_005))
+    sc.append(f"submission-{held}", HoldReleased(reason="ok", block=1_006, operator="5Op"))
+    sc.arrive(content="waiting", block=1_007)
+    return sc
+
+
+def test_journaled_writes_build_the_same_projections_as_plain_ones() -> None:
+    sc = _busy_scenario()
+    plain, journaled = LedgerFold(), LedgerFold()
+    # A journal that is never rolled back: every write takes the journaled path
+    # (_put, _pop, _store_journaled) instead of the plain dict writes of the replay.
+    journaled._journal = []
+    assert plain.consume(sc.records) == 0
+    assert journaled.consume(sc.records) == 0
+    journaled._journal = None
+    assert journaled.snapshot() == plain.snapshot() == sc.fold.snapshot()
+    statuses = {s.status for s in plain.submissions("mlp-arena")}
+    assert {"QUALIFIED", "FAILED", "REJECTED", "QUEUED"} <= statuses
+    assert plain.submissions("mlp-arena") == journaled.submissions("mlp-arena")
+    assert plain.queue("mlp-arena") == journaled.queue("mlp-arena")
+    assert plain.live_submissions() == journaled.live_submissions() > 0

@@ -115,7 +115,11 @@ class Catalogue:
 
     def __init__(self) -> None:
         self._models: dict[tuple[str, int], type[Event]] = {}
-        self._flat: dict[tuple[str, int], frozenset[str]] = {}
+        #: Per flat (type, version): field names, the model's validator, its stream category
+        #: and that category's stream-name prefix.
+        self._flat: dict[
+            tuple[str, int], tuple[frozenset[str], Callable[[Any], Any], str | None, str]
+        ] = {}
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._current: dict[str, int] = {}
         self._sealed = False
@@ -128,7 +132,8 @@ class Catalogue:
         self._models[key] = model
         flat = _flat_fields(model)
         if flat is not None:
-            self._flat[key] = flat
+            validator = model.__pydantic_validator__.validate_python
+            self._flat[key] = (flat, validator, model.category, f"{model.category}-")
         self._current[model.event_type] = max(
             self._current.get(model.event_type, 0), model.schema_version
         )
@@ -195,42 +200,37 @@ class Catalogue:
     def validate(
         self, event_type: str, version: int, payload: Any, stream: str | None = None
     ) -> bytes:
-        """Checks a payload against its schema and returns its canonical bytes, or raises."""
-        flat = self._flat.get((event_type, version))
-        if (
-            flat is not None
-            and type(payload) is dict
-            and payload.keys() <= flat
-            and _SCALARS.issuperset(map(type, payload.values()))
-        ):
-            data = self._validate_flat(event_type, version, payload, stream)
-            if data is not None:
-                return data
-        return self._validate_walk(event_type, version, payload, stream)
+        """Checks a payload against its schema and returns its canonical bytes, or raises.
 
-    def _validate_flat(
-        self, event_type: str, version: int, payload: dict[str, Any], stream: str | None
-    ) -> bytes | None:
-        """Validates a payload of a flat model's own keys and exact scalars: the append path.
-
-        Such a payload has a canonical form exactly when strict validation passes and every
-        integer is within ±(2**53 - 1) (orjson's strict-integer option) and no string holds
-        a lone surrogate (orjson refuses it); its keys are the model's ASCII field names, so
-        orjson's key sort is RFC 8785's. Returns None on any problem so that the full walk
-        raises the error it always raised.
+        A payload of a flat model (scalars only) that holds only the model's keys and exact
+        scalar values takes one strict pydantic-core validation and one orjson encoding: it
+        has a canonical form exactly when validation passes, every integer is within
+        ±(2**53 - 1) (orjson's strict-integer option) and no string holds a lone surrogate
+        (orjson refuses it); its keys are the model's ASCII field names, so orjson's key
+        sort is RFC 8785's. Any problem on that path, and every other payload, takes the
+        full walk, which raises the error it always raised.
         """
-        model = self._models[(event_type, version)]
-        try:
-            model.__pydantic_validator__.validate_python(payload)
-            data = orjson.dumps(payload, option=_CANONICAL_FLAT)
-        except (ValidationError, orjson.JSONEncodeError):
-            return None
-        category = model.category
-        if stream is not None and category is not None and stream_category(stream) != category:
-            return None
-        if len(data) > limits.payload_bytes_max:
-            return None
-        return data
+        flat = self._flat.get((event_type, version))
+        if flat is not None and type(payload) is dict:
+            fields, validate_python, category, prefix = flat
+            if (
+                payload.keys() <= fields
+                and _SCALARS.issuperset(map(type, payload.values()))
+                and (
+                    stream is None
+                    or category is None
+                    or stream == category
+                    or stream.startswith(prefix)
+                )
+            ):
+                try:
+                    validate_python(payload)
+                    data = orjson.dumps(payload, option=_CANONICAL_FLAT)
+                except (ValidationError, orjson.JSONEncodeError):
+                    data = b""
+                if data and len(data) <= limits.payload_bytes_max:
+                    return data
+        return self._validate_walk(event_type, version, payload, stream)
 
     def _validate_walk(
         self, event_type: str, version: int, payload: Any, stream: str | None

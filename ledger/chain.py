@@ -10,18 +10,19 @@ verification never re-serialises a payload.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import orjson
 
 __all__ = [
     "ENVELOPE",
     "GENESIS_HASH",
-    "chain_batch",
+    "Row",
     "chain_link",
+    "chain_rows",
     "entry_hash",
     "envelope_bytes",
-    "iter_chain",
     "next_entry_hash",
     "quote",
 ]
@@ -106,36 +107,44 @@ def quote(cache: dict[str, bytes], text: str) -> bytes:
     return quoted
 
 
-def chain_batch(
+#: One event row as the store writes it: position, stream, version, type, schema_version,
+#: payload bytes, recorded_at, actor, entry hash (hex).
+Row = tuple[int, str, int, str, int, bytes, str, str, str]
+
+
+def chain_rows(
     previous: bytes,
-    events: Iterable[tuple[int, str, int, str, int, bytes]],
+    position: int,
+    versions: dict[str, int],
+    events: Iterable[tuple[Any, ...]],
     recorded_at: str,
     actor: str,
-) -> list[bytes]:
-    """Chains one append's events, which share ``recorded_at`` and ``actor``.
+    write: Callable[[Row], object] | None = None,
+) -> tuple[list[Row], list[bytes]]:
+    """Chains one append's events after ``position``; returns their rows and raw entry hashes.
 
-    ``events`` holds (position, stream, version, type, schema_version, payload) in order;
-    returns each event's raw entry hash. Equal to calling ``chain_link`` per event, but each
-    string is JSON-quoted once per batch, not once per event (a batch repeats few streams).
+    ``events`` holds (stream, type, schema_version, payload, …) in order (later items, such
+    as a prepared event's expected version, are ignored); ``versions`` holds each
+    stream's version before the batch. The events share ``recorded_at`` and ``actor``. Equal
+    to ``chain_link`` per event, but in one loop, with each string JSON-quoted once per batch
+    (a batch repeats few streams); ``write`` receives each row as soon as it is chained (a
+    PostgreSQL COPY streams it while the rest is hashed).
     """
-    return list(iter_chain(previous, events, recorded_at, actor))
-
-
-def iter_chain(
-    previous: bytes,
-    events: Iterable[tuple[int, str, int, str, int, bytes]],
-    recorded_at: str,
-    actor: str,
-) -> Iterator[bytes]:
-    """Yields the entry hashes of ``chain_batch`` one by one, so a writer can stream rows."""
-    quoted_actor, quoted_at = _dumps(actor), _dumps(recorded_at)
+    running = dict(versions)
     quoted: dict[str, bytes] = {}
-    for position, stream, version, event_type, schema_version, payload in events:
+    quoted_actor, quoted_at = quote(quoted, actor), quote(quoted, recorded_at)
+    sha, envelope = _sha256, _ENVELOPE
+    rows: list[Row] = []
+    entries: list[bytes] = []
+    add_row, add_entry = rows.append, entries.append
+    for stream, event_type, schema_version, payload, *_ in events:
+        position += 1
+        version = running[stream] = running[stream] + 1
         quoted_stream = quoted.get(stream) or quote(quoted, stream)
         quoted_type = quoted.get(event_type) or quote(quoted, event_type)
-        previous = _sha256(
+        previous = sha(
             previous
-            + _ENVELOPE
+            + envelope
             % (
                 quoted_actor,
                 payload,
@@ -147,7 +156,22 @@ def iter_chain(
                 version,
             )
         ).digest()
-        yield previous
+        row = (
+            position,
+            stream,
+            version,
+            event_type,
+            schema_version,
+            payload,
+            recorded_at,
+            actor,
+            previous.hex(),
+        )
+        if write is not None:
+            write(row)
+        add_row(row)
+        add_entry(previous)
+    return rows, entries
 
 
 def entry_hash(previous_hex: str, envelope: bytes) -> str:

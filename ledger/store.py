@@ -25,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 
 from ledger import limits
 from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
-from ledger.chain import GENESIS_HASH, chain_batch, iter_chain
+from ledger.chain import GENESIS_HASH, Row, chain_rows
 from ledger.codec import canonical_bytes
 from ledger.errors import (
     ConcurrencyConflict,
@@ -230,7 +230,7 @@ class EventStore:
         catalogue = self.catalogue
         validate, current = catalogue.validate, catalogue.types
         prepared: list[PreparedEvent] = []
-        add = prepared.append
+        add, new = prepared.append, tuple.__new__  # the named tuple without its __new__ call
         for index, draft in enumerate(drafts):
             stream, kind, version = draft.stream, draft.type, draft.schema_version
             try:
@@ -253,7 +253,7 @@ class EventStore:
                 exc.context.setdefault("index", index)
                 exc.index = index  # type: ignore[attr-defined]
                 raise
-            add(PreparedEvent(stream, kind, version, data, expected))
+            add(new(PreparedEvent, (stream, kind, version, data, expected)))
         return prepared
 
     def append(
@@ -302,18 +302,15 @@ class EventStore:
             versions = self._check_versions(conn, batch)
             if self.guard is not None:
                 self.guard(self, conn, batch)
-            located = _locate(batch, versions, head.position)
             previous, recorded_at = bytes.fromhex(head.entry_hash), self.clock()
-            if self.backend == "postgresql" and len(located) >= _copy_threshold_rows:
+            if self.backend == "postgresql" and len(batch) >= _copy_threshold_rows:
                 rows, entries, frontier, nodes = _copy_rows(
-                    conn, located, previous, recorded_at, actor, frontier, head.position
+                    conn, batch, versions, head, previous, recorded_at, actor, frontier
                 )
             else:
-                entries = chain_batch(previous, located, recorded_at, actor)
-                rows = [
-                    (*event, recorded_at, actor, entry.hex())
-                    for event, entry in zip(located, entries, strict=True)
-                ]
+                rows, entries = chain_rows(
+                    previous, head.position, versions, batch, recorded_at, actor
+                )
                 marks = ", ".join([self._param] * 9)
                 conn.exec_driver_sql(f"INSERT INTO events ({_COLUMNS}) VALUES ({marks})", rows)
                 frontier, nodes = advance_frontier(frontier, head.position, entries)
@@ -655,27 +652,16 @@ class EventStore:
         return str(value)
 
 
-def _locate(
-    batch: list[PreparedEvent], versions: dict[str, int], head_position: int
-) -> list[tuple[int, str, int, str, int, bytes]]:
-    """Gives each prepared event its position and stream version, in batch order."""
-    running = dict(versions)
-    located = []
-    for position, p in enumerate(batch, start=head_position + 1):
-        version = running[p.stream] = running[p.stream] + 1
-        located.append((position, p.stream, version, p.type, p.schema_version, p.payload_bytes))
-    return located
-
-
 def _copy_rows(
     conn: Connection,
-    located: list[tuple[int, str, int, str, int, bytes]],
+    batch: list[PreparedEvent],
+    versions: dict[str, int],
+    head: Head,
     previous: bytes,
     recorded_at: str,
     actor: str,
     frontier: bytes,
-    size: int,
-) -> tuple[list[tuple[Any, ...]], list[bytes], bytes, list[tuple[int, int, bytes]]]:
+) -> tuple[list[Row], list[bytes], bytes, list[tuple[int, int, bytes]]]:
     """Chains and streams events into PostgreSQL by binary COPY; advances the Merkle frontier.
 
     Each row is written as soon as it is chained, so the server digests the stream while the
@@ -683,20 +669,13 @@ def _copy_rows(
     server finishes the tail: the client's and the server's work overlap instead of adding.
     """
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    rows: list[tuple[Any, ...]] = []
-    entries: list[bytes] = []
     # Binary COPY: bytea and integers travel without text encoding on either side.
     with cursor.copy(f"COPY events ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(_COPY_TYPES)
-        write = copy.write_row
-        for event, entry in zip(
-            located, iter_chain(previous, located, recorded_at, actor), strict=True
-        ):
-            row = (*event, recorded_at, actor, entry.hex())
-            write(row)
-            rows.append(row)
-            entries.append(entry)
-        frontier, nodes = advance_frontier(frontier, size, entries)
+        rows, entries = chain_rows(
+            previous, head.position, versions, batch, recorded_at, actor, copy.write_row
+        )
+        frontier, nodes = advance_frontier(frontier, head.position, entries)
     return rows, entries, frontier, nodes
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ledger.chain import (
     GENESIS_HASH,
-    chain_batch,
+    chain_rows,
     entry_hash,
     envelope_bytes,
     next_entry_hash,
@@ -138,16 +138,24 @@ def test_a_pinned_entry_hash() -> None:
     _text,
     _text,
 )
-def test_chain_batch_equals_linking_one_event_at_a_time(
+def test_chain_rows_equals_linking_one_event_at_a_time(
     events: list[tuple[str, str, int, dict[str, Any]]], recorded_at: str, actor: str
 ) -> None:
     previous = hashlib.sha256(b"seed").digest()
-    located = [(position, stream, position * 2, kind, schema, canonical_bytes(payload))
-               for position, (stream, kind, schema, payload) in enumerate(events, start=7)]
-    expected, link = [], previous
-    for position, stream, version, kind, schema, data in located:
-        link = next_entry_hash(
-            link, envelope_bytes(position, stream, version, kind, schema, data, recorded_at, actor)
-        )
-        expected.append(link)
-    assert chain_batch(previous, located, recorded_at, actor) == expected
+    versions = {"attempt-a": 4, "attempt-b": 0, "s-\u00e9\u2028": 9}
+    prepared = [(stream, kind, schema, canonical_bytes(payload), "any")
+                for stream, kind, schema, payload in events]
+    expected_rows, expected_hashes, link, running = [], [], previous, dict(versions)
+    for position, (stream, kind, schema, data, _) in enumerate(prepared, start=7):
+        running[stream] += 1
+        link = next_entry_hash(link, envelope_bytes(
+            position, stream, running[stream], kind, schema, data, recorded_at, actor))
+        expected_hashes.append(link)
+        expected_rows.append((position, stream, running[stream], kind, schema, data,
+                              recorded_at, actor, link.hex()))
+    written: list[Any] = []
+    rows, hashes = chain_rows(previous, 6, versions, prepared, recorded_at, actor,
+                              written.append)
+    assert rows == expected_rows and written == expected_rows
+    assert hashes == expected_hashes
+    assert versions == {"attempt-a": 4, "attempt-b": 0, "s-\u00e9\u2028": 9}  # not mutated

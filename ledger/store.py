@@ -184,7 +184,6 @@ class EventStore:
         self.clock = clock
         self.guard = guard
         self.backend = self.engine.dialect.name
-        self._param = "?" if self.backend == "sqlite" else "%s"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -277,7 +276,7 @@ class EventStore:
         started = time.perf_counter()
         try:
             result = self._append_tx(batch, idempotency_key, content, actor)
-        except SQLAlchemyError as exc:
+        except _WRITE_ERRORS as exc:
             raise _store_error(exc, self.url) from None
         _log.info(
             "append_batch",
@@ -311,8 +310,7 @@ class EventStore:
                 rows, entries = chain_rows(
                     previous, head.position, versions, batch, recorded_at, actor
                 )
-                marks = ", ".join([self._param] * 9)
-                conn.exec_driver_sql(f"INSERT INTO events ({_COLUMNS}) VALUES ({marks})", rows)
+                conn.exec_driver_sql(_INSERT[self.backend], rows)
                 frontier, nodes = advance_frontier(frontier, head.position, entries)
             tip = rows[-1][8]
             if nodes and self.backend == "postgresql":
@@ -343,7 +341,8 @@ class EventStore:
                     {"k": key, "d": content, "f": rows[0][0], "l": rows[-1][0]},
                 )
         return AppendResult(
-            positions=tuple(r[0] for r in rows), entry_hashes=tuple(r[8] for r in rows)
+            positions=tuple(range(rows[0][0], rows[-1][0] + 1)),
+            entry_hashes=tuple(r[8] for r in rows),
         )
 
     def _write_connection(self) -> Connection:
@@ -402,28 +401,30 @@ class EventStore:
     def _check_versions(self, conn: Connection, batch: list[PreparedEvent]) -> dict[str, int]:
         streams = sorted({p.stream for p in batch})
         current = {s: 0 for s in streams}
+        # One fixed statement whatever the batch (an IN list of n parameters is a new
+        # statement per n, planned anew and kept by every statement cache), and one index
+        # seek per stream for its last version: MAX(version) … GROUP BY read every version
+        # of a stream, so a long stream made each append slower.
         if self.backend == "postgresql":
-            # One array parameter keeps the statement text fixed whatever the batch, so the
-            # server plans it once; an IN list of n parameters is a new statement per n.
             rows = conn.execute(
                 text(
-                    "SELECT stream, MAX(version) FROM events WHERE stream = ANY(:streams) "
-                    "GROUP BY stream"
+                    "SELECT s.stream, (SELECT version FROM events WHERE events.stream = "
+                    "s.stream ORDER BY version DESC LIMIT 1) FROM unnest(CAST(:streams AS "
+                    "text[])) AS s(stream)"
                 ),
                 {"streams": streams},
             )
         else:
-            # One fixed statement whatever the batch: an IN list of n parameters is a new
-            # statement per n, and the statement caches kept every one (writer memory grew).
             rows = conn.execute(
                 text(
-                    "SELECT stream, MAX(version) FROM events WHERE stream IN "
-                    "(SELECT value FROM json_each(:streams)) GROUP BY stream"
+                    "SELECT value, (SELECT version FROM events WHERE stream = value ORDER BY "
+                    "version DESC LIMIT 1) FROM json_each(:streams)"
                 ),
                 {"streams": json.dumps(streams)},
             )
         for stream, version in rows:
-            current[str(stream)] = int(version)
+            if version is not None:
+                current[str(stream)] = int(version)
         running = dict(current)
         for index, prepared in enumerate(batch):
             _expect(prepared, running[prepared.stream], index)
@@ -679,6 +680,10 @@ def _copy_rows(
     return rows, entries, frontier, nodes
 
 
+_INSERT = {
+    "sqlite": f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join(['?'] * 9)})",
+    "postgresql": f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})",
+}
 _copy_threshold_rows = 64
 #: PostgreSQL types of ``_COLUMNS``, for binary COPY (binary input is not cast: exact types).
 _COPY_TYPES = (
@@ -748,7 +753,24 @@ def _batch_digest(batch: list[PreparedEvent]) -> str:
     return h.hexdigest()
 
 
-def _store_error(exc: SQLAlchemyError, url: str) -> LedgerError:
+def _driver_errors() -> tuple[type[Exception], ...]:
+    """Returns the DB-API errors a write may raise where it talks to the driver directly.
+
+    PostgreSQL appends stream rows through psycopg's COPY, below SQLAlchemy, whose error
+    translation therefore does not see a failure there (a lost server, a full disk).
+    """
+    try:
+        import psycopg
+    except ImportError:  # the postgres extra is not installed: no COPY path either
+        return ()
+    return (psycopg.Error,)
+
+
+#: What a failed append may raise from the database: SQLAlchemy's errors and the driver's.
+_WRITE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, *_driver_errors())
+
+
+def _store_error(exc: Exception, url: str) -> LedgerError:
     orig = getattr(exc, "orig", None)
     message = str(orig if orig is not None else exc).strip().splitlines()[0]
     lowered = message.lower()

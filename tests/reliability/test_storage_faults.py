@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 
 import ledger.store
 from ledger import migrate
-from ledger.errors import StoreUnavailable
+from ledger.errors import StoreError, StoreUnavailable
 from ledger.store import EventStore, PreparedEvent
 
 #: Size of the small disk the full-disk and read-only tests mount, in bytes.
@@ -251,3 +251,36 @@ def test_a_connection_killed_mid_append_writes_nothing_and_the_retry_records_onc
         assert not result.already_recorded
         assert doomed.append(drafts, idempotency_key=key).already_recorded
     assert audit_ledger(pg_store).positions(key) == result.positions
+
+
+def _copy_sized_batch(tag: str) -> tuple[str, list[Any]]:
+    """Returns the first crash batch of ``tag``'s series big enough to go through COPY."""
+    for index in range(200):
+        key, drafts = crash_batch(tag, index)
+        if len(drafts) >= ledger.store._copy_threshold_rows:
+            return key, drafts
+    raise AssertionError("no batch of 64 events or more in 200 tries")
+
+
+@pytest.mark.postgres
+def test_a_server_error_inside_the_copy_is_a_clean_refusal(pg_store: EventStore) -> None:
+    # The COPY talks to psycopg below SQLAlchemy; a server error there must still be a
+    # StoreError naming it, not a driver traceback, and write nothing.
+    before = audit_ledger(pg_store)
+    key, drafts = _copy_sized_batch("refused-copy")
+    with psycopg.connect(pg_store.url.replace("postgresql+psycopg", "postgresql"),
+                         autocommit=True) as admin:
+        admin.execute(
+            "CREATE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'simulated refusal of the insert'; END $$"
+        )
+        admin.execute("CREATE TRIGGER refuse_insert BEFORE INSERT ON events "
+                      "FOR EACH ROW EXECUTE FUNCTION refuse_insert()")
+        try:
+            with pytest.raises(StoreError, match="simulated refusal"):
+                pg_store.append(drafts, idempotency_key=key)
+            assert audit_ledger(pg_store).head == before.head
+        finally:
+            admin.execute("DROP TRIGGER refuse_insert ON events")
+    assert not pg_store.append(drafts, idempotency_key=key).already_recorded
+    assert pg_store.verify().ok

@@ -12,7 +12,7 @@ with ``position INTEGER`` (same values, same 64-bit range, same constraints, ind
 triggers); the rows are copied in position order, byte for byte. PostgreSQL already stores
 ``position`` as the BIGINT primary key and is left untouched.
 
-The rebuild copies the table once (about 10 s per million events); the append-only triggers
+The rebuild copies the table once (about 12 s per million events); the append-only triggers
 are recreated on the new table before the transaction commits, so no moment exists in which
 a committed database lacks them.
 """

@@ -29,7 +29,7 @@ SHIPPED_REVISION_SHA256 = {
         "ddbbc3d1de76310d11573a91fc76d4df2386fbe759777ba2ba8a9a60e189715f"
     ),
     "0003_sqlite_position_rowid.py": (
-        "6f565146e6f74279fa55efda62ad8aac39675a724ed17f76508e5682de8c69c4"
+        "e75bc4630b93180db5b504bab23f1edd89aab4136333e97a66a4d2ebbf26d525"
     ),
 }
 

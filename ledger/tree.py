@@ -17,7 +17,8 @@ the ledger's size.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ stored_level_min = 4
 _LEAF = b"\x00"
 _NODE = b"\x01"
 _sha256 = hashlib.sha256
+_BLANK = bytes(32)  # what a dry run's node reader returns
 
 
 def _split_frontier(frontier: bytes) -> list[bytes]:
@@ -88,10 +90,89 @@ class StoredTree:
         self._conn = conn
         self.size = size
         self._get = lru_cache(maxsize=4096)(self._read_node)
+        self._known: dict[tuple[int, int], bytes] = {}  # filled by _prefetch, per call
 
     def get_node(self, level: int, index: int) -> bytes:
         """Returns the hash of perfect subtree (level, index), reading or recomputing it."""
-        return self._get(level, index)
+        found = self._known.get((level, index))
+        return found if found is not None else self._get(level, index)
+
+    def _prefetch(self, walk: Callable[[merkle.NodeGetter], object]) -> None:
+        """Reads every node ``walk`` will ask for in two queries, not one round trip each.
+
+        Which nodes a root or a proof needs depends only on the sizes and the index, never
+        on the hashes, so a dry run with blank hashes names them all. Stored nodes come in
+        one query, the entry hashes under the lower ones in another; whatever is not found
+        is left to ``get_node``'s own reads, which raise the error they always raised.
+        """
+        wanted: list[tuple[int, int]] = []
+
+        def record(level: int, index: int) -> bytes:
+            wanted.append((level, index))
+            return _BLANK
+
+        walk(record)
+        keys = [
+            key
+            for key in dict.fromkeys(wanted)
+            if key not in self._known and (key[1] + 1) << key[0] <= self.size
+        ]
+        self._known.update(self._stored_nodes([k for k in keys if k[0] >= stored_level_min]))
+        low = [key for key in keys if key[0] < stored_level_min]
+        positions = sorted(
+            {(index << level) + 1 + offset for level, index in low for offset in range(1 << level)}
+        )
+        hashes = self._entry_hashes(positions)
+        for level, index in low:
+            first = (index << level) + 1
+            leaves = [hashes.get(position) for position in range(first, first + (1 << level))]
+            if all(leaf is not None for leaf in leaves):
+                self._known[(level, index)] = merkle.root_from_leaves(
+                    [bytes.fromhex(leaf) for leaf in leaves if leaf is not None]
+                )
+
+    def _stored_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        if not keys:
+            return {}
+        if self._store.backend == "postgresql":
+            rows = self._conn.execute(
+                text(
+                    "SELECT level, idx, hash FROM merkle_nodes WHERE (level, idx) IN (SELECT * "
+                    "FROM unnest(CAST(:l AS smallint[]), CAST(:i AS bigint[])))"
+                ),
+                {"l": [k[0] for k in keys], "i": [k[1] for k in keys]},
+            )
+        else:
+            rows = self._conn.execute(
+                text(
+                    "SELECT level, idx, hash FROM merkle_nodes WHERE (level, idx) IN (SELECT "
+                    "json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM "
+                    "json_each(:pairs))"
+                ),
+                {"pairs": json.dumps(keys)},
+            )
+        return {(int(level), int(idx)): bytes(value) for level, idx, value in rows}
+
+    def _entry_hashes(self, positions: list[int]) -> dict[int, str]:
+        if not positions:
+            return {}
+        if self._store.backend == "postgresql":
+            rows = self._conn.execute(
+                text(
+                    "SELECT position, entry_hash FROM events WHERE position = "
+                    "ANY(CAST(:p AS bigint[]))"
+                ),
+                {"p": positions},
+            )
+        else:
+            rows = self._conn.execute(
+                text(
+                    "SELECT position, entry_hash FROM events WHERE position IN (SELECT value "
+                    "FROM json_each(:p))"
+                ),
+                {"p": json.dumps(positions)},
+            )
+        return {int(position): str(value) for position, value in rows}
 
     def _read_node(self, level: int, index: int) -> bytes:
         if (index + 1) << level > self.size:
@@ -124,15 +205,21 @@ class StoredTree:
 
     def root(self, size: int | None = None) -> bytes:
         """Returns the root hash at ``size`` (the tree's size when None)."""
-        return merkle.root(self._check(size), self.get_node)
+        checked = self._check(size)
+        self._prefetch(lambda get: merkle.root(checked, get))
+        return merkle.root(checked, self.get_node)
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
         """Returns the RFC 9162 inclusion proof of leaf ``index`` in the tree of ``size``."""
-        return merkle.inclusion_proof(index, self._check(size), self.get_node)
+        checked = self._check(size)
+        self._prefetch(lambda get: merkle.inclusion_proof(index, checked, get))
+        return merkle.inclusion_proof(index, checked, self.get_node)
 
     def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
         """Returns the RFC 9162 consistency proof from ``size1`` to ``size2``."""
-        return merkle.consistency_proof(size1, self._check(size2), self.get_node)
+        checked = self._check(size2)
+        self._prefetch(lambda get: merkle.consistency_proof(size1, checked, get))
+        return merkle.consistency_proof(size1, checked, self.get_node)
 
     def _check(self, size: int | None) -> int:
         if size is None:

@@ -15,7 +15,8 @@ time (STYLE.md); a MISS is a figure to read, not a failure.
     python bench/run.py --quick                      # 10k and 100k, small sub-runs
     python bench/run.py [--sizes 10k,100k,1m,5m] [--pg-sizes 10k] [--write-docs]
 
-``--write-docs`` rewrites the "Summary" and "Scale series" sections of docs/benchmarks.md
+``--write-docs`` rewrites the "Summary" section of docs/benchmarks.md and the sections of the
+benchmarks that ran (Store, Integrity, Replay, Scale series)
 (the other sections belong to their own scripts). Each target keeps its latest figure in
 ``bench/out/summary.json``, so a later run that skips a benchmark (``--only``) or measures
 a target below the size it is defined at (checkpoint of 1M) keeps the earlier figure, dated.
@@ -111,8 +112,10 @@ def _child_store(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
 
     results = [store.run_backend(b, params["events"], params["pg_dsn"], tmp)
                for b in params["backends"]]
-    print(store.report(results, ["--events", str(params["events"])], params["events"]))
+    section = store.report(results, ["--events", str(params["events"])], params["events"])
+    print(section)
     return {
+        "section": section,
         "events": params["events"],
         "versions": {r.name: r.version for r in results},
         "rows": [{"backend": row.backend, "operation": row.operation,
@@ -131,8 +134,9 @@ def _child_integrity(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
     import bench.integrity as integrity
 
     figures = integrity.run(params["events"], tmp)
-    print(integrity.report(figures, ["--events", str(params["events"])]))
-    return dataclasses.asdict(figures)
+    section = integrity.report(figures, ["--events", str(params["events"])])
+    print(section)
+    return {**dataclasses.asdict(figures), "section": section}
 
 
 def _child_fold(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
@@ -160,9 +164,10 @@ def _child_replay(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
     meta["settle_every_blocks"] = params["settle_every_blocks"]
     figures = run_in_fresh_process(replay.measure, f"sqlite:///{path}", True, False)
     summary = replay.summarize(meta, figures)
-    print(replay.render(meta, figures, summary))
+    section = replay.render(meta, figures, summary)
+    print(section)
     return {"parsed": True, "summary": summary, "peak_rss_kib": figures.get("rss_peak_kib"),
-            "events": meta["events"]}
+            "events": meta["events"], "section": section}
 
 
 def _child_scale(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
@@ -775,10 +780,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write_docs:
         _open_summary_section()
         replace_doc_section("Summary", summary)
+        written = ["Summary"]
+        # Each benchmark's own section comes from this same run, so the Summary and the
+        # sections below it never quote two different runs.
+        for name, heading in (("store", "Store"), ("integrity", "Integrity"),
+                              ("replay", "Replay")):
+            ran = runs.get(name)
+            section = ran.figures.get("section") if ran and ran.figures else None
+            if isinstance(section, str):
+                replace_doc_section(heading, section)
+                written.append(heading)
         if scale_body is not None:
             replace_doc_section("Scale series", scale_body)
-        print("\nwrote the Summary" + (" and Scale series sections" if scale_body else
-                                        " section") + " of docs/benchmarks.md", file=sys.stderr)
+            written.append("Scale series")
+        print(f"\nwrote the {', '.join(written)} sections of docs/benchmarks.md",
+              file=sys.stderr)
     return 0 if all(r.error is None for r in runs.values()) else 1
 
 

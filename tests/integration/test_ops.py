@@ -14,12 +14,12 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import text
+from tampering import triggers_bypassed
 
 from ledger import migrate, ops
 from ledger.checkpoint import sign_tree
@@ -355,25 +355,8 @@ def test_a_backup_is_consistent_while_a_validator_appends(
         assert report.verified.checked == report.head.position
 
 
-@contextmanager
-def _bypassed(store: EventStore) -> Iterator[Connection]:
-    """Yields a connection where the append-only triggers do not fire (an attacker's view)."""
-    with store.engine.connect() as conn, conn.begin():
-        if store.backend == "postgresql":
-            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
-            yield conn
-            return
-        triggers = conn.exec_driver_sql(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").all()
-        for name, _sql in triggers:
-            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
-        yield conn
-        for _name, sql in triggers:
-            conn.exec_driver_sql(sql)
-
-
 def _tamper(url: str, position: int) -> None:
-    with EventStore(url) as store, _bypassed(store) as conn:
+    with EventStore(url) as store, triggers_bypassed(store) as conn:
         conn.execute(text("UPDATE events SET actor = 'mallory' WHERE position = :p"),
                      {"p": position})
 

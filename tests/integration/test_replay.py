@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import text
+from tampering import triggers_bypassed
 from test_settlement_ledger import (  # the shared builder (same directory, prepend import mode)
     ALICE,
     ARENA_A,
@@ -203,25 +203,6 @@ def test_a_decision_forged_around_the_guard_is_caught_at_its_position(
     assert report.verdicts_checked == 7  # a1..a5, b2, then the forged one
 
 
-@contextmanager
-def _triggers_bypassed(store: EventStore) -> Iterator[Connection]:
-    """Yields a transaction where the append-only triggers do not fire (test_store_tamper.py)."""
-    with store.engine.connect() as conn, conn.begin():
-        if store.backend == "postgresql":
-            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
-            yield conn
-            return
-        triggers = conn.exec_driver_sql(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
-        ).all()
-        assert triggers
-        for name, _sql in triggers:
-            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
-        yield conn
-        for _name, sql in triggers:
-            conn.exec_driver_sql(sql)
-
-
 def test_a_tampered_payload_byte_is_a_hash_mismatch_at_its_position(
     settled: tuple[ArenaLedger, Settled], store_url: str
 ) -> None:
@@ -232,7 +213,7 @@ def test_a_tampered_payload_byte_is_a_hash_mismatch_at_its_position(
     index = target.payload_bytes.index(b'"speedup":"1.020408"') + len(b'"speedup":"1.02040')
     assert target.payload_bytes[index : index + 1] == b"8"
     tampered = target.payload_bytes[:index] + b"9" + target.payload_bytes[index + 1 :]
-    with _triggers_bypassed(ledger.store) as conn:
+    with triggers_bypassed(ledger.store) as conn:
         conn.execute(text("UPDATE events SET payload = :p WHERE position = :n"),
                      {"p": tampered, "n": target.position})
     assert ledger.store.get(target.position).payload["speedup"] == "1.020409"

@@ -7,13 +7,13 @@ PostgreSQL sets ``session_replication_role = replica`` for one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from tampering import triggers_bypassed
 
 from ledger.model import EventDraft, VerifyReport
 from ledger.store import EventStore
@@ -40,26 +40,6 @@ def _row(store: EventStore, position: int) -> tuple[Any, ...]:
 def _keys(store: EventStore) -> list[tuple[Any, ...]]:
     with store.engine.connect() as conn:
         return [tuple(r) for r in conn.execute(text("SELECT * FROM idempotency_keys"))]
-
-
-@contextmanager
-def _bypassed(store: EventStore) -> Iterator[Connection]:
-    """Yields a connection in a transaction where the append-only triggers do not fire."""
-    with store.engine.connect() as conn, conn.begin():
-        if store.backend == "postgresql":
-            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
-            yield conn
-            return
-        triggers = conn.exec_driver_sql(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
-        ).all()
-        names = {name for name, _sql in triggers}
-        assert {"trg_events_no_update", "trg_events_no_delete"} <= names, names
-        for name, _sql in triggers:
-            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
-        yield conn
-        for _name, sql in triggers:
-            conn.exec_driver_sql(sql)
 
 
 def _flip_byte(payload: bytes, index: int) -> bytes:
@@ -120,7 +100,7 @@ def test_appends_still_work_after_a_refused_change(ledger: EventStore, draft: Dr
 
 
 def test_the_bypass_is_temporary_and_the_triggers_come_back(ledger: EventStore) -> None:
-    with _bypassed(ledger) as conn:
+    with triggers_bypassed(ledger) as conn:
         conn.execute(text("UPDATE events SET actor = 'mallory' WHERE position = 1"))
     assert _row(ledger, 1)[7] == "mallory"  # the bypass really bypassed
     with pytest.raises(DBAPIError) as caught, ledger.engine.begin() as conn:
@@ -137,7 +117,7 @@ def test_one_flipped_payload_byte_is_found_at_its_position(
 ) -> None:
     payload = _row(ledger, position)[5]
     flipped = _flip_byte(payload, len(payload) // 2)
-    with _bypassed(ledger) as conn:
+    with triggers_bypassed(ledger) as conn:
         conn.execute(text("UPDATE events SET payload = :p WHERE position = :n"),
                      {"p": flipped, "n": position})
     assert _row(ledger, position)[5] == flipped
@@ -156,7 +136,7 @@ def test_one_flipped_payload_byte_is_found_at_its_position(
 def test_every_envelope_field_is_covered_by_the_hash(
     ledger: EventStore, column: str, value: Any
 ) -> None:
-    with _bypassed(ledger) as conn:
+    with triggers_bypassed(ledger) as conn:
         conn.execute(text(f"UPDATE events SET {column} = :v WHERE position = 3"), {"v": value})
     _assert_bad(ledger.verify(), 3, "hash_mismatch")
 
@@ -164,7 +144,7 @@ def test_every_envelope_field_is_covered_by_the_hash(
 def test_two_swapped_payloads_are_found_at_the_first_of_them(ledger: EventStore) -> None:
     second, fourth = _row(ledger, 2)[5], _row(ledger, 4)[5]
     assert second != fourth
-    with _bypassed(ledger) as conn:
+    with triggers_bypassed(ledger) as conn:
         for position, payload in ((2, fourth), (4, second)):
             conn.execute(text("UPDATE events SET payload = :p WHERE position = :n"),
                          {"p": payload, "n": position})
@@ -172,7 +152,7 @@ def test_two_swapped_payloads_are_found_at_the_first_of_them(ledger: EventStore)
 
 
 def test_a_deleted_row_is_a_gap_at_its_position(ledger: EventStore) -> None:
-    with _bypassed(ledger) as conn:
+    with triggers_bypassed(ledger) as conn:
         conn.execute(text("DELETE FROM events WHERE position = 3"))
     report = ledger.verify()
     _assert_bad(report, 3, "gap")
@@ -181,7 +161,7 @@ def test_a_deleted_row_is_a_gap_at_its_position(ledger: EventStore) -> None:
 
 def test_a_truncated_tail_names_the_first_missing_position(ledger: EventStore) -> None:
     head = ledger.head()
-    with _bypassed(ledger) as conn:
+    with triggers_bypassed(ledger) as conn:
         conn.execute(text("DELETE FROM events WHERE position >= 4"))
     assert ledger.head() == head  # the head still says 5
     report = ledger.verify()

@@ -95,6 +95,8 @@ class World:
     unspent: dict[str, deque[str]] = field(default_factory=dict)
     admissions: Counter[tuple[str, int]] = field(default_factory=Counter)
     recommissioned: bool = False
+    #: Each arena's emission share; None keeps the commission's default.
+    emission_share_ppm: int | None = None
 
     def next_id(self) -> int:
         self.serial += 1
@@ -112,7 +114,8 @@ def _arenas() -> list[Arena]:
     ]
 
 
-def _commission(arena: Arena, block: int, revision: str) -> Event:
+def _commission(arena: Arena, world: World, revision: str) -> Event:
+    share_ppm = world.emission_share_ppm
     z = {str(k): "1.645" for k in range(arena.windows // 2 + 1, arena.windows + 1)}
     sealed = samples.policy(
         windows=arena.windows, z=z, futility_margin=arena.futility, sla_blocks=arena.sla,
@@ -120,8 +123,9 @@ def _commission(arena: Arena, block: int, revision: str) -> Event:
         audit_control_delta_digests=[arena.listed] if arena.listed else [],
     )
     event = samples.commissioned(
-        arena.arena_id, fee_rao=arena.fee, block=block, sealed=sealed,
+        arena.arena_id, fee_rao=arena.fee, block=world.block, sealed=sealed,
         model={"name": "tiny-llama", "revision": revision},
+        **({} if share_ppm is None else {"emission_share_ppm": share_ppm}),
     )
     arena.commission = arena_machine.start(event)
     return event
@@ -132,7 +136,7 @@ def _setup(world: World) -> Iterator[Batch]:
                                             validator_hotkey="5Validator"))]
     world.arenas = _arenas()
     for arena in world.arenas:
-        yield [(f"arena-{arena.arena_id}", _commission(arena, world.block, "r1"))]
+        yield [(f"arena-{arena.arena_id}", _commission(arena, world, "r1"))]
         for n, (kind, verdict, reason) in enumerate(
             [("honest", "PASS", None), ("wrong_mlp", "FAIL", "slot_audit_failed")]
         ):
@@ -313,13 +317,19 @@ def _operator(world: World, position: int, events: int) -> Batch:
     if position >= events // 2 and not world.recommissioned:
         world.recommissioned = True
         arena = world.arenas[0]
-        return [(f"arena-{arena.arena_id}", _commission(arena, world.block, "r2"))]
+        return [(f"arena-{arena.arena_id}", _commission(arena, world, "r2"))]
     return []
 
 
-def generate(events: int, seed: int, concurrency: int) -> Iterator[Record]:
-    """Yields ``events`` records of a realistic ledger, positions 1, 2, 3..."""
-    world = World(random.Random(seed))
+def generate(
+    events: int, seed: int, concurrency: int, emission_share_ppm: int | None = None
+) -> Iterator[Record]:
+    """Yields ``events`` records of a realistic ledger, positions 1, 2, 3...
+
+    ``emission_share_ppm`` sets every arena's share (bench/replay.py settles, so its arenas
+    must fit in 1,000,000 together); None keeps the commission's default.
+    """
+    world = World(random.Random(seed), emission_share_ppm=emission_share_ppm)
     rng, position = world.rng, 0
     for batch in _setup(world):
         for stream, event in batch:

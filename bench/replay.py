@@ -81,25 +81,6 @@ _FIRST_BLOCK = 10_000  # bench/fold.py's World starts its clock here
 # -- building the ledger -----------------------------------------------------------------
 
 
-def _commission(arena: Any, block: int, revision: str) -> Event:
-    """Is ``bench.fold._commission`` with an emission share that fits six arenas."""
-    from machines import arena as arena_machine
-    from machines import samples
-
-    z = {str(k): "1.645" for k in range(arena.windows // 2 + 1, arena.windows + 1)}
-    sealed = samples.policy(
-        windows=arena.windows, z=z, futility_margin=arena.futility, sla_blocks=arena.sla,
-        audit={"bar": "0.99999", "min_calls": 16},
-        audit_control_delta_digests=[arena.listed] if arena.listed else [],
-    )
-    event = samples.commissioned(
-        arena.arena_id, fee_rao=arena.fee, block=block, sealed=sealed,
-        model={"name": "tiny-llama", "revision": revision}, emission_share_ppm=arena_share_ppm,
-    )
-    arena.commission = arena_machine.start(event)
-    return event
-
-
 def _ledger_events(events: int, seed: int, concurrency: int,
                    settle_every: int) -> Iterator[tuple[str, Event]]:
     """Yields (stream, event) of the generated ledger with settlements spliced in.
@@ -111,10 +92,11 @@ def _ledger_events(events: int, seed: int, concurrency: int,
     from machines.projection import LedgerFold
     from machines.settlement import settlement_payload
 
-    fold_bench._commission = _commission  # the generator looks it up at call time
     fold, policy, position = LedgerFold(), None, 0
     next_settlement = _FIRST_BLOCK + settle_every
-    for generated, stream, _type, event in fold_bench.generate(events, seed, concurrency):
+    for generated, stream, _type, event in fold_bench.generate(
+        events, seed, concurrency, arena_share_ppm
+    ):
         position += 1
         fold.apply(position, stream, event)
         if isinstance(event, EmissionPolicySet):

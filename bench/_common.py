@@ -32,6 +32,7 @@ __all__ = [
     "fmt_rate",
     "fmt_ratio",
     "machine_markdown",
+    "parse_backends",
     "probe_memory",
     "render_markdown_table",
     "replace_doc_section",
@@ -213,6 +214,21 @@ def run_in_fresh_process(func: Callable[..., T], *args: Any) -> T:
 
 
 # -- rendering -----------------------------------------------------------------------------
+
+
+_BACKEND_NAMES = {"sqlite": "sqlite", "postgres": "postgresql", "postgresql": "postgresql"}
+
+
+def parse_backends(text: str) -> list[str]:
+    """Turns "sqlite,postgres" into dialect names; raises ValueError naming an unknown one."""
+    names = []
+    for given in (b.strip() for b in text.split(",")):
+        if not given:
+            continue
+        if given not in _BACKEND_NAMES:
+            raise ValueError(f"unknown backend {given!r} (use sqlite, postgres)")
+        names.append(_BACKEND_NAMES[given])
+    return names
 
 
 def fmt_rate(per_second: float) -> str:

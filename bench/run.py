@@ -52,6 +52,7 @@ from bench._common import (  # noqa: E402
     fmt_rate,
     fmt_ratio,
     machine_markdown,
+    parse_backends,
     render_markdown_table,
     replace_doc_section,
     verdict,
@@ -738,11 +739,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     unknown = sorted(set(args.only) - set(BENCHES))
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)} (use {', '.join(BENCHES)})")
-    names = {"sqlite": "sqlite", "postgres": "postgresql", "postgresql": "postgresql"}
     try:
-        args.backends = [names[b.strip()] for b in args.backends.split(",") if b.strip()]
-    except KeyError as exc:
-        parser.error(f"unknown backend {exc.args[0]!r} (use sqlite, postgres)")
+        args.backends = parse_backends(args.backends)
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
 
 

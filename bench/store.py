@@ -56,6 +56,7 @@ from bench._common import (  # noqa: E402
     fmt_rate,
     fmt_ratio,
     machine_markdown,
+    parse_backends,
     probe_memory,
     render_markdown_table,
     replace_doc_section,
@@ -899,11 +900,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.events < append_rounds * memory_small_fraction:
         parser.error(f"--events must be at least {append_rounds * memory_small_fraction}")
-    names = {"sqlite": "sqlite", "postgres": "postgresql", "postgresql": "postgresql"}
     try:
-        args.backends = [names[b.strip()] for b in args.backends.split(",") if b.strip()]
-    except KeyError as exc:
-        parser.error(f"unknown backend {exc.args[0]!r} (use sqlite, postgres)")
+        args.backends = parse_backends(args.backends)
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
 
 

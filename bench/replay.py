@@ -189,28 +189,25 @@ def _read_raw(store: EventStore) -> int:
 
 
 def _read_chain(store: EventStore) -> int:
-    from ledger.chain import chain_link
+    from ledger.chain import chained
 
-    previous, count = bytes(32), 0
-    for position, stream, version, kind, schema, data, at, actor, entry in _raw_rows(store):
-        previous = chain_link(previous, position, stream, version, kind, schema, data, at, actor)
-        if previous.hex() != entry:
-            raise SystemExit(f"chain broken at {position}")
+    count = 0
+    for row, computed in chained(bytes(32), _raw_rows(store)):
+        if computed.hex() != row[8]:
+            raise SystemExit(f"chain broken at {row[0]}")
         count += 1
     return count
 
 
 def _read_chain_decode(store: EventStore) -> int:
-    from ledger.chain import chain_link
+    from ledger.chain import chained
     from ledger.replay import decoder, parse_payload
 
-    previous, count = bytes(32), 0
-    decode = decoder()
-    for position, stream, version, kind, schema, data, at, actor, entry in _raw_rows(store):
-        previous = chain_link(previous, position, stream, version, kind, schema, data, at, actor)
-        if previous.hex() != entry:
-            raise SystemExit(f"chain broken at {position}")
-        decode(kind, schema, parse_payload(data))
+    count, decode = 0, decoder()
+    for row, computed in chained(bytes(32), _raw_rows(store)):
+        if computed.hex() != row[8]:
+            raise SystemExit(f"chain broken at {row[0]}")
+        decode(row[3], row[4], parse_payload(row[5]))
         count += 1
     return count
 

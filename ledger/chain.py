@@ -10,7 +10,7 @@ verification never re-serialises a payload.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -19,8 +19,8 @@ __all__ = [
     "ENVELOPE",
     "GENESIS_HASH",
     "Row",
-    "chain_link",
     "chain_rows",
+    "chained",
     "entry_hash",
     "envelope_bytes",
     "next_entry_hash",
@@ -68,33 +68,43 @@ def next_entry_hash(previous: bytes, envelope: bytes) -> bytes:
     return _sha256(previous + envelope).digest()
 
 
-def chain_link(
-    previous: bytes,
-    position: int,
-    stream: str,
-    version: int,
-    event_type: str,
-    schema_version: int,
-    payload: bytes,
-    recorded_at: str,
-    actor: str,
-) -> bytes:
-    """Returns ``next_entry_hash(previous, envelope_bytes(…))`` in one call.
+def chained(
+    previous: bytes, rows: Iterable[tuple[Any, ...]], quoted_max: int = 50_000
+) -> Iterator[tuple[tuple[Any, ...], bytes]]:
+    """Yields each row with the raw entry hash its content chains to after ``previous``.
 
-    The append and verify loops chain every event; one call instead of two saves ~8% of
-    verify's time.
+    ``rows`` hold (position, stream, version, type, schema_version, payload, recorded_at,
+    actor, …) as the store keeps them; a memoryview payload is read as bytes. Each hash
+    equals ``next_entry_hash(previous, envelope_bytes(…))``, but each distinct stream, type,
+    actor and timestamp is JSON-quoted once: they repeat (an append shares its timestamp and
+    actor, a stream holds many events), and quoting them per event was a quarter of verify's
+    time; the cache is emptied at ``quoted_max`` strings, so memory stays flat. One
+    generator, not a call per event, because append, verify and replay all chain through
+    it; the caller compares, checks positions and stops where it likes.
     """
-    envelope = _ENVELOPE % (
-        _dumps(actor),
-        payload,
-        position,
-        _dumps(recorded_at),
-        schema_version,
-        _dumps(stream),
-        _dumps(event_type),
-        version,
-    )
-    return _sha256(previous + envelope).digest()
+    quoted: dict[str, bytes] = {}
+    get, sha, envelope = quoted.get, _sha256, _ENVELOPE
+    for row in rows:
+        position, stream, version, kind, schema, payload, at, actor, *_ = row
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if len(quoted) > quoted_max:
+            quoted.clear()
+        previous = sha(
+            previous
+            + envelope
+            % (
+                get(actor) or quote(quoted, actor),
+                payload,
+                position,
+                get(at) or quote(quoted, at),
+                schema,
+                get(stream) or quote(quoted, stream),
+                get(kind) or quote(quoted, kind),
+                version,
+            )
+        ).digest()
+        yield row, previous
 
 
 def quote(cache: dict[str, bytes], text: str) -> bytes:
@@ -125,52 +135,27 @@ def chain_rows(
 
     ``events`` holds (stream, type, schema_version, payload, …) in order (later items, such
     as a prepared event's expected version, are ignored); ``versions`` holds each
-    stream's version before the batch. The events share ``recorded_at`` and ``actor``. Equal
-    to ``chain_link`` per event, but in one loop, with each string JSON-quoted once per batch
-    (a batch repeats few streams); ``write`` receives each row as soon as it is chained (a
-    PostgreSQL COPY streams it while the rest is hashed).
+    stream's version before the batch. The events share ``recorded_at`` and ``actor``.
+    ``write`` receives each row as soon as it is chained (a PostgreSQL COPY streams it while
+    the rest is hashed).
     """
     running = dict(versions)
-    quoted: dict[str, bytes] = {}
-    quoted_actor, quoted_at = quote(quoted, actor), quote(quoted, recorded_at)
-    sha, envelope = _sha256, _ENVELOPE
-    rows: list[Row] = []
-    entries: list[bytes] = []
-    add_row, add_entry = rows.append, entries.append
+    located = []
     for stream, event_type, schema_version, payload, *_ in events:
         position += 1
         version = running[stream] = running[stream] + 1
-        quoted_stream = quoted.get(stream) or quote(quoted, stream)
-        quoted_type = quoted.get(event_type) or quote(quoted, event_type)
-        previous = sha(
-            previous
-            + envelope
-            % (
-                quoted_actor,
-                payload,
-                position,
-                quoted_at,
-                schema_version,
-                quoted_stream,
-                quoted_type,
-                version,
-            )
-        ).digest()
-        row = (
-            position,
-            stream,
-            version,
-            event_type,
-            schema_version,
-            payload,
-            recorded_at,
-            actor,
-            previous.hex(),
+        located.append(
+            (position, stream, version, event_type, schema_version, payload, recorded_at, actor)
         )
+    rows: list[Row] = []
+    entries: list[bytes] = []
+    add_row, add_entry = rows.append, entries.append
+    for event, entry in chained(previous, located):
+        row = (*event, entry.hex())
         if write is not None:
             write(row)
         add_row(row)
-        add_entry(previous)
+        add_entry(entry)
     return rows, entries
 
 

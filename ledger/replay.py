@@ -10,7 +10,6 @@ divergence is reported with its position, stream, field, recorded and recomputed
 from __future__ import annotations
 
 import gc
-import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ledger.catalogue import CATALOGUE
-from ledger.chain import ENVELOPE, GENESIS_HASH, quote
+from ledger.chain import GENESIS_HASH, chained
 from ledger.codec import loads
 from ledger.errors import LedgerError
 from ledger.events import (
@@ -189,47 +188,26 @@ class _Replayer:
         """Replays ``rows`` in order until the end or the first divergence."""
         report, fold = self.report, self.fold
         apply, note, checks = fold.apply, self.settlements.note, self.checks
-        decode, parse, sha, envelope = decoder(), parse_payload, hashlib.sha256, ENVELOPE
-        previous, expected, head, counted = bytes(32), 1, GENESIS_HASH, 0
-        # Streams, types, actors and timestamps repeat (an append shares its timestamp and
-        # actor): each is JSON-quoted once; the cache is emptied when it grows, memory flat.
-        quoted: dict[str, bytes] = {}
+        decode, parse = decoder(), parse_payload
+        expected, head, counted = 1, GENESIS_HASH, 0
         divergence: Divergence | None = None
         try:
-            for position, stream, version, kind, schema, data, at, actor, entry in rows:
+            for row, computed in chained(bytes(32), rows, _QUOTED_MAX):
+                position, stream, _, kind, schema, data, _, _, entry = row
                 if position != expected:
                     divergence = Divergence(
                         expected, stream, kind, "position", position, expected, "gap"
                     )
-                else:
-                    if type(data) is not bytes:
-                        data = bytes(data)  # a driver's memoryview
-                    if len(quoted) > _QUOTED_MAX:
-                        quoted.clear()
-                    q_actor = quoted.get(actor) or quote(quoted, actor)
-                    q_at = quoted.get(at) or quote(quoted, at)
-                    q_stream = quoted.get(stream) or quote(quoted, stream)
-                    q_kind = quoted.get(kind) or quote(quoted, kind)
-                    previous = sha(
-                        previous
-                        + envelope
-                        % (q_actor, data, position, q_at, schema, q_stream, q_kind, version)
-                    ).digest()
-                    if previous.hex() != entry:
-                        divergence = Divergence(
-                            position,
-                            stream,
-                            kind,
-                            "entry_hash",
-                            entry,
-                            previous.hex(),
-                            "hash_mismatch",
-                        )
+                elif computed.hex() != entry:
+                    divergence = Divergence(
+                        position, stream, kind, "entry_hash", entry, computed.hex(),
+                        "hash_mismatch",
+                    )
                 if divergence is not None:
                     if progress is not None:
                         progress(position)
                     break
-                payload = parse(data)
+                payload = parse(data if type(data) is bytes else bytes(data))  # memoryview: PG
                 event = decode(kind, schema, payload)
                 check = checks.get(type(event))
                 if check is not None:

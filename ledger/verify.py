@@ -8,14 +8,14 @@ a head that disagrees with the last event (a truncated tail).
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
 from ledger import limits
-from ledger.chain import ENVELOPE, GENESIS_HASH, quote
+from ledger.chain import GENESIS_HASH, chained
 from ledger.model import VerifyReport
 
 if TYPE_CHECKING:
@@ -51,44 +51,33 @@ def verify_chain(
     previous = bytes.fromhex(previous_hex)
     expected_position = start
     checked = 0
-    sha, envelope = hashlib.sha256, ENVELOPE
-    for rows in _pages(store, start, last):
-        # Streams, types, actors and timestamps repeat within a page (an append shares its
-        # timestamp and actor): JSON-quote each once per page. Cleared per page: flat memory.
-        quoted: dict[str, bytes] = {}
-        for position, stream, version, kind, schema, payload, at, actor, stored in rows:
-            if position != expected_position:
-                return _bad(
-                    start,
-                    expected_position,
-                    last,
-                    checked,
-                    previous.hex(),
-                    "gap",
-                    f"position {expected_position} is missing (next stored is {position})",
-                )
-            q_actor = quoted.get(actor) or quote(quoted, actor)
-            q_at = quoted.get(at) or quote(quoted, at)
-            q_stream = quoted.get(stream) or quote(quoted, stream)
-            q_kind = quoted.get(kind) or quote(quoted, kind)
-            previous = sha(
-                previous
-                + envelope
-                % (q_actor, bytes(payload), position, q_at, schema, q_stream, q_kind, version)
-            ).digest()
-            if previous.hex() != stored:
-                return _bad(
-                    start,
-                    position,
-                    last,
-                    checked,
-                    previous.hex(),
-                    "hash_mismatch",
-                    f"entry hash at position {position} does not match its content "
-                    "and the chain before it",
-                )
-            checked += 1
-            expected_position += 1
+    pages = itertools.chain.from_iterable(_pages(store, start, last))
+    for row, computed in chained(previous, pages):
+        position, stored = row[0], row[8]
+        if position != expected_position:
+            return _bad(
+                start,
+                expected_position,
+                last,
+                checked,
+                previous.hex(),
+                "gap",
+                f"position {expected_position} is missing (next stored is {position})",
+            )
+        previous = computed
+        if previous.hex() != stored:
+            return _bad(
+                start,
+                position,
+                last,
+                checked,
+                previous.hex(),
+                "hash_mismatch",
+                f"entry hash at position {position} does not match its content "
+                "and the chain before it",
+            )
+        checked += 1
+        expected_position += 1
     if expected_position <= last:
         return _bad(
             start,

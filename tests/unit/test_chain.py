@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ledger.chain import (
     GENESIS_HASH,
     chain_rows,
+    chained,
     entry_hash,
     envelope_bytes,
     next_entry_hash,
@@ -159,3 +160,15 @@ def test_chain_rows_equals_linking_one_event_at_a_time(
     assert rows == expected_rows and written == expected_rows
     assert hashes == expected_hashes
     assert versions == {"attempt-a": 4, "attempt-b": 0, "s-\u00e9\u2028": 9}  # not mutated
+
+
+def test_chained_yields_each_row_with_its_hash_and_reads_memoryview_payloads() -> None:
+    rows = [(p, f"attempt-{p % 2}", p, "WindowMeasured", 1, memoryview(b'{"n":%d}' % p),
+             "2026-11-30T00:00:00.000000Z", "local", "stored-hash") for p in range(1, 6)]
+    previous, expected = bytes(32), []
+    for row in rows:
+        previous = next_entry_hash(previous, envelope_bytes(*row[:5], bytes(row[5]), *row[6:8]))
+        expected.append((row, previous))
+    # a cache of one string is emptied over and over: the hashes must not change
+    assert list(chained(bytes(32), rows, quoted_max=1)) == expected
+    assert list(chained(bytes(32), rows)) == expected

@@ -192,7 +192,7 @@ class _Replayer:
         expected, head, counted = 1, GENESIS_HASH, 0
         divergence: Divergence | None = None
         try:
-            for row, computed in chained(bytes(32), rows, _QUOTED_MAX):
+            for row, computed in chained(bytes(32), rows):
                 position, stream, _, kind, schema, data, _, _, entry = row
                 if position != expected:
                     divergence = Divergence(
@@ -313,8 +313,6 @@ class _Replayer:
 #: freezing it keeps the cyclic collector from rescanning it (a third of replay's time on a
 #: 1M ledger otherwise).
 _FROZEN_EVERY = 10_000
-#: Distinct strings kept JSON-quoted by the replay's chain check before the cache is emptied.
-_QUOTED_MAX = 50_000
 
 
 def _compare(

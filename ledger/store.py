@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -276,7 +277,7 @@ class EventStore:
         started = time.perf_counter()
         try:
             result = self._append_tx(batch, idempotency_key, content, actor)
-        except _WRITE_ERRORS as exc:
+        except _DATABASE_ERRORS as exc:
             raise _store_error(exc, self.url) from None
         _log.info(
             "append_batch",
@@ -628,7 +629,10 @@ class EventStore:
         from ledger.verify import verify_chain
 
         started = time.perf_counter()
-        report = verify_chain(self, from_position, to_position)
+        try:
+            report = verify_chain(self, from_position, to_position)
+        except _DATABASE_ERRORS as exc:
+            raise _store_error(exc, self.url) from None
         _log.info(
             "verify",
             ok=report.ok,
@@ -754,20 +758,21 @@ def _batch_digest(batch: list[PreparedEvent]) -> str:
 
 
 def _driver_errors() -> tuple[type[Exception], ...]:
-    """Returns the DB-API errors a write may raise where it talks to the driver directly.
+    """Returns the DB-API errors raised where the store talks to the driver directly.
 
-    PostgreSQL appends stream rows through psycopg's COPY, below SQLAlchemy, whose error
-    translation therefore does not see a failure there (a lost server, a full disk).
+    PostgreSQL appends stream rows through psycopg's COPY and verify reads raw cursor pages,
+    below SQLAlchemy, whose error translation therefore does not see a failure there.
     """
     try:
         import psycopg
-    except ImportError:  # the postgres extra is not installed: no COPY path either
-        return ()
-    return (psycopg.Error,)
+    except ImportError:  # the postgres extra is not installed: no PostgreSQL either
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
 
 
-#: What a failed append may raise from the database: SQLAlchemy's errors and the driver's.
-_WRITE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, *_driver_errors())
+#: What a failed append or verify may raise from the database: SQLAlchemy's errors and the
+#: driver's (both talk to the driver directly on their hot paths).
+_DATABASE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, *_driver_errors())
 
 
 def _store_error(exc: Exception, url: str) -> LedgerError:

@@ -180,3 +180,16 @@ def test_events_past_the_head_are_found(ledger: EventStore) -> None:
         conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
                           "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
     _assert_bad(ledger.verify(), 5, "head_mismatch")
+
+
+def test_verify_on_a_ledger_whose_events_table_was_dropped_is_a_clean_error(
+    ledger: EventStore,
+) -> None:
+    # verify reads raw driver pages below SQLAlchemy; a driver error there must still be a
+    # StoreError subclass with a message (the CLI prints one line), not a traceback.
+    from ledger.errors import StoreError
+
+    with ledger.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE events")
+    with pytest.raises(StoreError, match="run `arena-ledger init`"):
+        ledger.verify()

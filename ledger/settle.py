@@ -353,10 +353,11 @@ class SettlementTracker:
                 self._put(scan, fold.arena(sub.arena_id), sub)
         for ref in self._payment_refs:
             payment = fold.payment(ref)
-            found = None
-            if payment is not None:
-                record = _payment_record(payment)
-                found = (record.arena_id, record.amount_rao, record.released)
+            # What _payment_record(payment) holds, without building (and re-checking) a
+            # PaymentRecord per touched payment: the fold's state passed the event schema.
+            found = None if payment is None else (
+                payment.arena_id, payment.amount_rao, payment.status == "RELEASED"
+            )
             self._fee_swap(self._payments, ref, found)
         for credit_id in self._credit_ids:
             self._fee_swap(self._credits, credit_id, self._credit_found(credit_id))

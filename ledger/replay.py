@@ -394,15 +394,20 @@ def replay_store(
 
     The same replay as ``replay_events(store.read_all(1, to_position=...))``, reading the
     driver's rows a position window at a time (``ledger.verify``'s reader) instead of
-    building a RecordedEvent per event.
+    building a RecordedEvent per event. A database failure while reading raises the
+    LedgerError the store raises for it (e.g. SchemaNotInitialised, StoreUnavailable).
     """
+    from ledger.store import _DATABASE_ERRORS, _store_error
     from ledger.verify import _pages  # the windowed raw-cursor reader verify_chain uses
 
     head = store.head().position
     last = head if as_of is None else min(as_of, head)
-    return replay_rows(
-        chain.from_iterable(_pages(store, 1, last)), expect=expect, progress=progress
-    )
+    try:
+        return replay_rows(
+            chain.from_iterable(_pages(store, 1, last)), expect=expect, progress=progress
+        )
+    except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
+        raise _store_error(exc, store.url) from None
 
 
 def replay_bundle(

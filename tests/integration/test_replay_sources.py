@@ -127,3 +127,24 @@ def test_the_tracker_equals_the_full_settlement_after_every_event(
             compared += 1
             claims += len(expected["claims"])
     assert compared == 2 * (HEAD - 79) and claims > 0
+
+
+def test_replay_store_names_a_database_failure_without_a_driver_traceback(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    # ``settled`` built the ledger (and closes its own store afterwards).
+    from sqlalchemy import text
+
+    from ledger.errors import LedgerError, SchemaNotInitialised
+
+    with EventStore(store_url) as store:
+        with store.engine.begin() as conn:  # the head row stays; the events table is gone
+            conn.execute(text("ALTER TABLE events RENAME TO events_moved"))
+        try:
+            with pytest.raises(LedgerError) as caught:
+                replay_store(store)
+            assert isinstance(caught.value, SchemaNotInitialised), caught.value
+            assert "arena-ledger init" in caught.value.message
+        finally:
+            with store.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE events_moved RENAME TO events"))

@@ -546,3 +546,23 @@ def test_the_append_path_types_are_flat_and_the_nested_ones_are_not() -> None:
     assert ("AuditNodeGraded", 1) in CATALOGUE._flat
     assert ("ArenaCommissioned", 1) not in CATALOGUE._flat  # engine_config is any JSON
     assert ("SettlementComputed", 1) not in CATALOGUE._flat
+
+
+def test_validated_payloads_are_held_at_their_own_size() -> None:
+    # A batch keeps every canonical payload until it commits; orjson's own result sits in a
+    # 4 KiB block, which cost each event a fresh page. Both paths return exact-size bytes.
+    import tracemalloc
+
+    flat = [{"block": i, "reason": f"retired {i}"} for i in range(200)]
+    kept: list[bytes] = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept.extend(CATALOGUE.validate("ArenaRetired", 1, p, "arena-a") for p in flat)
+        kept.append(CATALOGUE.validate("ArenaRetired", 1, {"block": 1, "reason": "é" * 40},
+                                       "arena-a"))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept[0] == canonical_bytes(flat[0])
+    assert held < len(kept) * 256, f"{held / len(kept):.0f} bytes held per payload"

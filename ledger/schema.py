@@ -64,7 +64,14 @@ events = Table(
     CheckConstraint("version >= 1", name="version_positive"),
 )
 Index("ix_events_type_position", events.c.type, events.c.position)
-Index("ix_events_recorded_at", events.c.recorded_at)
+# BRIN on PostgreSQL (revision 0004): recorded_at follows the append order, so min/max per
+# block range answers a time filter, and an append adds no index tuple per event.
+Index(
+    "ix_events_recorded_at",
+    events.c.recorded_at,
+    postgresql_using="brin",
+    postgresql_with={"autosummarize": "on"},
+)
 
 ledger_head = Table(
     "ledger_head",

@@ -30,6 +30,8 @@ SHIPPED_REVISION_SHA256 = {
     ),
     "0003_sqlite_position_rowid.py": (
         "e75bc4630b93180db5b504bab23f1edd89aab4136333e97a66a4d2ebbf26d525"
+    ),    "0004_pg_recorded_at_brin.py": (
+        "cd41467c46a74bab56aca454c723ecc897f47cc0938ff83fba35d03bf58d889a"
     ),
 }
 
@@ -243,4 +245,59 @@ def test_sqlite_position_becomes_the_rowid_and_stays_append_only(tmp_path: Path)
     assert declared == "BIGINT"
     assert _event_rows(url)[:5] == before
     with EventStore(url) as store:
+        assert store.verify().ok
+
+
+def _recorded_at_index(url: str, backend: str) -> str:
+    """Returns how events.recorded_at is indexed: the access method (PostgreSQL) or DDL."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            if backend == "postgres":
+                sql = ("SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
+                       "WHERE c.relname = 'ix_events_recorded_at'")
+            else:
+                sql = "SELECT sql FROM sqlite_master WHERE name = 'ix_events_recorded_at'"
+            return str(conn.execute(text(sql)).scalar())
+    finally:
+        engine.dispose()
+
+
+def test_pg_recorded_at_becomes_brin_and_the_filter_and_triggers_still_hold(
+    store_url: str, backend: str
+) -> None:
+    migrate.upgrade(store_url, "0003_sqlite_position_rowid")
+    _append_some(store_url)
+    before = _event_rows(store_url)
+    was = _recorded_at_index(store_url, backend)
+    assert was == "btree" if backend == "postgres" else "(recorded_at)" in was
+
+    migrate.upgrade(store_url, "0004_pg_recorded_at_brin")
+    now = _recorded_at_index(store_url, backend)
+    assert now == ("brin" if backend == "postgres" else was)  # SQLite keeps its B-tree
+    assert _event_rows(store_url) == before
+    migrate.check(store_url)  # no drift (alembic does not compare index methods, so:)
+    declared = {ix.name: ix for ix in metadata.tables["events"].indexes}["ix_events_recorded_at"]
+    assert declared.dialect_options["postgresql"]["using"] == "brin"
+    engine = make_engine(store_url)
+    try:
+        for statement in ("UPDATE events SET actor = 'x' WHERE position = 1",
+                          "DELETE FROM events WHERE position = 5"):
+            with engine.connect() as conn, pytest.raises(Exception, match="append-only"):
+                conn.execute(text(statement))
+    finally:
+        engine.dispose()
+    with EventStore(store_url, clock=lambda: "2040-01-01T00:00:00.000000Z") as store:
+        assert store.append([EventDraft("arena-m", "ArenaRetired",
+                                        {"block": 7, "reason": "after"})]).positions == (6,)
+        later = store.read_all(recorded_from="2039-01-01T00:00:00.000000Z")
+        assert [e.position for e in later] == [6]
+        earlier = store.read_all(recorded_to="2039-01-01T00:00:00.000000Z")
+        assert [e.position for e in earlier] == [1, 2, 3, 4, 5]
+        assert store.verify().ok
+
+    migrate.downgrade(store_url, "0003_sqlite_position_rowid")
+    assert _recorded_at_index(store_url, backend) == was
+    assert _event_rows(store_url)[:5] == before
+    with EventStore(store_url) as store:
         assert store.verify().ok

@@ -1,7 +1,7 @@
 """Runs every benchmark in one go, peers side by side, and sums up the targets as PASS or MISS.
 
 One command, one machine, one stretch of time: ``bench/store.py`` (our store beside the
-``eventsourcing`` library on SQLite and PostgreSQL and the raw ``sqlite3`` executemany and
+``eventsourcing`` library on SQLite and PostgreSQL and the raw ``sqlite3`` multi-row INSERT and
 psycopg ``COPY`` ceilings), ``bench/integrity.py`` (checkpoints, proofs, bundles),
 ``bench/fold.py`` (``LedgerFold``), ``bench/replay.py`` (replay with settlements) and
 ``bench/scale.py`` (every operation at 10k … 5M events). Each runs in a fresh interpreter
@@ -389,7 +389,8 @@ def store_targets(run: BenchRun) -> list[TargetRow]:
             r.es_app > 0 and r.ours >= bar * r.es_app, f["events"]))
         if backend == "sqlite":
             rows.append(TargetRow(
-                "sqlite_append_vs_raw", "SQLite append ×1,000 ≥ 70% of raw sqlite3 executemany",
+                "sqlite_append_vs_raw",
+                "SQLite append ×1,000 ≥ 70% of raw sqlite3 multi-row INSERT",
                 f"{_div(r.ours, r.raw):.0%}", f"raw {fmt_rate(r.raw)} ev/s", source, run.load,
                 r.raw > 0 and r.ours >= target_sqlite_append_vs_raw * r.raw, f["events"]))
             rows.append(TargetRow(
@@ -577,7 +578,7 @@ def peers_table(store_run: BenchRun | None) -> str:
     rows = []
     for backend in sorted({r["backend"] for r in store_run.figures["rows"]}, reverse=True):
         r = StoreRates.of(store_run.figures, backend)
-        ceiling = "raw sqlite3 executemany" if backend == "sqlite" else "raw psycopg COPY"
+        ceiling = "raw sqlite3 multi-row INSERT" if backend == "sqlite" else "raw psycopg COPY"
         rows += [
             [backend, "append ×1,000", "eventsourcing Application.save", fmt_rate(r.es_app),
              fmt_rate(r.ours), fmt_ratio(_div(r.ours, r.es_app))],

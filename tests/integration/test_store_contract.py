@@ -698,3 +698,72 @@ def test_a_tailing_reader_sees_every_event_in_order_while_writers_run(
 def test_stream_state_values_are_stable() -> None:
     # These spellings enter idempotency digests and the CLI; renaming them breaks both.
     assert (StreamState.ANY.value, StreamState.NO_STREAM.value) == ("any", "no_stream")
+
+
+# -- SQLite file layout ---------------------------------------------------------------------
+
+
+def test_a_new_sqlite_ledger_uses_large_pages_and_an_old_one_keeps_its_own(tmp_path: Any) -> None:
+    import sqlite3
+
+    from ledger import migrate
+    from ledger.store import sqlite_page_bytes
+
+    def page_size(path: Any) -> int:
+        conn = sqlite3.connect(path)
+        try:
+            return int(conn.execute("PRAGMA page_size").fetchone()[0])
+        finally:
+            conn.close()
+
+    fresh = tmp_path / "fresh.db"
+    migrate.upgrade(f"sqlite:///{fresh}")
+    assert page_size(fresh) == sqlite_page_bytes == 16_384
+
+    old = tmp_path / "old.db"  # made with 4 KiB pages, as ledgers were before
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.close()
+    migrate.upgrade(f"sqlite:///{old}")
+    with EventStore(f"sqlite:///{old}") as store:
+        store.append([EventDraft("arena-a", "ArenaRetired", {"block": 1, "reason": "x"})])
+        assert store.verify().ok
+    assert page_size(old) == 4096
+
+
+@pytest.mark.parametrize("size", [1, 3, 255, 256, 257, 1000])
+def test_sqlite_multi_row_inserts_write_every_event_in_order(tmp_path: Any, size: int) -> None:
+    from ledger import migrate
+
+    url = f"sqlite:///{tmp_path / 'multi.db'}"
+    migrate.upgrade(url)
+    drafts = [EventDraft(f"arena-m{i % 7}", "ArenaRetired", {"block": i, "reason": f"r{i}"})
+              for i in range(size)]
+    with EventStore(url) as store:
+        store.append([EventDraft("arena-w", "ArenaRetired", {"block": i, "reason": "w"})
+                      for i in range(2)])  # the batch starts mid-ledger
+        result = store.append(drafts)
+        assert result.positions == tuple(range(3, size + 3))
+        recorded = list(store.read_all(3))
+        assert [e.position for e in recorded] == list(result.positions)
+        assert [e.entry_hash for e in recorded] == list(result.entry_hashes)
+        assert [e.payload for e in recorded] == [d.payload for d in drafts]
+        assert store.verify().ok
+
+
+def test_sqlite_inserts_stay_within_the_builds_parameter_bound(tmp_path: Any) -> None:
+    import sqlite3
+
+    from ledger import migrate
+
+    url = f"sqlite:///{tmp_path / 'bound.db'}"
+    migrate.upgrade(url)
+    with EventStore(url) as store:
+        # As an old SQLite build (999) would, but tighter: 99 parameters is 11 rows of 9.
+        sa_event.listen(store.engine, "connect", lambda conn, _: conn.setlimit(
+            sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 99))
+        drafts = [EventDraft("arena-b", "ArenaRetired", {"block": i, "reason": "r"})
+                  for i in range(300)]
+        assert store.append(drafts).positions == tuple(range(1, 301))
+        assert store.verify().ok

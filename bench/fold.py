@@ -10,6 +10,10 @@ one the attempt machine derives, so a correct fold refuses nothing; the refusal 
 printed and must be 0.
 
     python bench/fold.py [--events 1000000] [--seed 7] [--chunk 50000] [--profile]
+                         [--check-decisions]
+
+``--check-decisions`` folds the way the replay does: ``apply`` per event, and before each
+AttemptDecided ``derive_decision`` (the replay's verdict check), which ``apply`` reuses.
 
 Prints events/s of the fold, peak RSS and RSS growth while folding, and the projection sizes.
 Not a test: nothing gates on the figures (STYLE.md).
@@ -368,7 +372,18 @@ def _rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def run(events: int, seed: int, chunk: int, concurrency: int) -> dict[str, Any]:
+def _fold_checking_decisions(fold: LedgerFold, records: list[Record]) -> None:
+    """Folds like the replay: ``apply`` per event, deriving each AttemptDecided first."""
+    apply, derive = fold.apply, fold.derive_decision
+    for position, stream, event_type, event in records:
+        if event_type == "AttemptDecided":
+            derive(stream.partition("-")[2])
+        apply(position, stream, event)
+
+
+def run(
+    events: int, seed: int, chunk: int, concurrency: int, check_decisions: bool = False
+) -> dict[str, Any]:
     """Generates and folds the ledger; returns the figures (only the fold is timed)."""
     fold = LedgerFold()
     folded, elapsed, cpu, types = 0, 0.0, 0.0, Counter[str]()
@@ -380,7 +395,10 @@ def run(events: int, seed: int, chunk: int, concurrency: int) -> dict[str, Any]:
         gc.collect()
         gc.freeze()
         started, cpu_started = time.perf_counter(), time.process_time()
-        fold.consume(records)
+        if check_decisions:
+            _fold_checking_decisions(fold, records)
+        else:
+            fold.consume(records)
         elapsed += time.perf_counter() - started
         cpu += time.process_time() - cpu_started
         folded += len(records)
@@ -429,6 +447,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=256,
                         help="submissions in flight at once (interleaving)")
     parser.add_argument("--profile", action="store_true", help="print the fold's top functions")
+    parser.add_argument("--check-decisions", action="store_true",
+                        help="fold as the replay does: apply, deriving each AttemptDecided first")
     parser.add_argument("--trace-memory", action="store_true",
                         help="also report the fold's retained memory (tracemalloc; slower)")
     return parser.parse_args(argv)
@@ -439,17 +459,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.profile:
         profiler = cProfile.Profile()
-        figures = profiler.runcall(run, args.events, args.seed, args.chunk, args.concurrency)
+        figures = profiler.runcall(
+            run, args.events, args.seed, args.chunk, args.concurrency, args.check_decisions
+        )
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
     elif args.trace_memory:
         tracemalloc.start()
-        figures = run(args.events, args.seed, args.chunk, args.concurrency)
+        figures = run(args.events, args.seed, args.chunk, args.concurrency, args.check_decisions)
         gc.collect()
         retained, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         figures["traced"] = (retained, peak)
     else:
-        figures = run(args.events, args.seed, args.chunk, args.concurrency)
+        figures = run(args.events, args.seed, args.chunk, args.concurrency, args.check_decisions)
     _report(figures)
     return 1 if figures["refusals"] else 0
 

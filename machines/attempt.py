@@ -93,9 +93,13 @@ __all__ = [
     "derive_decision",
     "explain",
     "fold",
+    "record_decision",
     "step",
     "work_mismatch_fault",
 ]
+
+#: ``tuple.__new__(Cls, values)`` builds a named tuple without its Python-level ``__new__``.
+_new_tuple = tuple.__new__
 
 CLAIMED = "CLAIMED"
 SPEED = "SPEED"
@@ -194,7 +198,8 @@ class AttemptState:
 
     def summary(self) -> AttemptSummary:
         """Returns the compact record the ledger fold keeps once the attempt is decided."""
-        return AttemptSummary(
+        # tuple.__new__: the named tuple without its Python-level __new__ (once per attempt).
+        return _new_tuple(AttemptSummary, (
             self.attempt_id,
             self.submission_id,
             self.arena_id,
@@ -204,7 +209,7 @@ class AttemptState:
             self.status,
             self.decision,
             self.decided_block,
-        )
+        ))
 
 
 class AttemptSummary(NamedTuple):
@@ -238,16 +243,17 @@ class ClaimContext(NamedTuple):
 
 def decide_claim(event: AttemptClaimed, context: ClaimContext) -> Refusal | None:
     """Returns the refusal of a claim, or None: submission queued, commission current, plan."""
-    sub, arena = context.submission, context.arena
+    sub, arena = context
+    fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
     if (
         sub is not None
-        and sub.submission_id == event.submission_id
-        and sub.arena_id == event.arena_id
+        and sub.submission_id == fields["submission_id"]
+        and sub.arena_id == fields["arena_id"]
         and sub.status == QUEUED
         and arena is not None
-        and arena.arena_id == event.arena_id
-        and event.commission_digest == arena.commission_digest
-        and event.plan == "normal"
+        and arena.arena_id == fields["arena_id"]
+        and fields["commission_digest"] == arena.commission.digest  # arena.commission_digest
+        and fields["plan"] == "normal"
     ):
         return None  # the common claim, which no rule below refuses
     no = partial(TABLE.refuse, ABSENT, event.event_type)
@@ -270,16 +276,17 @@ def decide_claim(event: AttemptClaimed, context: ClaimContext) -> Refusal | None
 
 def claim(event: AttemptClaimed, params: PolicyParams) -> AttemptState:
     """Opens an attempt stream in ``CLAIMED`` under the claimed commission's policy."""
+    fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
     return build(
         AttemptState,
-        attempt_id=event.attempt_id,
-        submission_id=event.submission_id,
-        arena_id=event.arena_id,
-        commission_digest=event.commission_digest,
-        pair_id=event.pair_id,
-        validator_hotkey=event.validator_hotkey,
-        claimed_block=event.claimed_block,
-        plan=event.plan,
+        attempt_id=fields["attempt_id"],
+        submission_id=fields["submission_id"],
+        arena_id=fields["arena_id"],
+        commission_digest=fields["commission_digest"],
+        pair_id=fields["pair_id"],
+        validator_hotkey=fields["validator_hotkey"],
+        claimed_block=fields["claimed_block"],
+        plan=fields["plan"],
         params=params,
     )
 
@@ -316,9 +323,6 @@ def _window_refusal(state: AttemptState, event: WindowMeasured) -> Refusal | Non
     return TABLE.refuse(state.status, event.event_type, code, detail) if code else None
 
 
-_new_tuple = tuple.__new__
-
-
 def _speed_of(
     params: PolicyParams, window: int, sums: tuple[int, int, int, int], r1: Decimal
 ) -> SpeedResult | None:
@@ -339,8 +343,8 @@ def _speed_of(
         text = None if outcome is None else quick_fixed(estimate)
         if text is not None:
             if outcome == "pass":
-                return SpeedResult("PASS", "", text, quick.line_text, window)
-            return SpeedResult("FAIL", outcome or "", text, quick.line_text, window)
+                return _new_tuple(SpeedResult, ("PASS", "", text, quick.line_text, window))
+            return _new_tuple(SpeedResult, ("FAIL", outcome or "", text, quick.line_text, window))
     seen = look(params, window, r1, ln(r1), ratio(candidate2, stock2))
     return None if seen.outcome == "continue" else SpeedResult.of_look(seen)
 
@@ -348,32 +352,35 @@ def _speed_of(
 def _measure(
     state: AttemptState, event: WindowMeasured, _: None
 ) -> AttemptState | Refusal:
-    params, index, orientation = state.params, event.window, event.orientation
+    # The fields through ``__dict__``: pydantic models define ``__getattr__``, which puts
+    # every attribute read on CPython's slow path, and this is the most frequent event.
+    fields = event.__dict__
+    index, orientation = fields["window"], fields["orientation"]
+    tokens = fields["stock_output_tokens"]
+    params = state.params
     n1 = params.orientation1_windows
-    tokens = event.stock_output_tokens
     if (
         index != len(state.windows) + 1
         or index > params.windows
         or state.speed is not None
         or orientation != (1 if index <= n1 else 2)
-        or tokens != event.candidate_output_tokens
+        or tokens != fields["candidate_output_tokens"]
     ):
         # Exactly the cases _window_refusal names, in its order of precedence.
         refusal = _window_refusal(state, event)
         assert refusal is not None
         return refusal
-    stock, candidate = event.stock_cost_ns, event.candidate_cost_ns
+    stock, candidate = fields["stock_cost_ns"], fields["candidate_cost_ns"]
     a, b, c, d = state.sums
+    r1, speed = state.r1, None
     if orientation == 1:
         sums = (a + stock, b + candidate, c, d)
+        if index == n1:
+            r1 = ratio(sums[1], sums[0])
+            if futile(params, r1):
+                speed = SpeedResult.futility(params)
     else:
         sums = (a, b, c + stock, d + candidate)
-    r1, speed = state.r1, None
-    if index == n1:
-        r1 = ratio(sums[1], sums[0])
-        if futile(params, r1):
-            speed = SpeedResult.futility(params)
-    elif index > n1:
         assert r1 is not None
         speed = _speed_of(params, index, sums, r1)
     status = SPEED
@@ -386,22 +393,27 @@ def _measure(
     )
 
 
+_NO_TALLY = NodeTally()
+
+
 def _grade_audit(
     state: AttemptState, event: AuditNodeGraded, _: None
 ) -> AttemptState | Refusal:
-    key = (event.node, event.rank)
+    fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
+    node, calls = fields["node"], fields["calls"]
+    key = (node, fields["rank"])
     if key in state.audit_ranks:
         return TABLE.refuse(
             state.status, event.event_type, "audit_node_repeated",
-            f"node {event.node} rank {event.rank}",
+            f"node {node} rank {event.rank}",
         )
-    if event.violations + event.near_misses + event.uncomparable > event.calls:
+    if fields["violations"] + fields["near_misses"] + fields["uncomparable"] > calls:
         return TABLE.refuse(
             state.status, event.event_type, "audit_counts_inconsistent",
-            f"calls: {event.calls} < violations + near_misses + uncomparable",
+            f"calls: {calls} < violations + near_misses + uncomparable",
         )
     tallies = dict(state.audit or {})
-    tallies[event.node] = tallies.get(event.node, NodeTally()).add(event)
+    tallies[node] = tallies.get(node, _NO_TALLY).add(event)
     return evolve(state, audit=tallies, audit_ranks=state.audit_ranks | {key})
 
 
@@ -423,6 +435,10 @@ def _grade_quality(state: AttemptState, event: QualityGraded, _: None) -> Attemp
 
 def _record_fault(state: AttemptState, event: InfrastructureFault, _: None) -> AttemptState:
     return evolve(state, fault=Fault(event.code, event.stage, event.detail))
+
+
+#: The verdict of a quality outcome; any other outcome FAILs.
+_QUALITY_VERDICTS = {"": "PASS", "quality_drift": "NO_DECISION"}
 
 
 def derive_decision(state: AttemptState) -> Decision | None:
@@ -448,30 +464,43 @@ def derive_decision(state: AttemptState) -> Decision | None:
         return None
     assert state.quality is not None
     outcome = quality_outcome(state.quality.drift_within_envelope, state.quality.regression)
-    verdict = {"": "PASS", "quality_drift": "NO_DECISION"}.get(outcome, "FAIL")
-    return Decision.of_speed(verdict, outcome, speed)
+    return Decision.of_speed(_QUALITY_VERDICTS.get(outcome, "FAIL"), outcome, speed)
+
 
 
 def _decide_attempt(
     state: AttemptState, event: AttemptDecided, _: None
 ) -> AttemptState | Refusal:
-    kind = event.event_type
-    derived = derive_decision(state)
+    return record_decision(state, event, derive_decision(state))
+
+
+def record_decision(
+    state: AttemptState, event: AttemptDecided, derived: Decision | None
+) -> AttemptState | Refusal:
+    """Returns the attempt after AttemptDecided, given ``derived = derive_decision(state)``.
+
+    For a live attempt without a fault (the table's AttemptDecided rule). Why a separate
+    entry: a caller that has just derived the decision (the replay checks it before
+    applying) passes it in instead of deriving it twice.
+    """
     if derived is None:
-        return TABLE.refuse(state.status, kind, "decision_not_derived", _awaiting(state))
-    if event.decided_block < state.claimed_block:
         return TABLE.refuse(
-            state.status, kind, "decided_before_claim",
-            f"decided_block: {event.decided_block} < claimed_block {state.claimed_block}",
+            state.status, event.event_type, "decision_not_derived", _awaiting(state)
+        )
+    decided_block = event.decided_block
+    if decided_block < state.claimed_block:
+        return TABLE.refuse(
+            state.status, event.event_type, "decided_before_claim",
+            f"decided_block: {decided_block} < claimed_block {state.claimed_block}",
         )
     recorded = Decision.of_event(event)
     if recorded != derived:
         name = derived.differences(recorded)[0]
         return TABLE.refuse(
-            state.status, kind, "decision_mismatch",
+            state.status, event.event_type, "decision_mismatch",
             f"{name}: derived {getattr(derived, name)!r}, event has {getattr(recorded, name)!r}",
         )
-    return evolve(state, status=DECIDED, decision=derived, decided_block=event.decided_block)
+    return evolve(state, status=DECIDED, decision=derived, decided_block=decided_block)
 
 
 def _awaiting(state: AttemptState) -> str:

@@ -109,8 +109,10 @@ def payment_step(state: PaymentState | None, event: Event) -> PaymentState | Ref
     """Returns the payment after ``event``, or the refusal of it."""
     if state is None:
         if isinstance(event, PaymentConsumed):
+            fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
             return PaymentState(
-                event.payment_ref, event.submission_id, event.arena_id, event.amount_rao
+                fields["payment_ref"], fields["submission_id"], fields["arena_id"],
+                fields["amount_rao"],
             )
         return PAYMENT_TABLE.refuse(ABSENT, event.event_type, "stream_not_started")
     return PAYMENT_TABLE.step(state, event, None)

@@ -95,10 +95,24 @@ _ATTEMPT_EVENTS = (
 
 
 _ATTEMPT_TABLE = attempt_machine.TABLE
-_ATTEMPT_MOVES = _ATTEMPT_TABLE.moves
+#: The attempt table's moves keyed by (state, event class) rather than (state, event type):
+#: an event's ``event_type`` is a class attribute read through pydantic's ``__getattr__``.
+_ATTEMPT_MOVES: dict[
+    tuple[str, type[Event]], Callable[[AttemptState, Any, None], AttemptState | Refusal]
+] = {
+    (status, kind): move
+    for (status, event_type), move in _ATTEMPT_TABLE.moves.items()
+    for kind in _ATTEMPT_EVENTS
+    if kind.event_type == event_type
+}
+_SUBMISSION_TABLE = submission_machine.TABLE
+#: ``tuple.__new__(Cls, values)`` builds a named tuple without its Python-level ``__new__``.
+_new_tuple = tuple.__new__
 
 #: One plain SubmissionContext per SLA value (they are immutable, so they can be shared).
 _CONTEXTS: dict[int, SubmissionContext] = {}
+#: What submission_machine.step passes when given no context.
+_NO_CONTEXT = SubmissionContext()
 
 
 def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "") -> Refusal:
@@ -127,10 +141,20 @@ class LedgerFold:
         self._live: dict[str, ArrivalKey] = {}
         self._group: dict[str, str] = {}
         self._journal: list[tuple[dict[Any, Any], Any, Any]] | None = None
+        #: The last (state, decision) ``derive_decision`` derived: the replay derives an
+        #: AttemptDecided's decision to check it, then applies it; states are immutable, so
+        #: while the attempt's state is that same object the derivation still holds.
+        self._derived: tuple[AttemptState | None, Decision | None] = (None, None)
         self._routes = self._build_routes()
+        # Why: the kind and category of an event class are pydantic class attributes, which
+        # cost a metaclass lookup on every read; apply and consume read them per event.
+        self._dispatch = {
+            kind: (kind.event_type, kind.category, handler)
+            for kind, handler in self._routes.items()
+        }
 
-    def _build_routes(self) -> dict[type, Callable[[str, Any, Payload], Refusal | None]]:
-        routes: dict[type, Callable[[str, Any, Payload], Refusal | None]] = {
+    def _build_routes(self) -> dict[type[Event], Callable[[str, Any, Payload], Refusal | None]]:
+        routes: dict[type[Event], Callable[[str, Any, Payload], Refusal | None]] = {
             ArenaCommissioned: self._on_arena,
             ControlRegistered: self._on_arena,
             IncumbentAdvanced: self._on_arena,
@@ -165,9 +189,9 @@ class LedgerFold:
             raise ValueError(f"position {position} is not after {self.position}")
         # _route, inlined: this is the replay's hot path.
         category, _, ident = stream.partition("-")
-        handler = self._routes.get(type(event))
-        if category == event.category and handler is not None:
-            refusal = handler(ident, event, payload)
+        route = self._dispatch.get(type(event))
+        if route is not None and category == route[1]:
+            refusal = route[2](ident, event, payload)
         else:
             refusal = self._route(stream, event, payload)
         self.position = position
@@ -180,21 +204,20 @@ class LedgerFold:
         """Folds records (position, stream, type, event) in order; returns how many refused."""
         refusals = self.refusals
         before = len(refusals)
-        routes, route = self._routes, self._route
+        dispatch, slow = self._dispatch, self._route
         # ``apply``, inlined: this loop is the replay's hot path.
         for position, stream, event_type, event in records:
-            if event_type != event.event_type:
-                raise ValueError(
-                    f"position {position}: type {event_type} is not {event.event_type}"
-                )
+            route = dispatch.get(type(event))
+            kind = event.event_type if route is None else route[0]
+            if event_type != kind:
+                raise ValueError(f"position {position}: type {event_type} is not {kind}")
             if position <= self.position:
                 raise ValueError(f"position {position} is not after {self.position}")
             category, _, ident = stream.partition("-")
-            handler = routes.get(type(event))
-            if category == event.category and handler is not None:
-                refusal = handler(ident, event, None)
+            if route is not None and category == route[1]:
+                refusal = route[2](ident, event, None)
             else:
-                refusal = route(stream, event, None)
+                refusal = slow(stream, event, None)
             self.position = position
             self.events += 1
             if refusal is not None:
@@ -267,7 +290,7 @@ class LedgerFold:
         return None
 
     def _on_arena(self, ident: str, event: Event, payload: Payload) -> Refusal | None:
-        if isinstance(event, ArenaCommissioned) and event.arena_id != ident:
+        if type(event) is ArenaCommissioned and event.arena_id != ident:
             return _refuse("arena", ABSENT, event, "stream_id_mismatch", event.arena_id)
         result = arena_machine.step(self._arenas.get(ident), event, payload)
         if isinstance(result, Refusal):
@@ -320,7 +343,12 @@ class LedgerFold:
 
     def _context(self, state: SubmissionState | None) -> SubmissionContext:
         arena = None if state is None else self._arenas.get(state.arena_id)
-        sla = submission_machine.sla_blocks_default if arena is None else arena.params.sla_blocks
+        # arena.commission.params is arena.params, without the property call (per event).
+        sla = (
+            submission_machine.sla_blocks_default
+            if arena is None
+            else arena.commission.params.sla_blocks
+        )
         context = _CONTEXTS.get(sla)
         if context is None:
             context = _CONTEXTS[sla] = SubmissionContext(sla_blocks=sla)
@@ -328,23 +356,27 @@ class LedgerFold:
 
     def _on_arrived(self, ident: str, event: SubmissionArrived, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
-        if old is None:
-            if event.submission_id != ident:
-                return _refuse("submission", ABSENT, event, "stream_id_mismatch", ident[:16])
-            if event.arena_id not in self._arenas:
-                return _refuse("submission", ABSENT, event, "arena_unknown", event.arena_id)
-            if submission_id_of(event) != event.submission_id:
-                return _refuse("submission", ABSENT, event, "submission_id_mismatch")
-        result = submission_machine.step(old, event)
-        if isinstance(result, Refusal):
-            return result
-        self._store(None, result)
-        self._put(self._group, ident, self._arenas[event.arena_id].incumbent_digest)
+        if old is not None:
+            return submission_machine.decide(old, event)  # the refusal: the stream has started
+        arena = self._arenas.get(event.arena_id)
+        if event.submission_id != ident:
+            return _refuse("submission", ABSENT, event, "stream_id_mismatch", ident[:16])
+        if arena is None:
+            return _refuse("submission", ABSENT, event, "arena_unknown", event.arena_id)
+        if submission_id_of(event) != ident:
+            return _refuse("submission", ABSENT, event, "submission_id_mismatch")
+        self._store(None, submission_machine.start(event))  # step(None, arrival), inlined
+        if self._journal is None:
+            self._group[ident] = arena.incumbent_digest  # _put without a journal (hot path)
+        else:
+            self._put(self._group, ident, arena.incumbent_digest)
         return None
 
     def _on_submission(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
-        if isinstance(event, QualificationStarted):
+        # ``type(...) is``: routes are keyed by the exact class (isinstance on a pydantic
+        # class goes through ABCMeta's __instancecheck__ when it fails).
+        if type(event) is QualificationStarted:
             claimed = self._attempts.get(event.attempt_id)
             if claimed is not None and (
                 claimed.submission_id != ident or claimed.decision is not None
@@ -353,10 +385,12 @@ class LedgerFold:
                 # replayed by the next SubmissionResolved.
                 status = ABSENT if old is None else old.status
                 return _refuse("submission", status, event, "attempt_mismatch", event.attempt_id)
-        result = submission_machine.step(old, event, self._context(old))
+        if old is None:
+            return submission_machine.decide(old, event)  # the refusal: no stream yet
+        # submission_machine.step less its SubmissionArrived check: none is routed here.
+        result = _SUBMISSION_TABLE.step(old, event, self._context(old))
         if isinstance(result, Refusal):
             return result
-        assert old is not None
         self._store(old, result)
         return None
 
@@ -364,13 +398,16 @@ class LedgerFold:
         old = self._subs.get(ident)
         attempt = self._attempts.get(event.attempt_id)
         decided = None if attempt is None else attempt.decision
-        context = SubmissionContext(
-            self._context(old).sla_blocks, check_resolution=True, attempt_decision=decided
-        )
-        result = submission_machine.step(old, event, context)
+        if old is None:
+            return submission_machine.decide(old, event)  # the refusal: no stream yet
+        # SubmissionContext(sla, check_resolution=True, attempt_decision=decided), built
+        # without its Python-level __new__ (once per resolution).
+        context = _new_tuple(SubmissionContext, (self._context(old).sla_blocks, True, decided))
+        # submission_machine.step less its SubmissionArrived check: none is routed here.
+        result = _SUBMISSION_TABLE.step(old, event, context)
         if isinstance(result, Refusal):
             return result
-        assert old is not None and attempt is not None
+        assert attempt is not None
         self._store(old, result)
         if result.status == FAILED:
             self._index_failure(result, attempt.commission_digest)
@@ -397,14 +434,16 @@ class LedgerFold:
         consumed = {} if ref is None or ref not in self._payments else {
             ref: self._payments[ref].submission_id
         }
-        credits = [CreditView(c, a) for c, a in self._unspent.get(submission.hotkey, {}).items()]
+        unspent = self._unspent.get(submission.hotkey)
+        credits = [] if not unspent else [CreditView(c, a) for c, a in unspent.items()]
         own = self._credit_of.get(submission.submission_id)
         if own is not None:
             spent = CreditView(own, self._credits[own].amount_rao, submission.submission_id)
             credits.insert(0, spent)
-        return IntakeContext(
+        # IntakeContext(...) without its Python-level __new__ (once per intake).
+        return _new_tuple(IntakeContext, (
             arena, payment_amount_rao, consumed, credits, self._admissions, self._failed
-        )
+        ))
 
     def intake(
         self, submission_id: str, payment_amount_rao: int | None = None
@@ -414,11 +453,11 @@ class LedgerFold:
         return intake(sub, self.intake_context(sub, payment_amount_rao))
 
     def _intake_refusal(self, old: SubmissionState, event: Event) -> Refusal | None:
-        if isinstance(event, SubmissionAdmitted):
-            fee = event.fee
-            amount = fee.amount_rao if fee.kind == "payment" else None
-            derived = intake(old, self.intake_context(old, amount))
-            recorded: Admission | Rejection = Admission(fee.kind, fee.ref, fee.amount_rao)
+        if type(event) is SubmissionAdmitted:  # exact: routes are keyed by the class
+            fee = event.fee.__dict__  # pydantic's __getattr__ makes attribute reads slow
+            kind, amount = fee["kind"], fee["amount_rao"]
+            derived = intake(old, self.intake_context(old, amount if kind == "payment" else None))
+            recorded: Admission | Rejection = _new_tuple(Admission, (kind, fee["ref"], amount))
         else:
             assert isinstance(event, SubmissionRejected)
             # A rejection for a short payment is the appender's chain observation; every
@@ -435,17 +474,23 @@ class LedgerFold:
 
     def _on_intake(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
-        result = submission_machine.step(old, event)
+        if old is None:
+            return submission_machine.decide(old, event)  # the refusal: no stream yet
+        # submission_machine.step less its SubmissionArrived check: none is routed here.
+        result = _SUBMISSION_TABLE.step(old, event, _NO_CONTEXT)
         if isinstance(result, Refusal):
             return result
-        assert old is not None
         refusal = self._intake_refusal(old, event)
         if refusal is not None:
             return refusal
         self._store(old, result)
-        if isinstance(event, SubmissionAdmitted):
+        if type(event) is SubmissionAdmitted:
             key = (old.hotkey, epoch_of(old.arrival_block))
-            self._put(self._admissions, key, self._admissions.get(key, 0) + 1)
+            admitted = self._admissions.get(key, 0) + 1
+            if self._journal is None:
+                self._admissions[key] = admitted  # _put without a journal (hot path)
+            else:
+                self._put(self._admissions, key, admitted)
         return None
 
     # --- attempts -------------------------------------------------------------------------
@@ -454,16 +499,22 @@ class LedgerFold:
         existing = self._attempts.get(ident)
         if existing is not None:
             return _refuse("attempt", existing.status, event, "stream_already_started")
-        if event.attempt_id != ident:
+        fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
+        if fields["attempt_id"] != ident:
             return _refuse("attempt", ABSENT, event, "stream_id_mismatch", event.attempt_id)
-        arena = self._arenas.get(event.arena_id)
-        context = ClaimContext(self._subs.get(event.submission_id), arena)
+        arena = self._arenas.get(fields["arena_id"])
+        # ClaimContext(submission, arena) without its Python-level __new__ (per claim).
+        context = _new_tuple(ClaimContext, (self._subs.get(fields["submission_id"]), arena))
         refusal = attempt_machine.decide_claim(event, context)
         if refusal is not None:
             return refusal
         assert arena is not None
-        params = arena.commissions[event.commission_digest].params
-        self._put(self._attempts, ident, attempt_machine.claim(event, params))
+        params = arena.commissions[fields["commission_digest"]].params
+        opened = attempt_machine.claim(event, params)
+        if self._journal is None:
+            self._attempts[ident] = opened  # _put without a journal (hot path)
+        else:
+            self._put(self._attempts, ident, opened)
         return None
 
     def _on_attempt(self, ident: str, event: Event, _: Payload) -> Refusal | None:
@@ -471,9 +522,13 @@ class LedgerFold:
         if type(state) is AttemptState and state.fault is None:
             # attempt_machine.step, less the checks that cannot refuse here: the state
             # exists, has no fault, and AttemptClaimed is routed to _on_claimed.
-            move = _ATTEMPT_MOVES.get((state.status, event.event_type))
+            move = _ATTEMPT_MOVES.get((state.status, type(event)))
             if move is None:
                 result = _ATTEMPT_TABLE.step(state, event, None)  # the refusal
+            elif self._derived[0] is state and type(event) is AttemptDecided:
+                # The table's AttemptDecided rule with the decision derive_decision has just
+                # derived for this very state (the replay checks it before applying).
+                result = attempt_machine.record_decision(state, event, self._derived[1])
             else:
                 result = move(state, event, None)
         elif type(state) is AttemptSummary:
@@ -483,7 +538,7 @@ class LedgerFold:
             result = attempt_machine.step(state, event)
         if isinstance(result, Refusal):
             return result
-        assert isinstance(result, AttemptState)
+        assert type(result) is AttemptState
         kept = result if result.decision is None or self.detail else result.summary()
         if self._journal is None:
             self._attempts[ident] = kept  # _put without a journal, inlined (hot path)
@@ -495,18 +550,22 @@ class LedgerFold:
 
     def _on_payment(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         state = self._payments.get(ident)
-        if isinstance(event, PaymentConsumed) and state is None:
-            if event.payment_ref != ident:
+        if state is None and type(event) is PaymentConsumed:  # exact: routes use the class
+            fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
+            if fields["payment_ref"] != ident:
                 return _refuse("payment", ABSENT, event, "stream_id_mismatch", event.payment_ref)
-            sub = self._subs.get(event.submission_id)
+            sub = self._subs.get(fields["submission_id"])
             if sub is None:
                 return _refuse("payment", ABSENT, event, "submission_unknown")
-            if sub.arena_id != event.arena_id:
+            if sub.arena_id != fields["arena_id"]:
                 return _refuse("payment", ABSENT, event, "arena_mismatch", sub.arena_id)
         result = payment_step(state, event)
         if isinstance(result, Refusal):
             return result
-        self._put(self._payments, ident, result)
+        if self._journal is None:
+            self._payments[ident] = result  # _put without a journal (hot path)
+        else:
+            self._put(self._payments, ident, result)
         return None
 
     def _on_credit(self, ident: str, event: Event, _: Payload) -> Refusal | None:
@@ -602,7 +661,9 @@ class LedgerFold:
             return None
         if isinstance(state, AttemptSummary):
             return state.decision
-        return attempt_machine.derive_decision(state)
+        decision = attempt_machine.derive_decision(state)
+        self._derived = (state, decision)  # for the apply of the AttemptDecided that follows
+        return decision
 
     def refold_attempt(self, events: Iterable[Event]) -> AttemptState:
         """Rebuilds an attempt's full state (windows, looks, audit) from its stream's events."""

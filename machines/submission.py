@@ -98,13 +98,16 @@ ArrivalKey = tuple[int, int, int, str, str]
 
 def arrival_key(event: SubmissionArrived) -> ArrivalKey:
     """Returns the arrival key that orders the queue and breaks every tie."""
-    arrival = event.arrival
+    # The fields through ``__dict__``: pydantic models define ``__getattr__``, which puts
+    # every attribute read on CPython's slow path, and the fold reads these per arrival.
+    fields = event.__dict__
+    arrival = fields["arrival"].__dict__
     return (
-        arrival.block,
-        arrival.event_index,
-        arrival.event_subindex,
-        event.miner_hotkey,
-        event.content_hash,
+        arrival["block"],
+        arrival["event_index"],
+        arrival["event_subindex"],
+        fields["miner_hotkey"],
+        fields["content_hash"],
     )
 
 
@@ -116,9 +119,8 @@ def submission_id_of(event: SubmissionArrived) -> str:
     canonical JSON is spelled directly: ``ledger.codec`` would write exactly these bytes
     (keys sorted, no whitespace, nothing escaped). Anything else takes ``digest`` itself.
     """
-    arrival = event.arrival
-    arena_id, hotkey, content = event.arena_id, event.miner_hotkey, event.content_hash
-    block, index, subindex = arrival.block, arrival.event_index, arrival.event_subindex
+    block, index, subindex, hotkey, content = arrival_key(event)
+    arena_id = event.arena_id
     if (
         type(arena_id) is str
         and type(hotkey) is str
@@ -137,6 +139,7 @@ def submission_id_of(event: SubmissionArrived) -> str:
             f'"event_subindex":{subindex},"miner_hotkey":"{hotkey}"}}}}'
         )
         return hashlib.sha256(document.encode("ascii")).hexdigest()
+    arrival = event.arrival
     payload = {
         "arena_id": event.arena_id,
         "block": arrival.block,
@@ -156,6 +159,10 @@ _JSON_INT_MAX = 2**53 - 1
 def _plain_text(text: str) -> bool:
     """Tells whether canonical JSON writes ``text`` as is between quotes (no escapes)."""
     return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+#: ``tuple.__new__(Cls, values)`` builds a named tuple without its Python-level ``__new__``.
+_new_tuple = tuple.__new__
 
 
 class Fee(NamedTuple):
@@ -226,22 +233,25 @@ def sla_due(state: SubmissionState, block: int, sla_blocks: int = sla_blocks_def
 
 def start(event: SubmissionArrived) -> SubmissionState:
     """Opens a submission stream in ``ARRIVED``."""
+    fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
     return build(
         SubmissionState,
-        submission_id=event.submission_id,
-        arena_id=event.arena_id,
-        hotkey=event.miner_hotkey,
-        content_hash=event.content_hash,
-        delta_digest=event.delta_digest,
-        target=event.target,
+        submission_id=fields["submission_id"],
+        arena_id=fields["arena_id"],
+        hotkey=fields["miner_hotkey"],
+        content_hash=fields["content_hash"],
+        delta_digest=fields["delta_digest"],
+        target=fields["target"],
         arrival_key=arrival_key(event),
-        payment_ref=event.payment_ref,
+        payment_ref=fields["payment_ref"],
     )
 
 
 def _admit(state: SubmissionState, event: SubmissionAdmitted, target: str) -> SubmissionState:
-    fee = Fee(event.fee.kind, event.fee.ref, event.fee.amount_rao)
-    return evolve(state, status=target, fee=fee)
+    fee = event.fee.__dict__  # pydantic's __getattr__ makes attribute reads slow
+    # Fee(kind, ref, amount_rao) without its Python-level __new__ (once per admission).
+    recorded = _new_tuple(Fee, (fee["kind"], fee["ref"], fee["amount_rao"]))
+    return evolve(state, status=target, fee=recorded)
 
 
 def _reject(state: SubmissionState, event: SubmissionRejected, target: str) -> SubmissionState:
@@ -265,30 +275,29 @@ def _requeue(state: SubmissionState, _: SubmissionRequeued, target: str) -> Subm
 def _resolution_refusal(
     state: SubmissionState, event: SubmissionResolved, context: SubmissionContext
 ) -> Refusal | None:
-    kind = event.event_type
-    if event.attempt_id != state.attempt_id:
+    fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
+    verdict, disposition = fields["verdict"], fields["disposition"]
+    if fields["attempt_id"] != state.attempt_id:
         return TABLE.refuse(
-            state.status, kind, "attempt_mismatch",
+            state.status, event.event_type, "attempt_mismatch",
             f"attempt_id: current is {state.attempt_id!r}, event names {event.attempt_id!r}",
         )
-    if event.verdict != "NO_DECISION" and event.disposition != "COMPLETE":
+    if verdict != "NO_DECISION" and disposition != "COMPLETE":
         return TABLE.refuse(
-            state.status, kind, "disposition_invalid",
-            f"disposition: {event.verdict} is always COMPLETE, event has {event.disposition}",
+            state.status, event.event_type, "disposition_invalid",
+            f"disposition: {verdict} is always COMPLETE, event has {disposition}",
         )
     if not context.check_resolution:
         return None
     decided = context.attempt_decision
     if decided is None:
-        return TABLE.refuse(state.status, kind, "attempt_not_decided", event.attempt_id)
-    if (decided.verdict, decided.reason, decided.disposition) == (
-        event.verdict, event.reason, event.disposition
-    ):
+        return TABLE.refuse(state.status, event.event_type, "attempt_not_decided", event.attempt_id)
+    if decided[:3] == (verdict, fields["reason"], disposition):  # verdict, reason, disposition
         return None
     for name in ("verdict", "reason", "disposition"):
         if getattr(decided, name) != getattr(event, name):
             return TABLE.refuse(
-                state.status, kind, "resolution_mismatch",
+                state.status, event.event_type, "resolution_mismatch",
                 f"{name}: attempt decided {getattr(decided, name)!r}, "
                 f"event has {getattr(event, name)!r}",
             )
@@ -302,14 +311,16 @@ def _resolve(
     if refusal is not None:
         return refusal
     requeues, hold_reason = state.requeues, state.hold_reason
-    if event.verdict == "PASS":
+    fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
+    verdict, reason, disposition = fields["verdict"], fields["reason"], fields["disposition"]
+    if verdict == "PASS":
         target = QUALIFIED
-    elif event.verdict == "FAIL":
+    elif verdict == "FAIL":
         target = FAILED
-    elif event.disposition == "COMPLETE":
+    elif disposition == "COMPLETE":
         target = NO_DECISION
-    elif event.disposition == "HOLD":
-        target, hold_reason = HELD, event.reason
+    elif disposition == "HOLD":
+        target, hold_reason = HELD, reason
     elif requeues < requeues_max:
         target, requeues = QUEUED, requeues + 1
     else:
@@ -317,9 +328,9 @@ def _resolve(
     return evolve(
         state,
         status=target,
-        verdict=event.verdict,
-        reason=event.reason,
-        disposition=event.disposition,
+        verdict=verdict,
+        reason=reason,
+        disposition=disposition,
         requeues=requeues,
         hold_reason=hold_reason,
     )

@@ -34,6 +34,10 @@ T = TypeVar("T")
 
 _FIELDS: dict[type, frozenset[str]] = {}
 _DEFAULTS: dict[type, tuple[frozenset[str], frozenset[str], dict[str, object]]] = {}
+#: (class, field names in call order) that ``build`` has checked.
+_SHAPES: set[tuple[type, tuple[str, ...]]] = set()
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 
 def build(cls: type[T], **fields: object) -> T:
@@ -42,7 +46,10 @@ def build(cls: type[T], **fields: object) -> T:
     Why: a frozen ``__init__`` sets each field through ``object.__setattr__``; for the
     20-odd fields of a machine state that is most of the cost of opening a stream. Every
     field without a default must be given; unknown names are refused; defaults fill the rest.
+    The names are checked once per class and spelling of the call (``_SHAPES``): comparing
+    them as sets costs more than the rest of the build.
     """
+    shape = (cls, tuple(fields))
     known = _DEFAULTS.get(cls)
     if known is None:
         every = dataclasses.fields(cls)  # type: ignore[arg-type]
@@ -50,12 +57,14 @@ def build(cls: type[T], **fields: object) -> T:
         defaults = {f.name: f.default for f in every if f.default is not dataclasses.MISSING}
         known = _DEFAULTS[cls] = (required, required | defaults.keys(), defaults)
     required, allowed, defaults = known
-    if not required.issubset(fields) or not allowed.issuperset(fields):
-        raise TypeError(f"{cls.__name__} needs {sorted(required)}, got {sorted(fields)}")
-    new = object.__new__(cls)
-    attrs = new.__dict__
-    attrs.update(defaults)
+    if shape not in _SHAPES:
+        if not required.issubset(fields) or not allowed.issuperset(fields):
+            raise TypeError(f"{cls.__name__} needs {sorted(required)}, got {sorted(fields)}")
+        _SHAPES.add(shape)
+    attrs = defaults.copy()
     attrs.update(fields)
+    new = _new_object(cls)
+    _set_attribute(new, "__dict__", attrs)
     return new
 
 
@@ -67,20 +76,20 @@ def evolve(state: T, **changes: object) -> T:
     the state's ``__dict__`` holds exactly its fields, so an unknown name is one that makes
     the copy grow, and only then are the names compared.
     """
-    if isinstance(state, tuple):
+    try:
+        source = state.__dict__
+    except AttributeError:  # a named tuple (no __dict__); cheaper than an isinstance first
         return cast(T, state._replace(**changes))  # type: ignore[attr-defined]
+    attrs = source | changes
     cls = type(state)
-    new = object.__new__(cls)
-    attrs = new.__dict__
-    source = state.__dict__
-    attrs.update(source)
-    attrs.update(changes)
     if len(attrs) != len(source):
         names = _FIELDS.get(cls)
         if names is None:
             names = _FIELDS[cls] = frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
         if not names.issuperset(changes):
             raise TypeError(f"{cls.__name__} has no field(s) {sorted(set(changes) - names)}")
+    new = _new_object(cls)
+    _set_attribute(new, "__dict__", attrs)
     return new
 
 

@@ -131,7 +131,7 @@ def test_rules_apply_in_domain_order() -> None:
         ("admissions", {}, "hotkey_epoch_admission_limit"),
         ("failed", {}, f"duplicate_of:{'e' * 16}:futility"),
     ]
-    fields = dict(everything.__dict__)
+    fields = everything._asdict()
     for name, cleared, expected in order:
         assert intake(sub, IntakeContext(**fields)) == Rejection(expected)
         fields[name] = cleared

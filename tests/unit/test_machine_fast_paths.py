@@ -10,6 +10,8 @@
 - ``Table.moves`` must be exactly the compiled ``rules``.
 - ``LedgerFold``'s plain dict writes (the replay) must build what its journaled writes
   (``decide_batch``) build.
+- ``LedgerFold.apply`` reuses the decision ``derive_decision`` has just derived for the
+  same attempt state: refusals and projections must equal those of deriving it again.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ledger.codec import digest, fixed6
-from ledger.events import HoldReleased, InfrastructureFault, SubmissionArrived, SubmissionHeld
-from machines import arena, attempt, payment, samples, submission
+from ledger.events import (
+    AttemptDecided,
+    HoldReleased,
+    InfrastructureFault,
+    SubmissionArrived,
+    SubmissionHeld,
+)
+from machines import arena, attempt, payment, projection, samples, submission
 from machines.arithmetic import (
     CONTEXT,
     Look,
@@ -312,3 +320,52 @@ def test_journaled_writes_build_the_same_projections_as_plain_ones() -> None:
     assert plain.submissions("mlp-arena") == journaled.submissions("mlp-arena")
     assert plain.queue("mlp-arena") == journaled.queue("mlp-arena")
     assert plain.live_submissions() == journaled.live_submissions() > 0
+
+
+def _decided_variants(event: AttemptDecided) -> list[AttemptDecided]:
+    """Returns wrong copies of a recorded AttemptDecided (each refused), then the event."""
+    wrong = [
+        {"speedup": "9.999999"},
+        {"reason": "futility"},
+        {"look_window": 99},
+        {"decided_block": 0},
+    ]
+    return [event.model_copy(update=change) for change in wrong] + [event]
+
+
+def _fold_with_derivations(records: list[Any], derive_before: set[str]) -> LedgerFold:
+    """Applies ``records`` (AttemptDecided as its variants), calling ``derive_decision``
+    before each event whose type is in ``derive_before``, as the replay does."""
+    fold = LedgerFold()
+    position = 0
+    for _, stream, kind, event in records:
+        events = _decided_variants(event) if kind == "AttemptDecided" else [event]
+        for candidate in events:
+            if kind in derive_before:
+                fold.derive_decision(stream.partition("-")[2])
+            position += 1
+            fold.apply(position, stream, candidate)
+    return fold
+
+
+def test_apply_after_derive_decision_refuses_and_records_as_without() -> None:
+    # LedgerFold.apply reuses the decision derive_decision has just derived for the same
+    # attempt state; with it, without it, and with a stale one (derived before the last
+    # window or audit changed the state), every refusal and projection must be the same.
+    records = _busy_scenario().records
+    plain = _fold_with_derivations(records, set())
+    checked = _fold_with_derivations(records, {"AttemptDecided"})
+    stale = _fold_with_derivations(records, {"WindowMeasured", "AuditNodeGraded"})
+    codes = {refusal.code for _, _, refusal in plain.refusals}
+    assert {"decision_mismatch", "decided_before_claim"} <= codes
+    assert checked.refusals == stale.refusals == plain.refusals
+    assert checked.snapshot() == stale.snapshot() == plain.snapshot()
+
+
+def test_the_folds_attempt_moves_are_the_tables_keyed_by_class() -> None:
+    # LedgerFold looks attempt moves up by event class; it must hold every move of the table.
+    by_type = {
+        (status, kind.event_type): move
+        for (status, kind), move in projection._ATTEMPT_MOVES.items()
+    }
+    assert by_type == dict(attempt.TABLE.moves)

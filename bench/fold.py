@@ -10,7 +10,13 @@ one the attempt machine derives, so a correct fold refuses nothing; the refusal 
 printed and must be 0.
 
     python bench/fold.py [--events 1000000] [--seed 7] [--chunk 50000] [--profile]
-                         [--check-decisions]
+                         [--check-decisions] [--trace-memory] [--keep-finished]
+
+The fold archives each finished submission (``ledger.archive.DiskArchive``), so its memory
+follows the live submissions; ``--keep-finished`` keeps them all in memory instead (the
+default of ``LedgerFold()``), for comparison. ``--trace-memory`` reports what the fold
+retains (tracemalloc counts Python's allocations; the archive's SQLite page cache, at most
+``ledger.archive.cache_kib``, is outside it).
 
 ``--check-decisions`` folds the way the replay does: ``apply`` per event, and before each
 AttemptDecided ``derive_decision`` (the replay's verdict check), which ``apply`` reuses.
@@ -40,6 +46,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.append(str(_ROOT))
 
+from ledger.archive import DiskArchive  # noqa: E402  (after the path fix above)
 from ledger.events import (  # noqa: E402  (after the path fix above)
     FAULT_CODES,
     ControlRegistered,
@@ -382,10 +389,15 @@ def _fold_checking_decisions(fold: LedgerFold, records: list[Record]) -> None:
 
 
 def run(
-    events: int, seed: int, chunk: int, concurrency: int, check_decisions: bool = False
+    events: int,
+    seed: int,
+    chunk: int,
+    concurrency: int,
+    check_decisions: bool = False,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
     """Generates and folds the ledger; returns the figures (only the fold is timed)."""
-    fold = LedgerFold()
+    fold = LedgerFold(archive=None if keep_finished else DiskArchive())
     folded, elapsed, cpu, types = 0, 0.0, 0.0, Counter[str]()
     rss_before = _rss_kib()
     for records in _chunks(generate(events, seed, concurrency), chunk):
@@ -414,6 +426,8 @@ def run(
         "rss_peak_kib": _rss_kib(),
         "rss_growth_kib": _rss_kib() - rss_before,
         "live": fold.live_submissions(),
+        "in_memory": len(fold._subs),  # submissions whose state the fold holds in memory
+        "archived": fold.archive is not None,
         "submissions": sum(len(fold.submissions(a.arena_id)) for a in fold.arenas()),
         "types": types,
         "fold": fold,
@@ -433,7 +447,9 @@ def _report(figures: dict[str, Any]) -> None:
         per_event = retained / figures["events"]
         print(f"fold retains       {retained / 2**20:,.1f} MiB, {per_event:,.0f} bytes/event "
               f"(tracemalloc; traced peak {peak / 2**20:,.1f} MiB with one chunk)")
-    print(f"submissions        {figures['submissions']:,} ({figures['live']:,} live at the end)")
+    print(f"submissions        {figures['submissions']:,} ({figures['live']:,} live at the end, "
+          f"{figures['in_memory']:,} held in memory; finished ones "
+          f"{'archived on disk' if figures['archived'] else 'kept in memory'})")
     mix = ", ".join(f"{t} {n:,}" for t, n in figures["types"].most_common())
     print(f"event mix          {mix}")
 
@@ -451,6 +467,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="fold as the replay does: apply, deriving each AttemptDecided first")
     parser.add_argument("--trace-memory", action="store_true",
                         help="also report the fold's retained memory (tracemalloc; slower)")
+    parser.add_argument("--keep-finished", action="store_true",
+                        help="keep finished submissions in memory instead of archiving them")
     return parser.parse_args(argv)
 
 
@@ -460,18 +478,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         profiler = cProfile.Profile()
         figures = profiler.runcall(
-            run, args.events, args.seed, args.chunk, args.concurrency, args.check_decisions
+            run, args.events, args.seed, args.chunk, args.concurrency, args.check_decisions,
+            args.keep_finished,
         )
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
     elif args.trace_memory:
         tracemalloc.start()
-        figures = run(args.events, args.seed, args.chunk, args.concurrency, args.check_decisions)
+        figures = run(
+            args.events, args.seed, args.chunk, args.concurrency, args.check_decisions,
+            args.keep_finished,
+        )
         gc.collect()
         retained, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         figures["traced"] = (retained, peak)
     else:
-        figures = run(args.events, args.seed, args.chunk, args.concurrency, args.check_decisions)
+        figures = run(
+            args.events, args.seed, args.chunk, args.concurrency, args.check_decisions,
+            args.keep_finished,
+        )
     _report(figures)
     return 1 if figures["refusals"] else 0
 

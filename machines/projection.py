@@ -13,14 +13,23 @@ journal back, so a verdict about an atomic append sees the batch's earlier event
 Memory: live submissions and undecided attempts keep their full state. A decided attempt
 is reduced to an ``AttemptSummary`` (no windows, looks or audit counts) unless the fold was
 built with ``detail=True``; ``refold_attempt`` rebuilds the full state from its stream on
-demand for ``explain``. Terminal submissions keep their (small) state, since intake,
-control reports and settlement read them.
+demand for ``explain``. By default a terminal submission keeps its state in memory (about
+2 KB with its attempt summary, payment and reward group). Given an ``Archive``
+(``ledger.archive.DiskArchive``), the fold moves each submission that becomes terminal,
+with everything only it referenced, into the archive after the event that finished it;
+then memory follows the live submissions, not the ledger's length. Every rule and query
+reads an archived submission back when it needs one (a repeated submission, attempt or
+payment id is refused exactly as before; ``submissions``, ``payments``, ``snapshot`` list
+archived ones too), so the two kinds of fold answer every question alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+import marshal
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import fields
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ledger.events import (
     ArenaCommissioned,
@@ -73,12 +82,13 @@ from machines.submission import (
     QUEUED,
     TERMINALS,
     ArrivalKey,
+    Fee,
     SubmissionContext,
     SubmissionState,
     submission_id_of,
 )
 
-__all__ = ["LedgerFold", "Record"]
+__all__ = ["Archive", "Finished", "LedgerFold", "Record"]
 
 #: What ``consume`` reads: (position, stream, event type, event model).
 Record = tuple[int, str, str, Event]
@@ -115,6 +125,206 @@ _CONTEXTS: dict[int, SubmissionContext] = {}
 _NO_CONTEXT = SubmissionContext()
 
 
+class Archive(Protocol):
+    """Keeps records (bytes) out of memory and gives them back (``ledger.archive.DiskArchive``).
+
+    ``put`` keeps a record under (space, key), with a ``tag`` to list it by; ``link``
+    names another key a record can be found under; ``get``, ``target`` and ``values``
+    read them back (None when absent).
+    """
+
+    def put(self, space: str, key: str, value: bytes, tag: str = "") -> None: ...
+
+    def link(self, space: str, key: str, target: str) -> None: ...
+
+    def get(self, space: str, key: str) -> bytes | None: ...
+
+    def target(self, space: str, key: str) -> str | None: ...
+
+    def values(self, space: str, tag: str | None = None) -> Iterator[bytes]: ...
+
+
+class Finished(NamedTuple):
+    """Is what the fold archives of a finished submission: everything only it referenced."""
+
+    state: SubmissionState
+    group: str | None
+    attempts: dict[str, AttemptState | AttemptSummary]
+    payment: PaymentState | None
+    credit: CreditState | None = None
+
+
+class _ArchivedMap(Mapping[K, V]):
+    """Reads one of the fold's dicts, then the archive, where older entries were moved.
+
+    Intake reads ``admissions`` and ``failed`` through ``get``; the fold writes entries
+    to the dict (and, for good, to the archive). Iterating merges both (for ``snapshot``).
+    """
+
+    def __init__(
+        self,
+        hot: dict[K, V],
+        archive: Archive,
+        space: str,
+        name: Callable[[K], str],
+        decode: Callable[[bytes], tuple[K, V]],
+    ) -> None:
+        self.hot, self.archive, self.space, self.name, self.decode = (
+            hot, archive, space, name, decode
+        )
+
+    def get(self, key: K, default: Any = None) -> Any:
+        found = self.hot.get(key)
+        if found is not None:
+            return found
+        data = self.archive.get(self.space, self.name(key))
+        return default if data is None else self.decode(data)[1]
+
+    def __getitem__(self, key: K) -> V:
+        found: V | None = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.merged())
+
+    def __len__(self) -> int:
+        return len(self.merged())
+
+    def merged(self) -> dict[K, V]:
+        """Returns every entry, archived then in memory (memory wins: it is newer)."""
+        merged = dict(map(self.decode, self.archive.values(self.space)))
+        merged.update(self.hot)
+        return merged
+
+
+def _failed_name(key: tuple[str, str]) -> str:
+    return f"{key[0]}:{key[1]}"  # two digests: hex, no colon
+
+
+def _failed_decode(data: bytes) -> tuple[tuple[str, str], FailedRef]:
+    commission, content, sid, reason = marshal.loads(data)
+    return (commission, content), FailedRef(sid, reason)
+
+
+class _Admissions(Mapping[tuple[str, int], int]):
+    """Counts admissions per (hotkey, epoch) in memory for recent epochs, archived per epoch.
+
+    Arrivals come in block order give or take, so intake counts the latest epochs; each
+    older epoch is one archive record (hotkey → count), read back if a late arrival needs
+    it and written again, merged, when it is archived anew.
+    """
+
+    def __init__(self, hot: dict[tuple[str, int], int], archive: Archive) -> None:
+        self.hot, self.archive = hot, archive
+        self.latest = -1  # the latest epoch counted; epochs before latest - 1 are archived
+
+    def get(self, key: tuple[str, int], default: Any = None) -> Any:
+        found = self.hot.get(key)
+        if found is not None or key[1] >= self.latest - 1:
+            return default if found is None else found
+        return self._epoch(key[1]).get(key[0], default)
+
+    def counted(self, epoch: int) -> None:
+        """Notes an admission in ``epoch``; archives the epochs it leaves behind."""
+        if epoch <= self.latest:
+            return
+        self.latest = epoch
+        old: dict[int, dict[str, int]] = {}
+        for key in [key for key in self.hot if key[1] < epoch - 1]:
+            old.setdefault(key[1], {})[key[0]] = self.hot.pop(key)
+        for number, counts in old.items():
+            merged = self._epoch(number) | counts
+            self.archive.put("admission", str(number), marshal.dumps((number, merged)))
+
+    def _epoch(self, number: int) -> dict[str, int]:
+        data = self.archive.get("admission", str(number))
+        return {} if data is None else dict(marshal.loads(data)[1])
+
+    def __getitem__(self, key: tuple[str, int]) -> int:
+        found: int | None = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return iter(self.merged())
+
+    def __len__(self) -> int:
+        return len(self.merged())
+
+    def merged(self) -> dict[tuple[str, int], int]:
+        """Returns every count, archived then in memory (memory wins: it is newer)."""
+        merged: dict[tuple[str, int], int] = {}
+        for data in self.archive.values("admission"):
+            epoch, counts = marshal.loads(data)
+            merged.update(((hotkey, epoch), n) for hotkey, n in counts.items())
+        merged.update(self.hot)
+        return merged
+
+
+_SUBMISSION_FIELDS = tuple(f.name for f in fields(SubmissionState))
+_FEE_AT = _SUBMISSION_FIELDS.index("fee")
+
+
+def _encode_finished(record: Finished) -> bytes:
+    """Returns an archived submission as ``marshal`` bytes (pickle took 11 µs a record).
+
+    Every value is a str, int, None or tuple once the named tuples are spelled as plain
+    tuples; ``_decode_finished`` rebuilds the same objects. A full ``AttemptState`` (an
+    attempt still running when its submission finished, e.g. expired) is pickled inside.
+    """
+    own = record.state.__dict__
+    values = [own[name] for name in _SUBMISSION_FIELDS]
+    fee = values[_FEE_AT]
+    if fee is not None:
+        values[_FEE_AT] = tuple(fee)
+    attempts: list[tuple[str, Any]] = []
+    for aid, state in record.attempts.items():
+        if type(state) is AttemptSummary:
+            decision = state.decision
+            plain = None if decision is None else tuple(decision)
+            attempts.append((aid, (*state[:7], plain, state.decided_block)))
+        else:
+            attempts.append((aid, pickle.dumps(state)))
+    payment = None if record.payment is None else tuple(record.payment)
+    credit = None if record.credit is None else tuple(record.credit)
+    return marshal.dumps((values, record.group, attempts, payment, credit))
+
+
+def _decode_finished(data: bytes) -> Finished:
+    """Rebuilds the record ``_encode_finished`` wrote."""
+    values, group, attempts, payment, credit = marshal.loads(data)
+    if values[_FEE_AT] is not None:
+        values[_FEE_AT] = Fee(*values[_FEE_AT])
+    decoded: dict[str, AttemptState | AttemptSummary] = {}
+    for aid, found in attempts:
+        if type(found) is bytes:
+            decoded[aid] = pickle.loads(found)
+        else:
+            *head, decision, decided_block = found
+            plain = None if decision is None else Decision(*decision)
+            decoded[aid] = AttemptSummary._make((*head, plain, decided_block))
+    return Finished(
+        SubmissionState(*values),
+        group,
+        decoded,
+        None if payment is None else PaymentState(*payment),
+        None if credit is None else CreditState(*credit),
+    )
+
+
+def _merged(view: Mapping[K, V]) -> dict[K, V]:
+    if isinstance(view, (_ArchivedMap, _Admissions)):
+        return view.merged()
+    return dict(view)
+
+
+def _arrival_key_of(state: SubmissionState) -> ArrivalKey:
+    return state.arrival_key
+
+
 def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "") -> Refusal:
     return Refusal(machine, state, event.event_type, code, detail)
 
@@ -122,9 +332,13 @@ def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "")
 class LedgerFold:
     """Consumes (position, stream, event) in order and keeps every machine's projection."""
 
-    def __init__(self, *, detail: bool = False) -> None:
+    def __init__(self, *, detail: bool = False, archive: Archive | None = None) -> None:
         self.position = 0
         self.detail = detail
+        #: Where finished submissions go (None: they stay in memory, as they always did).
+        self.archive = archive
+        self._attempts_of: dict[str, list[str]] = {}  # live submission -> its attempt ids
+        self._finished: list[str] = []  # terminal since the event began: archived after it
         self.events = 0
         self.refusals: list[tuple[int, str, Refusal]] = []
         self._arenas: dict[str, ArenaState] = {}
@@ -136,6 +350,14 @@ class LedgerFold:
         self._credit_of: dict[str, str] = {}
         self._admissions: dict[tuple[str, int], int] = {}
         self._failed: dict[tuple[str, str], FailedRef] = {}
+        #: What intake reads: the dicts themselves, or views that read the archive too.
+        self._admitted: Mapping[tuple[str, int], int] = self._admissions
+        self._failures: Mapping[tuple[str, str], FailedRef] = self._failed
+        if archive is not None:
+            self._admitted = _Admissions(self._admissions, archive)
+            self._failures = _ArchivedMap(
+                self._failed, archive, "failed", _failed_name, _failed_decode
+            )
         self._by_arena: dict[str, dict[str, ArrivalKey]] = {}
         self._queued: dict[str, dict[str, ArrivalKey]] = {}
         self._live: dict[str, ArrivalKey] = {}
@@ -198,6 +420,8 @@ class LedgerFold:
         self.events += 1
         if refusal is not None:
             self.refusals.append((position, stream, refusal))
+        if self._finished:
+            self._archive_finished()
         return refusal
 
     def consume(self, records: Iterable[Record]) -> int:
@@ -220,6 +444,8 @@ class LedgerFold:
                 refusal = slow(stream, event, None)
             self.position = position
             self.events += 1
+            if self._finished:
+                self._archive_finished()
             if refusal is not None:
                 refusals.append((position, stream, refusal))
         return len(refusals) - before
@@ -249,6 +475,98 @@ class LedgerFold:
                     del table[key]
                 else:
                     table[key] = old
+
+    # --- the archive ----------------------------------------------------------------------
+
+    def _archive_finished(self) -> None:
+        """Moves the submissions that just became terminal, and all only they held, out.
+
+        Terminal states absorb every later event, so an archived submission is only ever
+        read again: by a rule that needs history (a repeated arrival, attempt or payment
+        id is refused with the archived state, exactly as before) or by a query.
+        """
+        archive = self.archive
+        assert archive is not None
+        for sid in self._finished:
+            sub = self._subs.pop(sid)
+            by_arena = self._by_arena[sub.arena_id]
+            del by_arena[sid]
+            attempts: dict[str, AttemptState | AttemptSummary] = {}
+            for aid in self._attempts_of.pop(sid, ()):
+                state = self._attempts.pop(aid, None)
+                if state is not None:
+                    attempts[aid] = state
+            payment = None
+            fee = sub.fee
+            ref = fee.ref if fee is not None and fee.kind == "payment" else sub.payment_ref
+            if ref is not None:
+                found = self._payments.get(ref)
+                if found is not None and found.submission_id == sid:
+                    payment = self._payments.pop(ref)
+            credit = None
+            credit_id = self._credit_of.pop(sid, None)
+            if credit_id is not None:
+                credit = self._credits.pop(credit_id, None)
+            group = self._group.pop(sid, None)
+            record = _encode_finished(Finished(sub, group, attempts, payment, credit))
+            archive.put("submission", sid, record, sub.arena_id)
+            for aid in attempts:
+                archive.link("attempt", aid, sid)
+            if payment is not None:
+                archive.link("payment", payment.payment_ref, sid)
+            if credit is not None:
+                archive.link("credit", credit.credit_id, sid)
+        self._finished.clear()
+
+    def _finished_record(self, space: str, key: str) -> Finished | None:
+        """Returns the archived record a submission id, attempt id or payment ref names."""
+        archive = self.archive
+        if archive is None:
+            return None
+        if space != "submission":
+            sid = archive.target(space, key)
+            if sid is None:
+                return None
+            key = sid
+        found = archive.get("submission", key)
+        return None if found is None else _decode_finished(found)
+
+    def _arrival_key(self, sid: str) -> ArrivalKey:
+        state = self._sub(sid)
+        assert state is not None  # only asked of submissions the fold holds
+        return state.arrival_key
+
+    def _sub(self, sid: str) -> SubmissionState | None:
+        """Returns a submission's state, live or archived, or None."""
+        state = self._subs.get(sid)
+        if state is None and self.archive is not None:
+            record = self._finished_record("submission", sid)
+            return None if record is None else record.state
+        return state
+
+    def _attempt(self, aid: str) -> AttemptState | AttemptSummary | None:
+        """Returns an attempt's state, in memory or archived with its submission, or None."""
+        state = self._attempts.get(aid)
+        if state is None and self.archive is not None:
+            record = self._finished_record("attempt", aid)
+            return None if record is None else record.attempts.get(aid)
+        return state
+
+    def _credit(self, credit_id: str) -> CreditState | None:
+        """Returns a credit's state, in memory or archived with its submission, or None."""
+        state = self._credits.get(credit_id)
+        if state is None and self.archive is not None:
+            record = self._finished_record("credit", credit_id)
+            return None if record is None else record.credit
+        return state
+
+    def _payment(self, ref: str) -> PaymentState | None:
+        """Returns a payment's state, in memory or archived with its submission, or None."""
+        state = self._payments.get(ref)
+        if state is None and self.archive is not None:
+            record = self._finished_record("payment", ref)
+            return None if record is None else record.payment
+        return state
 
     # --- journaled writes -----------------------------------------------------------------
 
@@ -325,6 +643,8 @@ class LedgerFold:
             queued[sid] = new.arrival_key
         if status in TERMINALS:
             self._live.pop(sid, None)
+            if self.archive is not None:
+                self._finished.append(sid)
 
     def _store_journaled(self, old: SubmissionState | None, new: SubmissionState) -> None:
         sid = new.submission_id
@@ -356,6 +676,8 @@ class LedgerFold:
 
     def _on_arrived(self, ident: str, event: SubmissionArrived, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
+        if old is None and self.archive is not None:
+            old = self._sub(ident)
         if old is not None:
             return submission_machine.decide(old, event)  # the refusal: the stream has started
         arena = self._arenas.get(event.arena_id)
@@ -374,10 +696,14 @@ class LedgerFold:
 
     def _on_submission(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
+        if old is None and self.archive is not None:
+            old = self._sub(ident)
         # ``type(...) is``: routes are keyed by the exact class (isinstance on a pydantic
         # class goes through ABCMeta's __instancecheck__ when it fails).
         if type(event) is QualificationStarted:
             claimed = self._attempts.get(event.attempt_id)
+            if claimed is None and self.archive is not None:
+                claimed = self._attempt(event.attempt_id)
             if claimed is not None and (
                 claimed.submission_id != ident or claimed.decision is not None
             ):
@@ -396,7 +722,11 @@ class LedgerFold:
 
     def _on_resolved(self, ident: str, event: SubmissionResolved, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
+        if old is None and self.archive is not None:
+            old = self._sub(ident)
         attempt = self._attempts.get(event.attempt_id)
+        if attempt is None and self.archive is not None:
+            attempt = self._attempt(event.attempt_id)
         decided = None if attempt is None else attempt.decision
         if old is None:
             return submission_machine.decide(old, event)  # the refusal: no stream yet
@@ -415,9 +745,14 @@ class LedgerFold:
 
     def _index_failure(self, sub: SubmissionState, commission: str) -> None:
         key = (commission, sub.content_hash)
-        first = self._failed.get(key)
-        if first is None or sub.arrival_key < self._subs[first.submission_id].arrival_key:
-            self._put(self._failed, key, FailedRef(sub.submission_id, sub.reason or ""))
+        first = self._failures.get(key)
+        if first is None or sub.arrival_key < self._arrival_key(first.submission_id):
+            reason = sub.reason or ""
+            if self.archive is None or self._journal is not None:
+                self._put(self._failed, key, FailedRef(sub.submission_id, reason))
+            else:  # for good: written straight to the archive
+                entry = marshal.dumps((commission, sub.content_hash, sub.submission_id, reason))
+                self.archive.put("failed", _failed_name(key), entry)
 
     # --- intake ---------------------------------------------------------------------------
 
@@ -431,9 +766,8 @@ class LedgerFold:
         """
         arena = self._arenas[submission.arena_id]
         ref = submission.payment_ref
-        consumed = {} if ref is None or ref not in self._payments else {
-            ref: self._payments[ref].submission_id
-        }
+        paid = None if ref is None else self._payment(ref)
+        consumed = {} if paid is None else {ref: paid.submission_id}
         unspent = self._unspent.get(submission.hotkey)
         credits = [] if not unspent else [CreditView(c, a) for c, a in unspent.items()]
         own = self._credit_of.get(submission.submission_id)
@@ -442,7 +776,7 @@ class LedgerFold:
             credits.insert(0, spent)
         # IntakeContext(...) without its Python-level __new__ (once per intake).
         return _new_tuple(IntakeContext, (
-            arena, payment_amount_rao, consumed, credits, self._admissions, self._failed
+            arena, payment_amount_rao, consumed, credits, self._admitted, self._failures
         ))
 
     def intake(
@@ -474,6 +808,8 @@ class LedgerFold:
 
     def _on_intake(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
+        if old is None and self.archive is not None:
+            old = self._sub(ident)
         if old is None:
             return submission_machine.decide(old, event)  # the refusal: no stream yet
         # submission_machine.step less its SubmissionArrived check: none is routed here.
@@ -486,9 +822,11 @@ class LedgerFold:
         self._store(old, result)
         if type(event) is SubmissionAdmitted:
             key = (old.hotkey, epoch_of(old.arrival_block))
-            admitted = self._admissions.get(key, 0) + 1
+            admitted = self._admitted.get(key, 0) + 1
             if self._journal is None:
                 self._admissions[key] = admitted  # _put without a journal (hot path)
+                if type(self._admitted) is _Admissions:
+                    self._admitted.counted(key[1])
             else:
                 self._put(self._admissions, key, admitted)
         return None
@@ -497,6 +835,8 @@ class LedgerFold:
 
     def _on_claimed(self, ident: str, event: AttemptClaimed, _: Payload) -> Refusal | None:
         existing = self._attempts.get(ident)
+        if existing is None and self.archive is not None:
+            existing = self._attempt(ident)
         if existing is not None:
             return _refuse("attempt", existing.status, event, "stream_already_started")
         fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
@@ -504,7 +844,7 @@ class LedgerFold:
             return _refuse("attempt", ABSENT, event, "stream_id_mismatch", event.attempt_id)
         arena = self._arenas.get(fields["arena_id"])
         # ClaimContext(submission, arena) without its Python-level __new__ (per claim).
-        context = _new_tuple(ClaimContext, (self._subs.get(fields["submission_id"]), arena))
+        context = _new_tuple(ClaimContext, (self._sub(fields["submission_id"]), arena))
         refusal = attempt_machine.decide_claim(event, context)
         if refusal is not None:
             return refusal
@@ -515,10 +855,15 @@ class LedgerFold:
             self._attempts[ident] = opened  # _put without a journal (hot path)
         else:
             self._put(self._attempts, ident, opened)
+        if self.archive is not None:  # the attempts to archive with the submission
+            sid = fields["submission_id"]
+            self._put(self._attempts_of, sid, [*self._attempts_of.get(sid, ()), ident])
         return None
 
     def _on_attempt(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         state = self._attempts.get(ident)
+        if state is None and self.archive is not None:
+            state = self._attempt(ident)
         if type(state) is AttemptState and state.fault is None:
             # attempt_machine.step, less the checks that cannot refuse here: the state
             # exists, has no fault, and AttemptClaimed is routed to _on_claimed.
@@ -550,11 +895,15 @@ class LedgerFold:
 
     def _on_payment(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         state = self._payments.get(ident)
+        if state is None and self.archive is not None:
+            state = self._payment(ident)
         if state is None and type(event) is PaymentConsumed:  # exact: routes use the class
             fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
             if fields["payment_ref"] != ident:
                 return _refuse("payment", ABSENT, event, "stream_id_mismatch", event.payment_ref)
             sub = self._subs.get(fields["submission_id"])
+            if sub is None and self.archive is not None:
+                sub = self._sub(fields["submission_id"])
             if sub is None:
                 return _refuse("payment", ABSENT, event, "submission_unknown")
             if sub.arena_id != fields["arena_id"]:
@@ -569,11 +918,13 @@ class LedgerFold:
         return None
 
     def _on_credit(self, ident: str, event: Event, _: Payload) -> Refusal | None:
-        state = self._credits.get(ident)
+        state = self._credit(ident)
         if isinstance(event, CreditGranted) and state is None and event.credit_id != ident:
             return _refuse("credit", ABSENT, event, "stream_id_mismatch", event.credit_id)
         if isinstance(event, CreditSpent) and state is not None and state.status != "SPENT":
             sub = self._subs.get(event.submission_id)
+            if sub is None and self.archive is not None:
+                sub = self._sub(event.submission_id)
             if sub is None:
                 return _refuse("credit", state.status, event, "submission_unknown")
             if sub.hotkey != state.hotkey:
@@ -601,13 +952,18 @@ class LedgerFold:
         return [self._arenas[a] for a in sorted(self._arenas)]
 
     def submission(self, submission_id: str) -> SubmissionState | None:
-        """Returns a submission's state, or None."""
-        return self._subs.get(submission_id)
+        """Returns a submission's state (live or archived), or None."""
+        return self._sub(submission_id)
 
     def submissions(self, arena_id: str) -> list[SubmissionState]:
         """Returns an arena's submissions in arrival-key order, with their status."""
         index = self._by_arena.get(arena_id, {})
-        return [self._subs[sid] for sid in sorted(index, key=index.__getitem__)]
+        found = [self._subs[sid] for sid in index]
+        if self.archive is not None:
+            found += [
+                _decode_finished(data).state for data in self.archive.values("submission", arena_id)
+            ]
+        return sorted(found, key=_arrival_key_of)
 
     def live_submissions(self) -> int:
         """Returns how many submissions are not terminal."""
@@ -636,7 +992,11 @@ class LedgerFold:
 
     def reward_group(self, submission_id: str) -> str | None:
         """Returns the incumbent_digest current when the submission's arrival was recorded."""
-        return self._group.get(submission_id)
+        group = self._group.get(submission_id)
+        if group is None and self.archive is not None:
+            record = self._finished_record("submission", submission_id)
+            return None if record is None else record.group
+        return group
 
     def resolution(self, submission_id: str) -> Decision | None:
         """Returns the recorded decision of the submission's current attempt, or None.
@@ -644,19 +1004,21 @@ class LedgerFold:
         For a resolved submission this carries what SubmissionResolved does not: the
         speedup, pass line and look window (settlement reads the speedup of a PASS).
         """
-        sub = self._subs.get(submission_id)
+        sub = self._sub(submission_id)
         if sub is None or sub.attempt_id is None:
             return None
-        found = self._attempts.get(sub.attempt_id)
+        found = self._attempt(sub.attempt_id)
         return None if found is None else found.decision
 
     def attempt(self, attempt_id: str) -> AttemptState | AttemptSummary | None:
         """Returns an attempt: full state while live (or with ``detail``), else its summary."""
-        return self._attempts.get(attempt_id)
+        return self._attempt(attempt_id)
 
     def derive_decision(self, attempt_id: str) -> Decision | None:
         """Returns what the attempt's AttemptDecided must carry now, or None."""
         state = self._attempts.get(attempt_id)
+        if state is None and self.archive is not None:
+            state = self._attempt(attempt_id)
         if state is None:
             return None
         if isinstance(state, AttemptSummary):
@@ -675,20 +1037,24 @@ class LedgerFold:
         return attempt_machine.fold(claimed, commission.params, stream)
 
     def payments(self) -> list[PaymentState]:
-        """Returns every consumed payment (released ones included), without copying the fold."""
-        return list(self._payments.values())
+        """Returns every consumed payment (released ones included), archived ones too."""
+        return list(self._all_payments().values())
 
     def credits(self) -> list[CreditState]:
         """Returns every granted credit (spent or not), without copying the fold."""
-        return list(self._credits.values())
+        credits = dict(self._credits)
+        for record in self._archived():
+            if record.credit is not None:
+                credits.setdefault(record.credit.credit_id, record.credit)
+        return list(credits.values())
 
     def payment(self, payment_ref: str) -> PaymentState | None:
         """Returns a consumed payment, or None."""
-        return self._payments.get(payment_ref)
+        return self._payment(payment_ref)
 
     def credit(self, credit_id: str) -> CreditState | None:
         """Returns a credit, or None."""
-        return self._credits.get(credit_id)
+        return self._credit(credit_id)
 
     def controls(self, arena_id: str) -> list[ControlRow]:
         """Returns the arena's control report (as_expected / unexpected / pending)."""
@@ -697,17 +1063,38 @@ class LedgerFold:
 
     def snapshot(self) -> dict[str, Any]:
         """Returns every projection as plain containers (for equality checks and debugging)."""
+        submissions, attempts, groups = dict(self._subs), dict(self._attempts), dict(self._group)
+        for record in self._archived():
+            sid = record.state.submission_id
+            submissions[sid] = record.state
+            if record.group is not None:
+                groups[sid] = record.group
+            for aid, state in record.attempts.items():
+                attempts.setdefault(aid, state)  # one revived in memory is the newer
         return {
             "position": self.position,
             "arenas": dict(self._arenas),
-            "submissions": dict(self._subs),
-            "attempts": dict(self._attempts),
-            "payments": dict(self._payments),
-            "credits": dict(self._credits),
+            "submissions": submissions,
+            "attempts": attempts,
+            "payments": self._all_payments(),
+            "credits": {c.credit_id: c for c in self.credits()},
             "unspent": {k: dict(v) for k, v in self._unspent.items() if v},
-            "admissions": dict(self._admissions),
-            "failed": dict(self._failed),
+            "admissions": _merged(self._admitted),
+            "failed": _merged(self._failures),
             "queued": {k: dict(v) for k, v in self._queued.items() if v},
             "live": dict(self._live),
-            "groups": dict(self._group),
+            "groups": groups,
         }
+
+    def _archived(self) -> Iterator[Finished]:
+        """Yields every archived submission's record (none without an archive)."""
+        if self.archive is not None:
+            yield from map(_decode_finished, self.archive.values("submission"))
+
+    def _all_payments(self) -> dict[str, PaymentState]:
+        """Returns every payment by ref: in memory, then archived (memory wins: newer)."""
+        payments = dict(self._payments)
+        for record in self._archived():
+            if record.payment is not None:
+                payments.setdefault(record.payment.payment_ref, record.payment)
+        return payments

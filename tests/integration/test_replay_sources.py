@@ -129,6 +129,38 @@ def test_the_tracker_equals_the_full_settlement_after_every_event(
     assert compared == 2 * (HEAD - 79) and claims > 0
 
 
+def test_an_archived_fold_settles_and_explains_like_one_that_keeps_everything(
+    settled: tuple[ArenaLedger, Settled],
+) -> None:
+    from ledger.archive import DiskArchive
+    from ledger.settle import fee_summary, rewards
+
+    ledger, _ = settled
+    kept = LedgerFold()
+    with DiskArchive(flush_entries=3) as archive:  # flushes all the time
+        archived = LedgerFold(archive=archive)
+        tracker = SettlementTracker(archived)
+        policy = None
+        for recorded in ledger.store.read_all():
+            event = recorded.event()
+            for fold in (kept, archived):
+                position, stream, payload = recorded.position, recorded.stream, recorded.payload
+                assert fold.apply(position, stream, event, payload) is None
+            tracker.note(recorded.stream, event)
+            if isinstance(event, EmissionPolicySet):
+                policy = event
+            if policy is not None:
+                expected = settlement_payload(compute(kept, policy, 3_000))
+                assert settlement_payload(compute(archived, policy, 3_000)) == expected
+                assert tracker.payload(policy, 3_000) == expected, recorded.position
+        assert archived.snapshot() == kept.snapshot()
+        assert len(archived._subs) == archived.live_submissions() < len(kept._subs)
+        assert rewards(archived) == rewards(kept)
+        assert fee_summary(archived) == fee_summary(kept)
+        for arena in kept.arenas():
+            assert archived.controls(arena.arena_id) == kept.controls(arena.arena_id)
+
+
 def test_replay_store_names_a_database_failure_without_a_driver_traceback(
     settled: tuple[ArenaLedger, Settled], store_url: str
 ) -> None:

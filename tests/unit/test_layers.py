@@ -39,6 +39,7 @@ SQLALCHEMY_MODULES = {
     "ledger/schema.py",
     "ledger/migrate.py",
     "ledger/tree.py",  # the Merkle tree's storage half: reads nodes via the store connection
+    "ledger/archive.py",  # the fold's scratch archive: a private temporary SQLite file
 }
 SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}

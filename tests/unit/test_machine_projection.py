@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from archive_double import MemoryArchive  # same directory, prepend import mode
 
 from ledger.events import (
     ControlRegistered,
@@ -18,6 +19,7 @@ from ledger.events import (
     SubmissionResolved,
 )
 from machines import samples
+from machines import scenario as scenario_module
 from machines.attempt import AttemptState, AttemptSummary
 from machines.intake import Admission, Rejection
 from machines.projection import LedgerFold
@@ -27,6 +29,22 @@ BILLION = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS
 SLOW = ((BILLION, 1_040_000_000),) * 4
 FEE = BILLION
+
+
+def _archived_fold(*, detail: bool = False) -> LedgerFold:
+    return LedgerFold(detail=detail, archive=MemoryArchive())
+
+
+@pytest.fixture(autouse=True, params=["in_memory", "archived"])
+def fold_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs every test twice: a Scenario's fold keeps finished submissions, or archives them.
+
+    The archived fold must answer every rule and query alike (duplicates, payment reuse,
+    a repeated attempt, settlement's reads), with finished submissions out of memory.
+    """
+    if request.param == "archived":
+        monkeypatch.setattr(scenario_module, "LedgerFold", _archived_fold)
+    return str(request.param)
 
 
 def _paid(sc: Scenario, ref: str, **fields: object) -> str:
@@ -53,6 +71,43 @@ def test_full_pass_flow_and_replay() -> None:
     assert replay.consume(sc.records) == 0
     assert replay.snapshot() == sc.fold.snapshot()
     assert sc.fold.payment("pay-1") is not None
+
+
+def test_an_archived_fold_holds_only_live_submissions(fold_kind: str) -> None:
+    sc = Scenario()
+    sc.commission()
+    passed = _paid(sc, "pay-1")
+    sc.evaluate(passed, "att-1", WORKED, samples.audit(), samples.quality())
+    failed = _paid(sc, "pay-2", content="slow", block=1_001)
+    sc.evaluate(failed, "att-2", SLOW)
+    live = _paid(sc, "pay-3", content="live", block=1_002)
+    in_memory = set(sc.fold._subs)
+    if fold_kind == "archived":
+        assert in_memory == {live}
+        assert set(sc.fold._attempts) == set() and set(sc.fold._payments) == {"pay-3"}
+    else:
+        assert in_memory == {passed, failed, live}
+    every = LedgerFold()
+    every.consume(sc.records)
+    assert sc.fold.snapshot() == every.snapshot()
+    assert sc.fold.submissions("mlp-arena") == every.submissions("mlp-arena")
+    assert sorted(sc.fold.payments()) == sorted(every.payments())
+    for sid in (passed, failed, live):
+        assert sc.fold.submission(sid) == every.submission(sid)
+        assert sc.fold.resolution(sid) == every.resolution(sid)
+        assert sc.fold.reward_group(sid) == every.reward_group(sid)
+    assert sc.fold.attempt("att-2") == every.attempt("att-2")
+    # history still refuses: a second arrival, a reused attempt id, a consumed payment
+    again = samples.arrived(content="slow", block=1_001, payment_ref="pay-2")
+    assert _code(sc, f"submission-{failed}", again) == "stream_already_started"
+    arena = sc.fold.arena("mlp-arena")
+    assert arena is not None
+    reclaimed = samples.claimed(live, arena.commission_digest, attempt_id="att-1")
+    assert _code(sc, "attempt-att-1", reclaimed) == "stream_already_started"
+    payment = PaymentConsumed(
+        payment_ref="pay-1", submission_id=live, arena_id="mlp-arena", amount_rao=FEE
+    )
+    assert _code(sc, "payment-pay-1", payment) == "stream_already_started"
 
 
 def test_queue_is_in_arrival_key_order() -> None:
@@ -170,6 +225,30 @@ def test_epoch_limit_through_the_fold() -> None:
     assert sc.fold.submission(over).rejection == "hotkey_epoch_admission_limit"  # type: ignore[union-attr]
     next_epoch = sc.arrive(block=1_080, content="c17")
     assert sc.fold.submission(next_epoch).status == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_a_late_arrival_counts_against_its_own_epoch(fold_kind: str) -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    for n in range(15):
+        sc.arrive(block=720 + n, content=f"c{n}")  # epoch 2: 15 of 16
+    for n in range(16):
+        sc.arrive(block=740 + n, content=f"o{n}", hotkey="5Full")  # epoch 2: full
+    sc.arrive(block=3_600, content="later")  # epoch 10: an archived fold moves epoch 2 out
+    if fold_kind == "archived":
+        assert all(epoch >= 9 for _, epoch in sc.fold._admissions)
+    sixteenth = sc.arrive(block=1_000, content="late-1")  # read back from the archive
+    assert sc.fold.submission(sixteenth).status == "QUEUED"  # type: ignore[union-attr]
+    sc.arrive(block=7_200, content="much-later")  # epoch 20: epoch 2 is archived again
+    seventeenth = sc.arrive(block=1_001, content="late-2")
+    assert sc.fold.submission(seventeenth).rejection == "hotkey_epoch_admission_limit"  # type: ignore[union-attr]
+    full = sc.arrive(block=1_003, content="o16", hotkey="5Full")  # its count was kept
+    assert sc.fold.submission(full).rejection == "hotkey_epoch_admission_limit"  # type: ignore[union-attr]
+    other = sc.arrive(block=1_002, content="other", hotkey="5Other")
+    assert sc.fold.submission(other).status == "QUEUED"  # type: ignore[union-attr]
+    every = LedgerFold()
+    every.consume(sc.records)
+    assert sc.fold.snapshot() == every.snapshot()
 
 
 def test_duplicate_of_a_failure_until_recommission() -> None:

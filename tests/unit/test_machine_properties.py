@@ -11,6 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from archive_double import MemoryArchive  # same directory, prepend import mode
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -251,8 +252,10 @@ PRELUDE: list[tuple[Any, ...]] = [
 ]
 
 
-def _run(ops: list[tuple[Any, ...]]) -> tuple[LedgerFold, list[Record]]:
-    fold = LedgerFold()
+def _run(
+    ops: list[tuple[Any, ...]], fold: LedgerFold | None = None
+) -> tuple[LedgerFold, list[Record]]:
+    fold = LedgerFold() if fold is None else fold
     world = _World(fold)
     records: list[Record] = []
     for item in [*PRELUDE, *ops]:
@@ -293,8 +296,22 @@ def test_folding_is_deterministic_and_all_at_once_equals_one_by_one(
     again = LedgerFold()
     for position, stream, _, event in records:
         again.apply(position, stream, event)
-    assert at_once.snapshot() == fold.snapshot() == again.snapshot()
-    assert at_once.refusals == fold.refusals == again.refusals
+    archived = LedgerFold(archive=MemoryArchive())  # finished submissions leave memory
+    archived.consume(records)
+    assert at_once.snapshot() == fold.snapshot() == again.snapshot() == archived.snapshot()
+    assert at_once.refusals == fold.refusals == again.refusals == archived.refusals
+
+
+@given(st.lists(op, max_size=60))
+def test_an_archived_fold_decides_and_folds_like_one_that_keeps_everything(
+    ops: list[tuple[Any, ...]],
+) -> None:
+    kept, records = _run(ops)
+    archived, again = _run(ops, LedgerFold(archive=MemoryArchive()))  # decide == apply inside
+    assert again == records
+    assert archived.snapshot() == kept.snapshot()
+    assert archived.refusals == kept.refusals
+    assert set(archived._subs) == set(kept._live)  # only live submissions stay in memory
 
 
 @given(st.lists(op, max_size=40))

@@ -30,6 +30,8 @@ flush_entries_default = 4096
 bloom_bits_per_key = 10
 #: Keys a space's first filter is sized for; it grows fourfold whenever it is full.
 bloom_keys_initial = 1 << 16
+#: Rows one INSERT statement writes (5 columns: far below SQLite's parameter bound).
+insert_rows_max = 128
 #: SQLite page cache of the archive file, KiB (its memory, whatever the file's size).
 cache_kib = 4096
 
@@ -188,8 +190,8 @@ class DiskArchive:
             )
         self._replacing.clear()
         if self._records:
-            db.executemany(
-                "INSERT INTO records (space, h, key, tag, value) VALUES (?, ?, ?, ?, ?)",
+            self._insert(
+                "records (space, h, key, tag, value)",
                 [
                     (spaces[space], hash(key), key, tag, value)
                     for (space, key), (tag, value) in self._records.items()
@@ -197,14 +199,28 @@ class DiskArchive:
             )
             self._records.clear()
         if self._links:
-            db.executemany(
-                "INSERT INTO links (space, h, key, target) VALUES (?, ?, ?, ?)",
+            self._insert(
+                "links (space, h, key, target)",
                 [
                     (spaces[space], hash(key), key, target)
                     for (space, key), target in self._links.items()
                 ],
             )
             self._links.clear()
+
+    def _insert(self, into: str, rows: list[tuple[object, ...]]) -> None:
+        """Inserts rows with multi-row INSERTs of ``insert_rows_max`` (then the rest).
+
+        One statement per row (``executemany``) reopens and seeks the table's and index's
+        cursors for every row; a statement of many rows does that once per statement.
+        """
+        width = len(rows[0])
+        one = "(" + ", ".join("?" * width) + ")"
+        full = insert_rows_max
+        for start in range(0, len(rows), full):
+            chunk = rows[start : start + full]
+            sql = f"INSERT INTO {into} VALUES " + ", ".join([one] * len(chunk))
+            self._db.execute(sql, [value for row in chunk for value in row])
 
     def _lookup(self, sql: str, space: str, key: str) -> Any:
         """Returns the second column of the row stored under (space, key), or None."""

@@ -146,7 +146,7 @@ def _child_fold(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
     figures = fold.run(params["events"], 7, 50_000, 256)
     fold._report(figures)  # the script's own printout (private, but its only renderer)
     keep = ("events", "seconds", "rate", "cpu_seconds", "cpu_rate", "refusals",
-            "rss_peak_kib", "rss_growth_kib", "submissions", "live")
+            "rss_peak_kib", "rss_growth_kib", "submissions", "live", "in_memory", "archived")
     return {key: figures[key] for key in keep if key in figures}
 
 
@@ -478,7 +478,9 @@ def fold_replay_targets(fold_run: BenchRun | None, replay_run: BenchRun | None,
     if f and fold_run:
         rows.append(TargetRow(
             "fold_rate", "LedgerFold ≥ 100,000 events/s", f"{fmt_rate(f['rate'])} ev/s",
-            f"{fmt_rate(f['cpu_rate'])} per CPU-second", f"bench/fold.py, {f['events']:,} events",
+            f"{fmt_rate(f['cpu_rate'])} per CPU-second; finished submissions "
+            f"{'archived' if f.get('archived') else 'in memory'}, "
+            f"{f.get('in_memory', 0):,} held", f"bench/fold.py, {f['events']:,} events",
             fold_run.load, f["rate"] >= target_fold_events_per_s, f["events"]))
     r = replay_run.figures if replay_run else None
     if r and replay_run and r.get("parsed"):

@@ -6,8 +6,9 @@ Kept in memory, that is about 2 KB per submission ever recorded. ``DiskArchive``
 values in a private temporary SQLite file instead (deleted when closed), behind two things
 that keep the fold fast:
 
-- a write buffer of ``flush_entries`` values, written with one ``executemany`` when full;
-- one Bloom filter per space (about 2 bytes per key, three probes from the key's own
+- a write buffer of ``flush_entries`` records and links, written with multi-row INSERTs
+  when full;
+- one Bloom filter per space (10 bits per key at most, three probes from the key's own
   hash), so the common question "was this new id ever archived?" is answered "no" in
   memory; a "maybe" reads the file, so an answer is never wrong, only sometimes slower.
 
@@ -24,7 +25,7 @@ from typing import Any
 
 __all__ = ["DiskArchive"]
 
-#: Values held in memory before they are written to the file together.
+#: Records and links held in memory before they are written to the file together.
 flush_entries_default = 4096
 #: Bloom filter bits per expected key (three probes: about 1% false "maybe" when full).
 bloom_bits_per_key = 10

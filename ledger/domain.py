@@ -204,17 +204,30 @@ class ArenaLedger:
 
     url: str = DEFAULT_URL
     actor: str = "local"
+    #: Keep finished submissions in a temporary file (``ledger.archive.DiskArchive``), not in
+    #: memory: for a long-running process, whose fold otherwise grows by ~2 KB per
+    #: submission ever recorded. Every answer is the same; the fold is slower (docs/machines.md).
+    archive_finished: bool = False
     store: EventStore = field(init=False)
     guard: DomainGuard = field(init=False)
 
     def __post_init__(self) -> None:
-        self.guard = DomainGuard()
+        fold = None
+        if self.archive_finished:
+            from ledger.archive import DiskArchive
+            from machines.projection import LedgerFold
+
+            fold = LedgerFold(archive=DiskArchive())
+        self.guard = DomainGuard(fold)
         self.store = EventStore(self.url, guard=self.guard)
         self.store.require_initialised()
 
     def close(self) -> None:
-        """Releases the store's connections."""
+        """Releases the store's connections (and drops the archive, if any)."""
         self.store.close()
+        archive = self.guard.fold.archive
+        if archive is not None:
+            archive.close()
 
     def __enter__(self) -> ArenaLedger:
         return self

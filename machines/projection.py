@@ -143,6 +143,8 @@ class Archive(Protocol):
 
     def values(self, space: str, tag: str | None = None) -> Iterator[bytes]: ...
 
+    def close(self) -> None: ...
+
 
 class Finished(NamedTuple):
     """Is what the fold archives of a finished submission: everything only it referenced."""

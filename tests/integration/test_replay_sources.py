@@ -161,6 +161,24 @@ def test_an_archived_fold_settles_and_explains_like_one_that_keeps_everything(
             assert archived.controls(arena.arena_id) == kept.controls(arena.arena_id)
 
 
+def test_a_ledger_that_archives_finished_submissions_answers_alike(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    with (
+        ArenaLedger(store_url, archive_finished=True) as archived,
+        ArenaLedger(store_url) as kept,
+    ):
+        assert archived.fold.snapshot() == kept.fold.snapshot()
+        assert len(archived.fold._subs) == archived.fold.live_submissions()
+        assert len(kept.fold._subs) > archived.fold.live_submissions()
+        assert archived.submissions() == kept.submissions()
+        for row in kept.submissions():
+            sid = row["submission_id"]
+            assert archived.explain_submission(sid) == kept.explain_submission(sid)
+        for arena in kept.fold.arenas():
+            assert archived.controls(arena.arena_id) == kept.controls(arena.arena_id)
+
+
 def test_replay_store_names_a_database_failure_without_a_driver_traceback(
     settled: tuple[ArenaLedger, Settled], store_url: str
 ) -> None:

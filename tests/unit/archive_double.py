@@ -30,3 +30,7 @@ class MemoryArchive:
         for (s, _), (t, blob) in sorted(self.records.items()):
             if s == space and (tag is None or t == tag):
                 yield blob
+
+    def close(self) -> None:
+        self.records.clear()
+        self.links.clear()

@@ -23,6 +23,8 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+from ledger.sqlite_rows import insert_rows
+
 __all__ = ["DiskArchive"]
 
 #: Records and links held in memory before they are written to the file together.
@@ -31,7 +33,7 @@ flush_entries_default = 4096
 bloom_bits_per_key = 10
 #: Keys a space's first filter is sized for; it grows fourfold whenever it is full.
 bloom_keys_initial = 1 << 16
-#: Rows one INSERT statement writes (5 columns: far below SQLite's parameter bound).
+#: Most rows one INSERT statement writes (a power of two; ``ledger.sqlite_rows``).
 insert_rows_max = 128
 #: SQLite page cache of the archive file, KiB (its memory, whatever the file's size).
 cache_kib = 4096
@@ -96,6 +98,7 @@ class DiskArchive:
         self.flush_entries = flush_entries
         # "" names a private temporary database: SQLite deletes its file on close.
         self._db = sqlite3.connect("", isolation_level=None)
+        self._cursor = self._db.cursor()
         for pragma in ("journal_mode = OFF", "synchronous = OFF", f"cache_size = -{cache_kib}"):
             self._db.execute(f"PRAGMA {pragma}")  # scratch data: nothing to recover
         # Rowid tables, appended to, with the key's in-process hash (an integer) in the
@@ -132,40 +135,26 @@ class DiskArchive:
         """Keeps ``value`` under (space, key), replacing an earlier one."""
         if type(value) is not bytes:
             raise TypeError(f"an archived record is bytes, not {type(value).__name__}")
-        if self._admit(space, key) and (space, key) not in self._records:
-            self._replacing.add(("records", space, key))
-        self._records[(space, key)] = (tag, value)
-        if len(self._records) + len(self._links) >= self.flush_entries:
-            self.flush()
+        self._buffer("records", self._records, space, key, (tag, value))
 
     def link(self, space: str, key: str, target: str) -> None:
         """Records that (space, key) names the record ``target`` (of another space)."""
-        if self._admit(space, key) and (space, key) not in self._links:
-            self._replacing.add(("links", space, key))
-        self._links[(space, key)] = target
-        if len(self._records) + len(self._links) >= self.flush_entries:
-            self.flush()
+        self._buffer("links", self._links, space, key, target)
 
     def get(self, space: str, key: str) -> bytes | None:
         """Returns the record kept under (space, key), or None."""
-        bloom = self._blooms.get(space)
-        if bloom is None or not bloom.might_hold(key):
-            return None
         pending = self._records.get((space, key))
         if pending is not None:
             return pending[1]
-        found = self._lookup("SELECT key, value FROM records WHERE space = ? AND h = ?", space, key)
+        found = self._stored("records", "value", space, key)
         return None if found is None else bytes(found)
 
     def target(self, space: str, key: str) -> str | None:
         """Returns the key a link (space, key) names, or None."""
-        bloom = self._blooms.get(space)
-        if bloom is None or not bloom.might_hold(key):
-            return None
         pending = self._links.get((space, key))
         if pending is not None:
             return pending
-        found = self._lookup("SELECT key, target FROM links WHERE space = ? AND h = ?", space, key)
+        found = self._stored("links", "target", space, key)
         return None if found is None else str(found)
 
     def values(self, space: str, tag: str | None = None) -> Iterator[bytes]:
@@ -191,42 +180,52 @@ class DiskArchive:
             )
         self._replacing.clear()
         if self._records:
-            self._insert(
+            insert_rows(
+                self._cursor,
                 "records (space, h, key, tag, value)",
                 [
                     (spaces[space], hash(key), key, tag, value)
                     for (space, key), (tag, value) in self._records.items()
                 ],
+                insert_rows_max,
             )
             self._records.clear()
         if self._links:
-            self._insert(
+            insert_rows(
+                self._cursor,
                 "links (space, h, key, target)",
                 [
                     (spaces[space], hash(key), key, target)
                     for (space, key), target in self._links.items()
                 ],
+                insert_rows_max,
             )
             self._links.clear()
 
-    def _insert(self, into: str, rows: list[tuple[object, ...]]) -> None:
-        """Inserts rows with multi-row INSERTs of ``insert_rows_max`` (then the rest).
+    def _buffer(
+        self, table: str, buffer: dict[tuple[str, str], Any], space: str, key: str, entry: Any
+    ) -> None:
+        """Buffers one record or link; writes the buffers to the file when they are full."""
+        if self._admit(space, key) and (space, key) not in buffer:
+            self._replacing.add((table, space, key))  # may be in the file: replaced on flush
+        buffer[(space, key)] = entry
+        if len(self._records) + len(self._links) >= self.flush_entries:
+            self.flush()
 
-        One statement per row (``executemany``) reopens and seeks the table's and index's
-        cursors for every row; a statement of many rows does that once per statement.
+    def _stored(self, table: str, column: str, space: str, key: str) -> Any:
+        """Returns ``column`` of the row the file holds under (space, key), or None.
+
+        The space's Bloom filter answers "certainly absent" (most questions) without a read.
         """
-        width = len(rows[0])
-        one = "(" + ", ".join("?" * width) + ")"
-        full = insert_rows_max
-        for start in range(0, len(rows), full):
-            chunk = rows[start : start + full]
-            sql = f"INSERT INTO {into} VALUES " + ", ".join([one] * len(chunk))
-            self._db.execute(sql, [value for row in chunk for value in row])
-
-    def _lookup(self, sql: str, space: str, key: str) -> Any:
-        """Returns the second column of the row stored under (space, key), or None."""
-        for found, value in self._db.execute(sql, (self._spaces[space], hash(key))):
-            if found == key:
+        bloom = self._blooms.get(space)
+        if bloom is None or not bloom.might_hold(key):
+            return None
+        rows = self._db.execute(
+            f"SELECT key, {column} FROM {table} WHERE space = ? AND h = ?",
+            (self._spaces[space], hash(key)),
+        )
+        for found, value in rows:
+            if found == key:  # hashes may collide
                 return value
         return None
 

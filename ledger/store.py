@@ -10,7 +10,6 @@ new head, the idempotency key — commits in one transaction or not at all.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import operator
 import os
@@ -19,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote
 
@@ -55,6 +53,7 @@ from ledger.model import (
     StreamState,
     VerifyReport,
 )
+from ledger.sqlite_rows import insert_rows
 from ledger.tree import StoredTree, advance_frontier, frontier_root
 
 __all__ = [
@@ -80,7 +79,7 @@ sqlite_insert_rows_max = 256
 _COLUMNS = (
     "position, stream, version, type, schema_version, payload, recorded_at, actor, entry_hash"
 )
-_COLUMN_NAMES = _COLUMNS.split(", ")
+_EVENTS_INTO = f"events ({_COLUMNS})"
 _log = get_logger("arena_ledger.store")
 
 
@@ -344,7 +343,7 @@ class EventStore:
         else:
             rows, entries = chain_rows(previous, head.position, versions, batch, recorded_at, actor)
             if self.backend == "sqlite":
-                _insert_sqlite(cursor, rows)
+                insert_rows(cursor, _EVENTS_INTO, rows, sqlite_insert_rows_max)
             else:
                 cursor.executemany(sql.insert_events, rows)
             frontier, nodes = advance_frontier(frontier, head.position, entries)
@@ -693,34 +692,6 @@ def _copy_rows(
     return rows, entries, frontier, nodes
 
 
-def _insert_sqlite(cursor: Any, rows: list[Row]) -> None:
-    """Inserts events on SQLite with multi-row INSERTs of a power of two rows each.
-
-    ``executemany`` runs the one-row statement once per event, and each run opens cursors
-    on the table and its three indexes and seeks them anew: a third of the insert's time.
-    A statement of 256 rows does that once. Power-of-two widths (a batch of 1,000 is 256 ×
-    3 + 128 + 64 + 32 + 8) keep to nine statement texts, so SQLite's statement cache keeps
-    them all; the width also stays within the build's bound on parameters.
-    """
-    width = sqlite_insert_rows_max
-    params_max = cursor.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    while width > 1 and width * len(_COLUMN_NAMES) > params_max:
-        width >>= 1
-    start, total = 0, len(rows)
-    while start < total:
-        while width > total - start:
-            width >>= 1
-        values = list(itertools.chain.from_iterable(rows[start : start + width]))
-        cursor.execute(_multi_row_insert(width), values)
-        start += width
-
-
-@lru_cache(maxsize=16)
-def _multi_row_insert(rows: int) -> str:
-    row = "(" + ", ".join(["?"] * len(_COLUMN_NAMES)) + ")"
-    return f"INSERT INTO events ({_COLUMNS}) VALUES " + ", ".join([row] * rows)
-
-
 class _Statements(NamedTuple):
     """Is the SQL of an append's hot path in one backend's driver dialect."""
 
@@ -738,7 +709,7 @@ _SQL = {
             "SELECT value, (SELECT version FROM events WHERE stream = value ORDER BY "
             "version DESC LIMIT 1) FROM json_each(?)"
         ),
-        insert_events="",  # multi-row statements, written by _insert_sqlite
+        insert_events="",  # multi-row statements, written by sqlite_rows.insert_rows
         insert_nodes="INSERT INTO merkle_nodes (level, idx, hash) VALUES (?, ?, ?)",
         write_head="UPDATE ledger_head SET position = ?, entry_hash = ?, frontier = ? WHERE id = 1",
     ),

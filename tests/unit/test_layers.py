@@ -40,6 +40,7 @@ SQLALCHEMY_MODULES = {
     "ledger/migrate.py",
     "ledger/tree.py",  # the Merkle tree's storage half: reads nodes via the store connection
     "ledger/archive.py",  # the fold's scratch archive: a private temporary SQLite file
+    "ledger/sqlite_rows.py",  # multi-row INSERTs, shared by the store and the archive
 }
 SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}

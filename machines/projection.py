@@ -29,6 +29,7 @@ import marshal
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
+from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ledger.events import (
@@ -317,6 +318,13 @@ def _decode_finished(data: bytes) -> Finished:
     )
 
 
+#: What a lookup takes from an archived submission's record.
+_STATE_OF = attrgetter("state")
+_GROUP_OF = attrgetter("group")
+_PAYMENT_OF = attrgetter("payment")
+_CREDIT_OF = attrgetter("credit")
+
+
 def _merged(view: Mapping[K, V]) -> dict[K, V]:
     if isinstance(view, (_ArchivedMap, _Admissions)):
         return view.merged()
@@ -538,37 +546,31 @@ class LedgerFold:
         assert state is not None  # only asked of submissions the fold holds
         return state.arrival_key
 
+    def _held(
+        self, table: dict[str, V], space: str, key: str, pick: Callable[[Finished], V | None]
+    ) -> V | None:
+        """Returns ``table[key]``, else what ``pick`` takes from the archived record it names."""
+        found = table.get(key)
+        if found is None and self.archive is not None:
+            record = self._finished_record(space, key)
+            return None if record is None else pick(record)
+        return found
+
     def _sub(self, sid: str) -> SubmissionState | None:
         """Returns a submission's state, live or archived, or None."""
-        state = self._subs.get(sid)
-        if state is None and self.archive is not None:
-            record = self._finished_record("submission", sid)
-            return None if record is None else record.state
-        return state
+        return self._held(self._subs, "submission", sid, _STATE_OF)
 
     def _attempt(self, aid: str) -> AttemptState | AttemptSummary | None:
         """Returns an attempt's state, in memory or archived with its submission, or None."""
-        state = self._attempts.get(aid)
-        if state is None and self.archive is not None:
-            record = self._finished_record("attempt", aid)
-            return None if record is None else record.attempts.get(aid)
-        return state
+        return self._held(self._attempts, "attempt", aid, lambda record: record.attempts.get(aid))
 
     def _credit(self, credit_id: str) -> CreditState | None:
         """Returns a credit's state, in memory or archived with its submission, or None."""
-        state = self._credits.get(credit_id)
-        if state is None and self.archive is not None:
-            record = self._finished_record("credit", credit_id)
-            return None if record is None else record.credit
-        return state
+        return self._held(self._credits, "credit", credit_id, _CREDIT_OF)
 
     def _payment(self, ref: str) -> PaymentState | None:
         """Returns a payment's state, in memory or archived with its submission, or None."""
-        state = self._payments.get(ref)
-        if state is None and self.archive is not None:
-            record = self._finished_record("payment", ref)
-            return None if record is None else record.payment
-        return state
+        return self._held(self._payments, "payment", ref, _PAYMENT_OF)
 
     # --- journaled writes -----------------------------------------------------------------
 
@@ -994,11 +996,7 @@ class LedgerFold:
 
     def reward_group(self, submission_id: str) -> str | None:
         """Returns the incumbent_digest current when the submission's arrival was recorded."""
-        group = self._group.get(submission_id)
-        if group is None and self.archive is not None:
-            record = self._finished_record("submission", submission_id)
-            return None if record is None else record.group
-        return group
+        return self._held(self._group, "submission", submission_id, _GROUP_OF)
 
     def resolution(self, submission_id: str) -> Decision | None:
         """Returns the recorded decision of the submission's current attempt, or None.

@@ -1038,15 +1038,15 @@ class LedgerFold:
 
     def payments(self) -> list[PaymentState]:
         """Returns every consumed payment (released ones included), archived ones too."""
-        return list(self._all_payments().values())
+        if self.archive is None:
+            return list(self._payments.values())
+        return list(self._with_archived()["payments"].values())
 
     def credits(self) -> list[CreditState]:
-        """Returns every granted credit (spent or not), without copying the fold."""
-        credits = dict(self._credits)
-        for record in self._archived():
-            if record.credit is not None:
-                credits.setdefault(record.credit.credit_id, record.credit)
-        return list(credits.values())
+        """Returns every granted credit (spent or not), archived ones too."""
+        if self.archive is None:
+            return list(self._credits.values())
+        return list(self._with_archived()["credits"].values())
 
     def payment(self, payment_ref: str) -> PaymentState | None:
         """Returns a consumed payment, or None."""
@@ -1063,38 +1063,45 @@ class LedgerFold:
 
     def snapshot(self) -> dict[str, Any]:
         """Returns every projection as plain containers (for equality checks and debugging)."""
-        submissions, attempts, groups = dict(self._subs), dict(self._attempts), dict(self._group)
-        for record in self._archived():
-            sid = record.state.submission_id
-            submissions[sid] = record.state
-            if record.group is not None:
-                groups[sid] = record.group
-            for aid, state in record.attempts.items():
-                attempts.setdefault(aid, state)  # one revived in memory is the newer
+        merged = self._with_archived()
         return {
             "position": self.position,
             "arenas": dict(self._arenas),
-            "submissions": submissions,
-            "attempts": attempts,
-            "payments": self._all_payments(),
-            "credits": {c.credit_id: c for c in self.credits()},
+            "submissions": merged["submissions"],
+            "attempts": merged["attempts"],
+            "payments": merged["payments"],
+            "credits": merged["credits"],
             "unspent": {k: dict(v) for k, v in self._unspent.items() if v},
             "admissions": _merged(self._admitted),
             "failed": _merged(self._failures),
             "queued": {k: dict(v) for k, v in self._queued.items() if v},
             "live": dict(self._live),
-            "groups": groups,
+            "groups": merged["groups"],
         }
 
-    def _archived(self) -> Iterator[Finished]:
-        """Yields every archived submission's record (none without an archive)."""
-        if self.archive is not None:
-            yield from map(_decode_finished, self.archive.values("submission"))
+    def _with_archived(self) -> dict[str, dict[str, Any]]:
+        """Returns submissions, attempts, groups, payments and credits by id, archived too.
 
-    def _all_payments(self) -> dict[str, PaymentState]:
-        """Returns every payment by ref: in memory, then archived (memory wins: newer)."""
-        payments = dict(self._payments)
-        for record in self._archived():
+        One pass over the archive; an entry in memory wins (a payment or an attempt read
+        back and changed after its submission was archived is the newer).
+        """
+        merged: dict[str, dict[str, Any]] = {
+            "submissions": dict(self._subs),
+            "attempts": dict(self._attempts),
+            "groups": dict(self._group),
+            "payments": dict(self._payments),
+            "credits": dict(self._credits),
+        }
+        for data in [] if self.archive is None else self.archive.values("submission"):
+            record = _decode_finished(data)
+            sid = record.state.submission_id
+            merged["submissions"].setdefault(sid, record.state)
+            if record.group is not None:
+                merged["groups"].setdefault(sid, record.group)
+            for aid, state in record.attempts.items():
+                merged["attempts"].setdefault(aid, state)
             if record.payment is not None:
-                payments.setdefault(record.payment.payment_ref, record.payment)
-        return payments
+                merged["payments"].setdefault(record.payment.payment_ref, record.payment)
+            if record.credit is not None:
+                merged["credits"].setdefault(record.credit.credit_id, record.credit)
+        return merged

@@ -157,11 +157,38 @@ class Finished(NamedTuple):
     credit: CreditState | None = None
 
 
-class _ArchivedMap(Mapping[K, V]):
+class _ReadThrough(Mapping[K, V]):
+    """Is a mapping over one of the fold's dicts and the archive its older entries went to.
+
+    Subclasses say how to ``get`` one entry and how to list them all (``merged``, for
+    ``snapshot``); intake reads them through ``get``.
+    """
+
+    def get(self, key: K, default: Any = None) -> Any:
+        raise NotImplementedError
+
+    def merged(self) -> dict[K, V]:
+        """Returns every entry, archived then in memory (memory wins: it is newer)."""
+        raise NotImplementedError
+
+    def __getitem__(self, key: K) -> V:
+        found: V | None = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.merged())
+
+    def __len__(self) -> int:
+        return len(self.merged())
+
+
+class _ArchivedMap(_ReadThrough[K, V]):
     """Reads one of the fold's dicts, then the archive, where older entries were moved.
 
-    Intake reads ``admissions`` and ``failed`` through ``get``; the fold writes entries
-    to the dict (and, for good, to the archive). Iterating merges both (for ``snapshot``).
+    Intake's ``failed``: the fold writes entries to the dict while deciding a batch and
+    straight to the archive (for good) when it applies one.
     """
 
     def __init__(
@@ -183,20 +210,7 @@ class _ArchivedMap(Mapping[K, V]):
         data = self.archive.get(self.space, self.name(key))
         return default if data is None else self.decode(data)[1]
 
-    def __getitem__(self, key: K) -> V:
-        found: V | None = self.get(key)
-        if found is None:
-            raise KeyError(key)
-        return found
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(self.merged())
-
-    def __len__(self) -> int:
-        return len(self.merged())
-
     def merged(self) -> dict[K, V]:
-        """Returns every entry, archived then in memory (memory wins: it is newer)."""
         merged = dict(map(self.decode, self.archive.values(self.space)))
         merged.update(self.hot)
         return merged
@@ -211,7 +225,7 @@ def _failed_decode(data: bytes) -> tuple[tuple[str, str], FailedRef]:
     return (commission, content), FailedRef(sid, reason)
 
 
-class _Admissions(Mapping[tuple[str, int], int]):
+class _Admissions(_ReadThrough[tuple[str, int], int]):
     """Counts admissions per (hotkey, epoch) in memory for recent epochs, archived per epoch.
 
     Arrivals come in block order give or take, so intake counts the latest epochs; each
@@ -245,20 +259,7 @@ class _Admissions(Mapping[tuple[str, int], int]):
         data = self.archive.get("admission", str(number))
         return {} if data is None else dict(marshal.loads(data)[1])
 
-    def __getitem__(self, key: tuple[str, int]) -> int:
-        found: int | None = self.get(key)
-        if found is None:
-            raise KeyError(key)
-        return found
-
-    def __iter__(self) -> Iterator[tuple[str, int]]:
-        return iter(self.merged())
-
-    def __len__(self) -> int:
-        return len(self.merged())
-
     def merged(self) -> dict[tuple[str, int], int]:
-        """Returns every count, archived then in memory (memory wins: it is newer)."""
         merged: dict[tuple[str, int], int] = {}
         for data in self.archive.values("admission"):
             epoch, counts = marshal.loads(data)
@@ -326,7 +327,7 @@ _CREDIT_OF = attrgetter("credit")
 
 
 def _merged(view: Mapping[K, V]) -> dict[K, V]:
-    if isinstance(view, (_ArchivedMap, _Admissions)):
+    if isinstance(view, _ReadThrough):
         return view.merged()
     return dict(view)
 

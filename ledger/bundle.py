@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 import orjson
 
 from ledger import limits
-from ledger.chain import GENESIS_HASH, envelope_bytes
+from ledger.chain import GENESIS_HASH, Row, envelope_bytes
 from ledger.checkpoint import (
     event_document,
     note_file_bytes_max,
@@ -262,7 +262,6 @@ class _Scan:
     bytes: int
 
 
-Row = tuple[int, str, int, str, int, bytes, str, str, str]
 Sink = Callable[[list[Row], list[bytes]], None]
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ledger.catalogue import CATALOGUE
-from ledger.chain import GENESIS_HASH, chained
+from ledger.chain import GENESIS_HASH, Row, chained
 from ledger.codec import loads
 from ledger.errors import LedgerError
 from ledger.events import (
@@ -46,10 +46,6 @@ __all__ = [
     "replay_rows",
     "replay_store",
 ]
-
-#: One recorded event as the store's columns hold it: position, stream, version, type,
-#: schema_version, payload bytes, recorded_at, actor, entry_hash (hex).
-Row = tuple[int, str, int, str, int, bytes, str, str, str]
 
 _DECISION_FIELDS = ("verdict", "reason", "disposition", "speedup", "pass_line", "look_window")
 

@@ -787,8 +787,14 @@ class LedgerFold:
     def intake(
         self, submission_id: str, payment_amount_rao: int | None = None
     ) -> Admission | Rejection:
-        """Returns the intake outcome of an ARRIVED submission (what to append next)."""
-        sub = self._subs[submission_id]
+        """Returns the intake outcome of an ARRIVED submission (what to append next).
+
+        The submission may be archived (finished): the outcome is then the same as a fold that
+        keeps everything gives, and appending it is refused the same way.
+        """
+        sub = self._subs.get(submission_id) or self._sub(submission_id)
+        if sub is None:
+            raise KeyError(submission_id)
         return intake(sub, self.intake_context(sub, payment_amount_rao))
 
     def _intake_refusal(self, old: SubmissionState, event: Event) -> Refusal | None:

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from archive_double import MemoryArchive  # same directory, prepend import mode
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ledger.events import (
@@ -303,6 +303,8 @@ def test_folding_is_deterministic_and_all_at_once_equals_one_by_one(
 
 
 @given(st.lists(op, max_size=60))
+# Intake asked of a submission that expired (so was archived) before it was admitted.
+@example([("commission", 0, 2, None, 20), ("ops", 0, "expire", 120), ("intake", 0, None)])
 def test_an_archived_fold_decides_and_folds_like_one_that_keeps_everything(
     ops: list[tuple[Any, ...]],
 ) -> None:

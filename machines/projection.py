@@ -348,6 +348,10 @@ class LedgerFold:
         self.detail = detail
         #: Where finished submissions go (None: they stay in memory, as they always did).
         self.archive = archive
+        #: Called with each submission's record as it is archived (before it leaves
+        #: memory), so a reader that mirrors the fold (the settlement tracker) takes what
+        #: it needs then instead of reading it back from the archive.
+        self.on_archived: Callable[[Finished], None] | None = None
         self._attempts_of: dict[str, list[str]] = {}  # live submission -> its attempt ids
         self._finished: list[str] = []  # terminal since the event began: archived after it
         self.events = 0
@@ -519,8 +523,10 @@ class LedgerFold:
             if credit_id is not None:
                 credit = self._credits.pop(credit_id, None)
             group = self._group.pop(sid, None)
-            record = _encode_finished(Finished(sub, group, attempts, payment, credit))
-            archive.put("submission", sid, record, sub.arena_id)
+            finished = Finished(sub, group, attempts, payment, credit)
+            if self.on_archived is not None:
+                self.on_archived(finished)
+            archive.put("submission", sid, _encode_finished(finished), sub.arena_id)
             for aid in attempts:
                 archive.link("attempt", aid, sid)
             if payment is not None:

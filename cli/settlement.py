@@ -136,13 +136,19 @@ def replay(
     from_bundle: str | None = typer.Option(
         None, "--from-bundle", help="Replay an exported bundle instead of the database."
     ),
+    in_memory: bool = typer.Option(
+        False,
+        "--in-memory",
+        help="Keep finished submissions in memory (faster; memory grows with the ledger) "
+        "instead of a temporary file (memory follows live submissions).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
     if from_bundle is not None:
-        report = _replay_bundle(from_bundle, as_of, expect, as_json)
+        report = _replay_bundle(from_bundle, as_of, expect, as_json, in_memory)
     else:
-        report = _replay_store(as_of, expect, as_json)
+        report = _replay_store(as_of, expect, as_json, in_memory)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -151,7 +157,9 @@ def replay(
         raise typer.Exit(4)
 
 
-def _replay_bundle(bundle: str, as_of: int | None, expect: str | None, quiet: bool) -> Any:
+def _replay_bundle(
+    bundle: str, as_of: int | None, expect: str | None, quiet: bool, in_memory: bool
+) -> Any:
     from ledger.bundle import read_bundle_rows
     from ledger.replay import replay_rows
 
@@ -160,10 +168,12 @@ def _replay_bundle(bundle: str, as_of: int | None, expect: str | None, quiet: bo
         raise InvalidInput(f"bundle {bundle} does not exist", path=bundle)
     rows, total = read_bundle_rows(path, as_of)
     with _progress(total, quiet) as advance:
-        return replay_rows(rows, expect=expect, progress=advance)
+        return replay_rows(
+            rows, expect=expect, progress=advance, archive_finished=not in_memory
+        )
 
 
-def _replay_store(as_of: int | None, expect: str | None, quiet: bool) -> Any:
+def _replay_store(as_of: int | None, expect: str | None, quiet: bool, in_memory: bool) -> Any:
     from ledger.replay import replay_store
     from ledger.store import EventStore
 
@@ -172,7 +182,9 @@ def _replay_store(as_of: int | None, expect: str | None, quiet: bool) -> Any:
         head = store.head().position
         total = head if as_of is None else min(as_of, head)
         with _progress(total, quiet) as advance:
-            return replay_store(store, total, expect=expect, progress=advance)
+            return replay_store(
+                store, total, expect=expect, progress=advance, archive_finished=not in_memory
+            )
 
 
 class _progress:

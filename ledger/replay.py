@@ -165,11 +165,14 @@ def decoder() -> Callable[[str, int, Any], Event]:
 class _Replayer:
     """Folds rows from nothing and checks them; one instance per replay."""
 
-    def __init__(self, report: ReplayReport) -> None:
+    def __init__(self, report: ReplayReport, archive_finished: bool = True) -> None:
+        from ledger.archive import DiskArchive
         from ledger.settle import SettlementTracker
         from machines.projection import LedgerFold
 
-        self.fold = LedgerFold()
+        # Finished submissions go to a temporary file, so memory follows live state; the
+        # tracker takes what settlement needs of each one as it leaves (fold.archive_listeners).
+        self.fold = LedgerFold(archive=DiskArchive() if archive_finished else None)
         self.settlements = SettlementTracker(self.fold)
         self.report = report
         self.policy: EmissionPolicySet | None = None
@@ -355,17 +358,27 @@ def replay_rows(
     *,
     expect: str | None = None,
     progress: Callable[[int], None] | None = None,
+    archive_finished: bool = True,
 ) -> ReplayReport:
-    """Replays raw rows (position order, from 1); stops at the first divergence."""
+    """Replays raw rows (position order, from 1); stops at the first divergence.
+
+    With ``archive_finished`` (the default) the fold keeps finished submissions in a
+    temporary file (``ledger.archive.DiskArchive``, deleted at the end), so the replay's
+    memory follows the ledger's live state rather than its length; False keeps everything
+    in memory (faster, and what the benchmark compares against).
+    """
     report = ReplayReport(expected_digest=expect)
     collecting = gc.isenabled()
     gc.disable()
+    replayer = _Replayer(report, archive_finished)
     try:
-        _Replayer(report).run(rows, progress)
+        replayer.run(rows, progress)
     finally:
         gc.unfreeze()
         if collecting:
             gc.enable()
+        if replayer.fold.archive is not None:
+            replayer.fold.archive.close()
     return report
 
 
@@ -374,9 +387,13 @@ def replay_events(
     *,
     expect: str | None = None,
     progress: Callable[[int], None] | None = None,
+    archive_finished: bool = True,
 ) -> ReplayReport:
     """Replays ``records`` (position order, from 1); stops at the first divergence."""
-    return replay_rows(map(_row_of, records), expect=expect, progress=progress)
+    return replay_rows(
+        map(_row_of, records), expect=expect, progress=progress,
+        archive_finished=archive_finished,
+    )
 
 
 def replay_store(
@@ -385,6 +402,7 @@ def replay_store(
     *,
     expect: str | None = None,
     progress: Callable[[int], None] | None = None,
+    archive_finished: bool = True,
 ) -> ReplayReport:
     """Replays the store from position 1 to ``as_of`` (default: the head), from raw pages.
 
@@ -400,7 +418,8 @@ def replay_store(
     last = head if as_of is None else min(as_of, head)
     try:
         return replay_rows(
-            chain.from_iterable(_pages(store, 1, last)), expect=expect, progress=progress
+            chain.from_iterable(_pages(store, 1, last)), expect=expect, progress=progress,
+            archive_finished=archive_finished,
         )
     except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
         raise _store_error(exc, store.url) from None
@@ -412,6 +431,7 @@ def replay_bundle(
     *,
     expect: str | None = None,
     progress: Callable[[int], None] | None = None,
+    archive_finished: bool = True,
 ) -> ReplayReport:
     """Replays an exported bundle's events.jsonl up to ``as_of`` (default: all of it).
 
@@ -421,4 +441,4 @@ def replay_bundle(
     from ledger.bundle import read_bundle_rows
 
     rows, _ = read_bundle_rows(bundle, as_of)
-    return replay_rows(rows, expect=expect, progress=progress)
+    return replay_rows(rows, expect=expect, progress=progress, archive_finished=archive_finished)

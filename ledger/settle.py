@@ -21,7 +21,7 @@ from ledger.events import AttemptDecided, EmissionPolicySet, SettlementComputed
 from ledger.log import get_logger
 
 if TYPE_CHECKING:
-    from machines.projection import LedgerFold
+    from machines.projection import Finished, LedgerFold
     from machines.settlement import Settlement, SettlementInput
 
 __all__ = [
@@ -86,14 +86,32 @@ def _arena_header(arena: Any, submissions: Sequence[Any] = ()) -> Any:
 
 def _submission_input(fold: LedgerFold, arena: Any, sub: Any) -> Any:
     """Returns the SubmissionInput settlement reads for ``sub``, or None when it is not one."""
-    rules = _rules()
-    if sub.hotkey == CONTROL_HOTKEY:
-        return None  # the validator's own control runs: never rewarded, never blocking
-    if sub.status not in _RELEVANT:
-        return None  # finished without a PASS: blocks nothing and earns nothing
+    if sub.hotkey == CONTROL_HOTKEY or sub.status not in _RELEVANT:
+        return None
     resolution = fold.resolution(sub.submission_id) if sub.status == "QUALIFIED" else None
+    return _input(arena, sub, fold.reward_group(sub.submission_id), resolution)
+
+
+def _finished_input(arena: Any, record: Finished) -> Any:
+    """Is ``_submission_input`` of a submission the fold is archiving, read from its record."""
+    sub = record.state
+    if sub.hotkey == CONTROL_HOTKEY or sub.status not in _RELEVANT:
+        return None
+    resolution = None
+    if sub.status == "QUALIFIED" and sub.attempt_id is not None:
+        attempt = record.attempts.get(sub.attempt_id)
+        resolution = None if attempt is None else attempt.decision
+    return _input(arena, sub, record.group, resolution)
+
+
+def _input(arena: Any, sub: Any, group: str | None, resolution: Any) -> Any:
+    """Returns the SubmissionInput of a relevant submission, given its group and decision.
+
+    A control run is never rewarded and never blocks; a submission that finished without
+    a PASS blocks nothing and earns nothing: the callers return None for those.
+    """
     block, index, subindex = sub.arrival_key[:3]
-    return rules.SubmissionInput(
+    return _rules().SubmissionInput(
         submission_id=sub.submission_id,
         hotkey=sub.hotkey,
         content_hash=sub.content_hash,
@@ -101,7 +119,7 @@ def _submission_input(fold: LedgerFold, arena: Any, sub: Any) -> Any:
         event_index=index,
         event_subindex=subindex,
         status=sub.status,
-        incumbent_digest=fold.reward_group(sub.submission_id) or arena.incumbent_digest,
+        incumbent_digest=group or arena.incumbent_digest,
         verdict="PASS" if sub.status == "QUALIFIED" else _verdict(sub),
         speedup=None if resolution is None else resolution.speedup,
     )
@@ -215,6 +233,14 @@ class SettlementTracker:
     check recomputes only the touched entries (with the same functions the full build uses)
     before settling through ``machines.settlement.RewardScan`` and running fee sums.
 
+    On a fold that archives finished submissions, the tracker is one of its
+    ``archive_listeners``: it takes a finished submission's input, payment and credit from
+    the record as it leaves memory, adds the fee amounts to the arena's sums and keeps no
+    entry for them, and its reward scans drop the walked prefix (``keep_walked``). What it
+    holds then follows live state and the claims, as the fold's memory does; it reads the
+    archive back only when a change reaches what it dropped (a payment released after its
+    submission finished; an arrival or a margin that reaches a scan's dropped prefix).
+
     It trusts nothing it cannot re-derive: until its first check, after ``dirty_entries_max``
     touched entries, and after any error or mismatch, it rebuilds from the fold. A check that
     does not match, or that raises, is answered by ``check_recorded`` itself, so the field or
@@ -224,10 +250,20 @@ class SettlementTracker:
     #: Touched entries kept between two checks before the tracker rebuilds from the fold
     #: instead (bounds its memory on a ledger that settles rarely or never).
     dirty_entries_max = 100_000
+    #: Walked submissions a reward scan keeps behind its walk on an archiving fold (rolling
+    #: back further, e.g. for a requeue of a long-finished NO_DECISION, rebuilds the arena).
+    keep_walked = 4096
+    #: Walked submissions between two rollback points of a reward scan.
+    mark_every_walked = 64
 
     def __init__(self, fold: LedgerFold) -> None:
         self.fold = fold
+        #: Reward scans built from the whole fold (the first check, and stale scans).
+        self.arena_builds = 0
+        self._archiving = fold.archive is not None
         self._scans: dict[str, Any] = {}
+        # Per-key fee rows (arena, amount, released) / (arena, amount) of what the fold holds
+        # in memory; an archived one's amounts are only in ``_fees``.
         self._payments: dict[str, tuple[str, int, bool]] = {}
         self._credits: dict[str, tuple[str, int]] = {}
         self._credit_of: dict[str, str] = {}
@@ -238,6 +274,8 @@ class SettlementTracker:
         self._payment_refs: set[str] = set()
         self._credit_ids: set[str] = set()
         self._rebuild = True
+        #: Records archived since the last noted event (see ``_untouch_archived``).
+        self._archived_now: list[Finished] = []
         by_category = {
             "submission": self._subs,
             "payment": self._payment_refs,
@@ -249,6 +287,7 @@ class SettlementTracker:
             category = CATALOGUE.model(kind).category
             if category in by_category:
                 self._touches[CATALOGUE.model(kind)] = (len(category) + 1, by_category[category])
+        fold.archive_listeners.append(self._archived)
 
     def note(self, stream: str, event: Any) -> None:
         """Records which settlement input the event just folded on ``stream`` may change.
@@ -258,18 +297,21 @@ class SettlementTracker:
         if self._rebuild:
             return
         found = self._touches.get(type(event))
-        if found is None:
+        if found is not None:
+            cut, touched = found
+            touched.add(stream[cut:])
+            if len(touched) > self.dirty_entries_max:
+                self._forget()
+                return
+        elif type(event) is AttemptDecided:
             # Of the attempt events only a decision reaches settlement (the speedup of a
             # QUALIFIED submission, read through its attempt).
-            if type(event) is AttemptDecided:
-                attempt = self.fold.attempt(stream[8:])
-                if attempt is not None:
-                    self._subs.add(attempt.submission_id)
-            return
-        cut, touched = found
-        touched.add(stream[cut:])
-        if len(touched) > self.dirty_entries_max:
-            self._forget()
+            attempt = self.fold.attempt(stream[8:])
+            if attempt is not None:
+                self._subs.add(attempt.submission_id)
+        if self._archived_now:  # this event finished them: _archived took what it changed
+            self._untouch_archived()
+            self._archived_now.clear()
 
     def check_recorded(
         self, policy: EmissionPolicySet | None, event: SettlementComputed, payload: dict[str, Any]
@@ -305,7 +347,7 @@ class SettlementTracker:
         rewarded: list[Any] = []
         for arena in self.fold.arenas():
             scan = self._scans.get(arena.arena_id)
-            if scan is None:  # not announced by note(): never trust, rebuild
+            if scan is None or scan.stale:  # not announced by note(), or past what it kept
                 self._build(arena.arena_id)
                 scan = self._scans[arena.arena_id]
             shares[arena.arena_id] = scan.arena.emission_share_ppm
@@ -321,21 +363,77 @@ class SettlementTracker:
 
     def _forget(self) -> None:
         self._rebuild = True
+        self._archived_now.clear()
         for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
             touched.clear()
 
+    def _archived(self, record: Finished) -> None:
+        """Takes what settlement reads of a submission as the fold archives it.
+
+        The record holds the submission's final state, reward group, attempts, payment and
+        credit; reading them back from the archive at the next check would cost a read each.
+        """
+        if self._rebuild:
+            return  # the next check rebuilds from the fold, archive included
+        sub = record.state
+        sid = sub.submission_id
+        self._archived_now.append(record)
+        scan = self._scans.get(sub.arena_id)
+        arena = self.fold.arena(sub.arena_id)
+        if scan is not None and arena is not None:  # else the next check builds the arena
+            self._put_input(scan, sub.arena_id, sid, _finished_input(arena, record), record.group)
+        self._account_finished(record)
+        self._credit_of.pop(sid, None)
+        self._untouch_archived()
+
+    def _untouch_archived(self) -> None:
+        """Drops the just-archived submissions (their payments, credits) from the touched.
+
+        ``_archived`` took all of them from the record; a check must not read them back.
+        The event that finished a submission is noted after the fold archived it, so
+        ``note`` calls this again for that event, then forgets the records.
+        """
+        for record in self._archived_now:
+            self._subs.discard(record.state.submission_id)
+            if record.payment is not None:
+                self._payment_refs.discard(record.payment.payment_ref)
+            if record.credit is not None:
+                self._credit_ids.discard(record.credit.credit_id)
+
+    def _account_finished(self, record: Finished) -> None:
+        """Moves an archived submission's payment and credit from the per-key rows to the sums."""
+        payment, credit = record.payment, record.credit
+        if payment is not None:
+            ref = payment.payment_ref
+            self._fee_swap(self._payments, ref, _payment_row(payment))
+            del self._payments[ref]  # its amounts stay in _fees; the archive holds the rest
+        if credit is not None:
+            sub = record.state  # the fold archives a spent credit with the submission it paid
+            self._fee_swap(self._credits, credit.credit_id, _credit_row(credit, sub))
+            self._credits.pop(credit.credit_id, None)
+
+    def _archived_rows(self, space: str, key: str) -> tuple[Any, ...] | None:
+        """Returns the fee row the sums took for an archived payment or credit, or None.
+
+        A payment or credit the fold changed after its submission was archived is back in
+        memory; the amounts its record added to the sums when archived must come out first.
+        """
+        if not self._archiving:
+            return None
+        record = self.fold.finished_record(space, key)
+        if record is None:
+            return None
+        if space == "payment":
+            payment = record.payment
+            return None if payment is None else _payment_row(payment)
+        credit = record.credit
+        return None if credit is None else _credit_row(credit, record.state)
+
     def _catch_up(self) -> None:
         fold = self.fold
+        self._archived_now.clear()  # _archived untouched them already
         if self._rebuild:
-            self._scans.clear()
-            self._payments.clear()
-            self._credits.clear()
-            self._credit_of.clear()
-            self._fallback.clear()
-            self._fees.clear()
-            self._arenas.update(a.arena_id for a in fold.arenas())
-            self._payment_refs.update(p.payment_ref for p in fold.payments())
-            self._credit_ids.update(c.credit_id for c in fold.credits())
+            self._rebuild_all()
         self._rebuild = True  # until this catch-up completes
         for arena_id in self._arenas:
             self._refresh_arena(arena_id)
@@ -355,29 +453,64 @@ class SettlementTracker:
             payment = fold.payment(ref)
             # What _payment_record(payment) holds, without building (and re-checking) a
             # PaymentRecord per touched payment: the fold's state passed the event schema.
-            found = None if payment is None else (
-                payment.arena_id, payment.amount_rao, payment.status == "RELEASED"
-            )
-            self._fee_swap(self._payments, ref, found)
+            found = None if payment is None else _payment_row(payment)
+            self._fee_swap(self._payments, ref, found, "payment")
         for credit_id in self._credit_ids:
-            self._fee_swap(self._credits, credit_id, self._credit_found(credit_id))
+            self._fee_swap(self._credits, credit_id, self._credit_found(credit_id), "credit")
         for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
             touched.clear()
         self._rebuild = False
 
-    def _build(self, arena_id: str) -> None:
-        """Builds one arena's scan from the fold (none when the fold has no such arena)."""
+    def _rebuild_all(self) -> None:
+        """Builds every scan and the fee sums from the fold, in one pass over its archive."""
+        fold = self.fold
+        self._scans.clear()
+        self._payments.clear()
+        self._credits.clear()
+        self._credit_of.clear()
+        self._fallback.clear()
+        self._fees.clear()
+        arenas = {arena.arena_id: arena for arena in fold.arenas()}
+        for arena_id, arena in arenas.items():
+            self._scans[arena_id] = self._new_scan(arena)
+        for record in fold.finished_records():
+            sub = record.state
+            owner = arenas.get(sub.arena_id)
+            if owner is not None:
+                found = _finished_input(owner, record)
+                scan = self._scans[sub.arena_id]
+                self._put_input(scan, sub.arena_id, sub.submission_id, found, record.group)
+            self._account_finished(record)
+        for arena_id, arena in arenas.items():
+            for sub in fold.held_submissions(arena_id):
+                self._put(self._scans[arena_id], arena, sub)
+        self.arena_builds += len(arenas)
+        self._payment_refs.update(fold.held_payment_refs())
+        self._credit_ids.update(fold.held_credit_ids())
+
+    def _new_scan(self, arena: Any) -> Any:
         from machines import settlement as rules
 
+        keep = self.keep_walked if self._archiving else None
+        return rules.RewardScan(
+            _arena_header(arena), mark_every_walked=self.mark_every_walked, keep_walked=keep
+        )
+
+    def _build(self, arena_id: str) -> None:
+        """Builds one arena's scan from the fold (none when the fold has no such arena)."""
         arena = self.fold.arena(arena_id)
         self._scans.pop(arena_id, None)
         self._fallback.pop(arena_id, None)
         if arena is None:
             return
-        scan = rules.RewardScan(_arena_header(arena))
-        for sub in self.fold.submissions(arena_id):
+        scan = self._new_scan(arena)
+        for record in self.fold.finished_records(arena_id):
+            sid = record.state.submission_id
+            self._put_input(scan, arena_id, sid, _finished_input(arena, record), record.group)
+        for sub in self.fold.held_submissions(arena_id):
             self._put(scan, arena, sub)
         self._scans[arena_id] = scan
+        self.arena_builds += 1
 
     def _refresh_arena(self, arena_id: str) -> None:
         """Brings one arena's scan up to date after an arena event.
@@ -400,11 +533,17 @@ class SettlementTracker:
     def _put(self, scan: Any, arena: Any, sub: Any) -> None:
         sid = sub.submission_id
         found = _submission_input(self.fold, arena, sub)
+        group = None if found is None else self.fold.reward_group(sid)
+        self._put_input(scan, arena.arena_id, sid, found, group)
+
+    def _put_input(
+        self, scan: Any, arena_id: str, sid: str, found: Any, group: str | None
+    ) -> None:
         scan.put(sid, found)
-        if found is not None and not self.fold.reward_group(sid):
-            self._fallback.setdefault(arena.arena_id, set()).add(sid)
-        elif arena.arena_id in self._fallback:
-            self._fallback[arena.arena_id].discard(sid)
+        if found is not None and not group:
+            self._fallback.setdefault(arena_id, set()).add(sid)
+        elif arena_id in self._fallback:
+            self._fallback[arena_id].discard(sid)
 
     def _credit_found(self, credit_id: str) -> tuple[str, int] | None:
         credit = self.fold.credit(credit_id)
@@ -415,8 +554,17 @@ class SettlementTracker:
         record = _credit_record(self.fold, credit)
         return None if record is None else (record.arena_id, record.amount_rao)
 
-    def _fee_swap(self, table: dict[str, Any], key: str, found: tuple[Any, ...] | None) -> None:
+    def _fee_swap(
+        self, table: dict[str, Any], key: str, found: tuple[Any, ...] | None, space: str = ""
+    ) -> None:
+        """Replaces one payment's or credit's amounts in the sums.
+
+        With ``space``, a key without a row may be an archived one whose amounts the sums
+        took when its submission was archived; those come out instead.
+        """
         old = table.pop(key, None)
+        if old is None and space:
+            old = self._archived_rows(space, key)
         if old is not None:
             self._fee_add(old, -1)
         if found is not None:
@@ -433,3 +581,15 @@ class SettlementTracker:
             if record[2]:
                 row[1] += amount
         row[3] += sign
+
+
+def _payment_row(payment: Any) -> tuple[str, int, bool]:
+    """Returns what ``_payment_record(payment)`` holds, as the tracker's fee row."""
+    return (payment.arena_id, payment.amount_rao, payment.status == "RELEASED")
+
+
+def _credit_row(credit: Any, sub: Any) -> tuple[str, int] | None:
+    """Returns what ``_credit_record`` holds for a credit spent on ``sub``, or None."""
+    if credit.submission_id is None or sub is None or sub.fee is None:
+        return None
+    return (sub.arena_id, sub.fee.amount_rao)

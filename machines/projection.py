@@ -351,7 +351,7 @@ class LedgerFold:
         #: Called with each submission's record as it is archived (before it leaves
         #: memory), so a reader that mirrors the fold (the settlement tracker) takes what
         #: it needs then instead of reading it back from the archive.
-        self.on_archived: Callable[[Finished], None] | None = None
+        self.archive_listeners: list[Callable[[Finished], None]] = []
         self._attempts_of: dict[str, list[str]] = {}  # live submission -> its attempt ids
         self._finished: list[str] = []  # terminal since the event began: archived after it
         self.events = 0
@@ -524,8 +524,8 @@ class LedgerFold:
                 credit = self._credits.pop(credit_id, None)
             group = self._group.pop(sid, None)
             finished = Finished(sub, group, attempts, payment, credit)
-            if self.on_archived is not None:
-                self.on_archived(finished)
+            for listener in self.archive_listeners:
+                listener(finished)
             archive.put("submission", sid, _encode_finished(finished), sub.arena_id)
             for aid in attempts:
                 archive.link("attempt", aid, sid)
@@ -1068,6 +1068,35 @@ class LedgerFold:
     def credit(self, credit_id: str) -> CreditState | None:
         """Returns a credit, or None."""
         return self._credit(credit_id)
+
+    def finished_record(self, space: str, key: str) -> Finished | None:
+        """Returns the archived record a submission id, attempt id, payment ref or credit id
+        names (space "submission", "attempt", "payment" or "credit"), or None."""
+        return self._finished_record(space, key)
+
+    def finished_records(self, arena_id: str | None = None) -> Iterator[Finished]:
+        """Yields the archived records (those of one arena when given); none without archive.
+
+        What the fold keeps in memory (``held_*``) wins over a record's copy: a payment or
+        credit read back and changed after its submission was archived is the newer.
+        """
+        if self.archive is None:
+            return
+        for data in self.archive.values("submission", arena_id):
+            yield _decode_finished(data)
+
+    def held_submissions(self, arena_id: str) -> list[SubmissionState]:
+        """Returns the arena's submissions in memory: the live ones (all, without archive)."""
+        subs = self._subs
+        return [subs[sid] for sid in self._by_arena.get(arena_id, ())]
+
+    def held_payment_refs(self) -> list[str]:
+        """Returns the refs of the payments in memory (all of them, without archive)."""
+        return list(self._payments)
+
+    def held_credit_ids(self) -> list[str]:
+        """Returns the ids of the credits in memory (all of them, without archive)."""
+        return list(self._credits)
 
     def controls(self, arena_id: str) -> list[ControlRow]:
         """Returns the arena's control report (as_expected / unexpected / pending)."""

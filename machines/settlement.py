@@ -24,7 +24,7 @@ Choices this module makes where DOMAIN §7 is silent (also in docs/settlement.md
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import (
@@ -525,19 +525,45 @@ class RewardScan:
     back to the last mark before it (one every ``mark_every_walked``). ``rewarded()``
     equals the ``rewarded`` assessments ``assess_rewards([ArenaInput(..., submissions)])``
     gives, in the same order.
+
+    With ``keep_walked``, the walked prefix more than that many submissions behind the walk
+    is dropped (at a mark, so the walk can still roll back to it): those submissions are
+    QUALIFIED and terminal, and what they decided lives on in the rewarded assessments and
+    the mark's best-per-group. Memory then follows the unwalked tail (from the first
+    blocking submission on) and the claims, not the arena's history. A change that reaches
+    the dropped part (an arrival before it, a new margin) cannot be walked from what is
+    kept: the scan turns ``stale`` and its owner builds a new one from every submission.
+    Dropping assumes what the ledger guarantees: a QUALIFIED submission is terminal, so its
+    input is never removed once put. Any other dropped one earned and blocked nothing:
+    removing it changes nothing, and putting it again (a requeued NO_DECISION) turns the
+    scan stale.
     """
 
-    def __init__(self, arena: ArenaInput, *, mark_every_walked: int = 64) -> None:
+    def __init__(
+        self, arena: ArenaInput, *, mark_every_walked: int = 64, keep_walked: int | None = None
+    ) -> None:
         if mark_every_walked < 1:
             raise ValueError(f"mark_every_walked must be at least 1, not {mark_every_walked}")
+        if keep_walked is not None and keep_walked < 0:
+            raise ValueError(f"keep_walked must be at least 0, not {keep_walked}")
         #: Walked submissions between two saved walk states (the rollback points).
         self.mark_every_walked = mark_every_walked
+        #: Walked submissions kept behind the walk before older ones are dropped (None: all).
+        self.keep_walked = keep_walked
+        #: Submissions dropped from the front of the walked prefix so far.
+        self.dropped = 0
+        #: True once a change reached the dropped prefix: ``rewarded`` refuses until rebuilt.
+        self.stale = False
         self.arena = arena
         self._order: list[tuple[tuple[int, int, int, str, str], str]] = []
         self._subs: dict[str, SubmissionInput] = {}
+        self._floor: tuple[tuple[int, int, int, str, str], str] | None = None  # last dropped
         self._restart()
 
     def _restart(self) -> None:
+        if self.dropped:
+            self.stale = True  # the walk from the start needs what was dropped
+            return
         self._walked = 0
         self._best: dict[str, tuple[Decimal, SubmissionInput]] = {}
         self._rewarded: list[RewardAssessment] = []
@@ -545,6 +571,7 @@ class RewardScan:
         self._marks: list[tuple[int, dict[str, tuple[Decimal, SubmissionInput]], int]] = []
 
     def __len__(self) -> int:
+        """Returns how many submissions the scan holds (dropped ones not counted)."""
         return len(self._subs)
 
     def set_arena(self, arena: ArenaInput) -> None:
@@ -567,6 +594,9 @@ class RewardScan:
             self._changed(index)
         if sub is not None:
             key = _arrival_order(sub)
+            if self._floor is not None and key <= self._floor:
+                self.stale = True  # it belongs in the dropped prefix (or is a dropped one)
+                return
             index = bisect_left(self._order, key)
             self._order.insert(index, key)
             self._subs[submission_id] = sub
@@ -588,6 +618,11 @@ class RewardScan:
 
     def rewarded(self) -> tuple[RewardAssessment, ...]:
         """Returns the arena's rewarded assessments in arrival order, walking what is new."""
+        if self.stale:
+            raise ValueError(
+                f"the reward scan of arena {self.arena.arena_id} is stale (a change reached "
+                "its dropped prefix); build a new one from every submission"
+            )
         order, subs, arena, best = self._order, self._subs, self.arena, self._best
         marks, rewarded, every = self._marks, self._rewarded, self.mark_every_walked
         index, end = self._walked, len(order)
@@ -603,7 +638,31 @@ class RewardScan:
                     rewarded.append(assessed)
             index += 1
         self._walked = index
+        if self.keep_walked is not None and index >= 2 * self.keep_walked + every:
+            self._drop(index - self.keep_walked)
         return tuple(rewarded)
+
+    def _drop(self, limit: int) -> None:
+        """Drops the walked submissions before the last mark at or before ``limit``."""
+        marks = self._marks
+        at = bisect_right(marks, limit, key=_mark_index) - 1
+        if at < 0 or marks[at][0] == 0:
+            return
+        cut = marks[at][0]
+        order, subs = self._order, self._subs
+        self._floor = order[cut - 1]
+        for _, sid in order[:cut]:
+            del subs[sid]
+        del order[:cut]
+        # Mark indices count from the new front; a mark's index stays a multiple of
+        # mark_every_walked only if the cut is one, which it is (marks sit at multiples).
+        self._marks = [(walked - cut, best, count) for walked, best, count in marks[at:]]
+        self._walked -= cut
+        self.dropped += cut
+
+
+def _mark_index(mark: tuple[int, Any, int]) -> int:
+    return mark[0]
 
 
 # --- claims ---------------------------------------------------------------------------------

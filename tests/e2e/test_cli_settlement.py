@@ -120,6 +120,9 @@ def test_settlement_commands_from_policy_to_replay(
     assert (report["verdicts_checked"], report["resolutions_checked"],
             report["settlements_checked"]) == (6, 6, 1)
 
+    kept = as_json(cli("replay", "--in-memory", "--json", db=db, cwd=tmp_path))
+    assert kept == report  # finished submissions in memory or in a temporary file: alike
+
     expected = as_json(cli("replay", "--as-of", "81", "--expect", settled["settlement_digest"],
                            "--json", db=db, cwd=tmp_path))
     assert expected["ok"] is True and expected["expected_digest"] == settled["settlement_digest"]

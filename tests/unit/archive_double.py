@@ -26,6 +26,9 @@ class MemoryArchive:
     def target(self, space: str, key: str) -> str | None:
         return self.links.get((space, key))
 
+    def might_hold(self, space: str, key: str) -> bool:
+        return (space, key) in self.records or (space, key) in self.links
+
     def values(self, space: str, tag: str | None = None) -> Iterator[bytes]:
         for (s, _), (t, blob) in sorted(self.records.items()):
             if s == space and (tag is None or t == tag):

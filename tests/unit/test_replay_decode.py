@@ -22,9 +22,10 @@ from pydantic import ValidationError
 
 import ledger.replay as replay_module
 from ledger.catalogue import CATALOGUE
+from ledger.chain import chain_rows
 from ledger.codec import loads
 from ledger.errors import CanonicalFormError, LedgerError
-from ledger.replay import decoder, parse_payload
+from ledger.replay import decoder, parse_payload, replay_rows
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 
@@ -205,3 +206,56 @@ def test_the_decoder_refuses_what_catalogue_decode_refuses(
     assert _raised(lambda: decode(kind, version, payload)) == _raised(
         lambda: CATALOGUE.decode(kind, version, payload)
     )
+
+
+def _one_row(kind: str, version: int, data: bytes) -> list[Any]:
+    """Returns a one-event ledger (its entry hash chained) recording ``data`` as it is."""
+    rows, _ = chain_rows(
+        bytes(32), 0, {"arena-a": 0}, [("arena-a", kind, version, data)], "2026-01-01T00:00:00Z",
+        "tester",
+    )
+    return list(rows)
+
+
+def _replay_raised(call: Any) -> tuple[Any, ...]:
+    try:
+        call()
+    except ValidationError as exc:
+        return (ValidationError, exc.errors(include_url=False))
+    except (LedgerError, ValueError) as exc:
+        return (type(exc), str(exc))
+    return ("returned",)
+
+
+_RETIRED = CATALOGUE.types["ArenaRetired"]
+
+
+@pytest.mark.parametrize("data", SPELLINGS)
+@pytest.mark.parametrize("version", [_RETIRED, _RETIRED + 1])
+def test_replay_parses_and_decodes_each_row_as_the_helpers_do(data: bytes, version: int) -> None:
+    # What the replay loop raises for a bad row is exactly what the two helpers raise.
+    rows = _one_row("ArenaRetired", version, data)
+    via_helpers = _replay_raised(lambda: decoder()("ArenaRetired", version, parse_payload(data)))
+    assert via_helpers != ("returned",)  # none of these spellings is a valid ArenaRetired
+    assert _replay_raised(lambda: replay_rows(rows)) == via_helpers
+
+
+def test_replay_reads_canonical_payloads_without_codec_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[bytes] = []
+
+    def counted(data: bytes) -> Any:
+        calls.append(data)
+        return loads(data)
+
+    monkeypatch.setattr(replay_module, "loads", counted)
+    canonical = b'{"block":5,"reason":"done"}'
+    report = replay_rows(_one_row("ArenaRetired", _RETIRED, canonical))
+    assert calls == []
+    assert report.events == 1  # decoded and folded: refused, for no arena was commissioned
+    assert report.divergence is not None and report.divergence.code != "hash_mismatch"
+    spaced = b'{"block": 5, "reason": "done"}'
+    report = replay_rows(_one_row("ArenaRetired", _RETIRED, spaced))
+    assert calls == [spaced]
+    assert report.events == 1

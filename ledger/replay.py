@@ -187,6 +187,7 @@ class _Replayer:
         """Replays ``rows`` in order until the end or the first divergence."""
         report, fold = self.report, self.fold
         apply, note, checks = fold.apply, self.settlements.note, self.checks
+        noted = self.settlements.noted_types  # note() of any other class does nothing
         decode, parse = decoder(), parse_payload
         expected, head, counted = 1, GENESIS_HASH, 0
         divergence: Divergence | None = None
@@ -214,7 +215,8 @@ class _Replayer:
                 if divergence is None:
                     refusal = apply(position, stream, event, payload)
                     if refusal is None:
-                        note(stream, event)
+                        if type(event) in noted:
+                            note(stream, event)
                     else:
                         divergence = Divergence(
                             position,

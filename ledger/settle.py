@@ -290,6 +290,8 @@ class SettlementTracker:
             if category in by_category:
                 self._touches[CATALOGUE.model(kind)] = (len(category) + 1, by_category[category])
         fold.archive_listeners.append(self._archived)
+        #: The event classes ``note`` acts on (a replay skips the call for the others).
+        self.noted_types = frozenset([*self._touches, AttemptDecided])
 
     def note(self, stream: str, event: Any) -> None:
         """Records which settlement input the event just folded on ``stream`` may change.
@@ -384,16 +386,18 @@ class SettlementTracker:
         arena = self.fold.arena(sub.arena_id)
         if scan is not None and arena is not None:  # else the next check builds the arena
             self._put_input(scan, sub.arena_id, sid, _finished_input(arena, record), record.group)
-        self._account_finished(record)
+        if record.payment is not None or record.credit is not None:
+            self._account_finished(record)
         self._credit_of.pop(sid, None)
-        self._untouch_archived()
+        # The touched sets forget it when the event that finished it is noted (note, or
+        # the next check's catch-up): the event's own stream is noted after this.
 
     def _untouch_archived(self) -> None:
         """Drops the just-archived submissions (their payments, credits) from the touched.
 
         ``_archived`` took all of them from the record; a check must not read them back.
         The event that finished a submission is noted after the fold archived it, so
-        ``note`` calls this again for that event, then forgets the records.
+        ``note`` calls this after noting it (a check's catch-up, if it comes first).
         """
         for record in self._archived_now:
             self._subs.discard(record.state.submission_id)
@@ -406,9 +410,13 @@ class SettlementTracker:
         """Moves an archived submission's payment and credit from the per-key rows to the sums."""
         payment, credit = record.payment, record.credit
         if payment is not None:
-            ref = payment.payment_ref
-            self._fee_swap(self._payments, ref, _payment_row(payment))
-            del self._payments[ref]  # its amounts stay in _fees; the archive holds the rest
+            # _fee_swap, less its table write: the amounts stay in _fees, the rest is archived.
+            row = _payment_row(payment)
+            old = self._payments.pop(payment.payment_ref, None)
+            if old != row:
+                if old is not None:
+                    self._fee_add(old, -1)
+                self._fee_add(row, 1)
         if credit is not None:
             sub = record.state  # the fold archives a spent credit with the submission it paid
             self._fee_swap(self._credits, credit.credit_id, _credit_row(credit, sub))
@@ -433,7 +441,9 @@ class SettlementTracker:
 
     def _catch_up(self) -> None:
         fold = self.fold
-        self._archived_now.clear()  # _archived untouched them already
+        if self._archived_now:
+            self._untouch_archived()
+            self._archived_now.clear()
         if self._rebuild:
             self._rebuild_all()
         self._rebuild = True  # until this catch-up completes

@@ -160,12 +160,9 @@ def _payment_record(payment: Any) -> Any:
 
 
 def _credit_record(fold: LedgerFold, credit: Any) -> Any:
-    if credit.submission_id is None:
-        return None
-    sub = fold.submission(credit.submission_id)
-    if sub is None or sub.fee is None:
-        return None
-    return _rules().CreditRecord(sub.arena_id, credit.credit_id, sub.fee.amount_rao)
+    sub = None if credit.submission_id is None else fold.submission(credit.submission_id)
+    row = _credit_row(credit, sub)
+    return None if row is None else _rules().CreditRecord(row[0], credit.credit_id, row[1])
 
 
 def compute(fold: LedgerFold, policy: EmissionPolicySet | None, block: int) -> Settlement:
@@ -561,10 +558,10 @@ class SettlementTracker:
         credit = self.fold.credit(credit_id)
         if credit is None:
             return None
-        if credit.submission_id is not None:
-            self._credit_of[credit.submission_id] = credit_id
-        record = _credit_record(self.fold, credit)
-        return None if record is None else (record.arena_id, record.amount_rao)
+        if credit.submission_id is None:
+            return None
+        self._credit_of[credit.submission_id] = credit_id
+        return _credit_row(credit, self.fold.submission(credit.submission_id))
 
     def _fee_swap(
         self, table: dict[str, Any], key: str, found: tuple[Any, ...] | None, space: str = ""
@@ -601,7 +598,8 @@ def _payment_row(payment: Any) -> tuple[str, int, bool]:
 
 
 def _credit_row(credit: Any, sub: Any) -> tuple[str, int] | None:
-    """Returns what ``_credit_record`` holds for a credit spent on ``sub``, or None."""
+    """Returns (arena, amount) of a credit spent on ``sub`` (its fee), or None: not spent,
+    or on a submission without a fee."""
     if credit.submission_id is None or sub is None or sub.fee is None:
         return None
     return (sub.arena_id, sub.fee.amount_rao)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from unittest import mock
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -58,12 +61,117 @@ def test_archive_answers_like_a_dict(
                 ]
 
 
+_few_keys = st.text(alphabet="ab\n", min_size=1, max_size=2)  # repeats, and "\n" in a name
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.sampled_from(["submission", "failed"]), _few_keys,
+                  _values, st.sampled_from("xy")),
+        # A link to the record just put (named in its row) or to any key (a row of its own).
+        st.tuples(st.just("link"), st.sampled_from(["attempt", "submission"]), _few_keys,
+                  st.one_of(st.none(), _few_keys)),
+        st.tuples(st.just("flush")),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=_steps,
+    flush_entries=st.integers(min_value=1, max_value=6),
+    index_entries=st.integers(min_value=1, max_value=9),
+    collide=st.booleans(),
+)
+def test_archive_answers_like_a_dict_across_row_and_index_batches(
+    steps: list[tuple[Any, ...]], flush_entries: int, index_entries: int, collide: bool
+) -> None:
+    # Small batches put each key's rows and index entries in memory, in the file or both,
+    # replaced across batches, and filters grow; with ``collide`` every key of a length
+    # shares a hash.
+    model: dict[tuple[str, str], tuple[str, bytes]] = {}
+    linked: dict[tuple[str, str], str] = {}
+    spaces = ("submission", "failed", "attempt", "payment")
+    hashing = mock.patch.object(archive_module, "hash", len if collide else hash, create=True)
+    small = mock.patch.object(archive_module, "bloom_keys_initial", 1)  # filters that grow
+    batches = {"flush_entries": flush_entries, "index_entries": index_entries}
+    with hashing, small, DiskArchive(**batches) as archive:
+        last = "none"
+        for step in steps:
+            if step[0] == "put":
+                _, space, key, value, tag = step
+                archive.put(space, key, value, tag)
+                model[(space, key)], last = (tag, value), key
+            elif step[0] == "link":
+                _, space, key, target = step
+                target = last if target is None else target
+                archive.link(space, key, target)
+                linked[(space, key)] = target
+            else:
+                archive.flush()
+            for space in spaces:  # every answer after every step, from wherever it lies
+                for key in ("a", "b", "\n", "ab", "b\n", "ba", "aaa"):
+                    found = model.get((space, key))
+                    assert archive.get(space, key) == (None if found is None else found[1])
+                    assert archive.target(space, key) == linked.get((space, key))
+        assert all(archive.might_hold(space, key) for space, key in [*model, *linked])
+        for space in spaces:
+            for key in {k for s, k in [*model, *linked] if s == space}:
+                found = model.get((space, key))
+                assert archive.get(space, key) == (None if found is None else found[1])
+                assert archive.target(space, key) == linked.get((space, key))
+            ordered = sorted((k, v) for (s, k), v in model.items() if s == space)
+            assert list(archive.values(space)) == [v for _, (_, v) in ordered]
+            for tag in "xy":
+                assert list(archive.values(space, tag)) == [
+                    v for _, (t, v) in ordered if t == tag
+                ]
+
+
+def test_links_made_after_a_put_are_named_in_its_row() -> None:
+    # A finished submission (a put, then links to it) is one row in the file, and its
+    # names are found once its row and index entries are written.
+    with DiskArchive(flush_entries=4, index_entries=8) as archive:
+        for n in range(40):
+            archive.put("submission", f"s{n}", b"%d" % n)
+            archive.link("attempt", f"a{n}", f"s{n}")
+            archive.link("payment", f"p{n}", f"s{n}")
+        archive.link("attempt", "a0", "s1")  # a replacement, after s0's row was written
+        archive.flush()
+        assert archive._db.execute("SELECT count(*) FROM rows").fetchone() == (41,)
+        assert archive._db.execute("SELECT count(*) FROM index_1").fetchone()[0] >= 32
+        assert [archive.target("attempt", f"a{n}") for n in range(40)] == [
+            "s1", *(f"s{n}" for n in range(1, 40))
+        ]
+        assert [archive.target("payment", f"p{n}") for n in range(40)] == [
+            f"s{n}" for n in range(40)
+        ]
+        assert archive.target("payment", "a1") is None and archive.target("attempt", "p1") is None
+
+
+def test_memory_holds_a_bounded_number_of_index_entries() -> None:
+    with DiskArchive(flush_entries=64, index_entries=1000) as archive:
+        for n in range(20_000):
+            archive.put("failed", f"f{n}", b"")
+            archive.link("attempt", f"a{n}", f"f{n}")
+            waiting = sum(len(s.pending) for s in archive._spaces.values())
+            assert waiting < 1000 + 2 * 64  # a batch, and the rows of one more flush
+        assert archive._spaces["failed"].indexed + archive._spaces["attempt"].indexed > 38_000
+        assert archive.get("failed", "f7") == b"" and archive.target("attempt", "a7") == "f7"
+    with DiskArchive(flush_entries=8, index_entries=100) as archive:
+        archive.put("submission", "s", b"s")
+        for n in range(5000):  # all named in rows of "s": only so many in one row
+            archive.link("attempt", f"a{n}", "s")
+            waiting = sum(len(s.pending) for s in archive._spaces.values())
+            assert waiting < 100 + 8 * archive_module.names_chars_max // 4
+        assert {archive.target("attempt", f"a{n}") for n in range(5000)} == {"s"}
+
+
 def test_filters_grow_and_never_lose_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(archive_module, "bloom_keys_initial", 16)
     with DiskArchive(flush_entries=50) as archive:
         for n in range(3000):  # 16 → 64 → 256 → 1024 → 4096 keys: four growths
             archive.put("submission", f"s{n}", b"%d" % n)
-        assert archive._blooms["submission"].capacity >= 3000
+        assert archive._spaces["submission"].capacity >= 3000
         assert all(archive.get("submission", f"s{n}") == b"%d" % n for n in range(3000))
         assert [archive.get("submission", f"t{n}") for n in range(3000)] == [None] * 3000
         assert archive.get("attempt", "s1") is None  # spaces are apart
@@ -87,6 +195,8 @@ def test_a_fresh_key_is_answered_absent_without_reading_the_file() -> None:
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="flush_entries"):
         DiskArchive(flush_entries=0)
+    with pytest.raises(ValueError, match="index_entries"):
+        DiskArchive(index_entries=0)
     with DiskArchive() as archive, pytest.raises(TypeError, match="bytes, not str"):
         archive.put("submission", "s", "text")  # type: ignore[arg-type]
 

@@ -52,8 +52,10 @@ terminal, with its attempts, payment, spent credit and reward group, into the ar
 private temporary SQLite file, deleted on close) after the event that finished it; FAILED
 duplicates go there for good, and admission counts of epochs older than the latest two
 move there one record per epoch. Its memory then follows the live submissions (about
-2.5 KB each) plus a Bloom filter of about one byte per archived key, whatever the
-ledger's length; without an archive every finished submission stays in memory (about
+2.5 KB each) plus a Bloom filter of about one byte per archived key and the archive's
+fixed buffers (rows, about 6 MB of index entries, a 4 MiB page cache), whatever the
+ledger's length; listeners (`archive_listeners`, e.g. replay's settlement tracker) see
+each record as it leaves. Without an archive every finished submission stays in memory (about
 2 KB each). Rules and queries read archived state back: a repeated submission, attempt,
 payment or credit id is refused exactly as before, and `submissions`, `payments`,
 `credits` and `snapshot` list archived entries too, so both kinds of fold answer every

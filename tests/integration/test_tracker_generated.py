@@ -88,24 +88,24 @@ def test_the_archived_tracker_equals_a_full_recomputation_on_a_generated_ledger(
         # turns stale and is built again from the archive, and still settles the same.
         arena_id = kept.arenas()[0].arena_id
         late = samples.arrived(arena_id, hotkey="5Late", content="late", block=10_000)
-        stream = f"submission-{late.submission_id}"
-        for fold in (kept, archived):
-            assert fold.apply(fold.position + 1, stream, late) is None
-        tracker.note(stream, late)
-        expected = settlement_payload(compute(kept, POLICY, 30_000))
-        assert tracker.payload(POLICY, 30_000) == expected
+        _append_and_settle(kept, archived, tracker, f"submission-{late.submission_id}", late)
         assert tracker.arena_builds == len(kept.arenas()) + 1
-        assert settlement_payload(compute(archived, POLICY, 30_000)) == expected
 
         # A payment refunded after its submission was archived: the amounts the sums took
         # when it left come out, the refund goes in.
         payment = next(record.payment for record in archived.finished_records()
                        if record.payment is not None and record.payment.status == "CONSUMED")
         refund = PaymentReleased(submission_id=payment.submission_id, reason="operator_refund")
-        stream = f"payment-{payment.payment_ref}"
-        for fold in (kept, archived):
-            assert fold.apply(fold.position + 1, stream, refund) is None
-        tracker.note(stream, refund)
-        expected = settlement_payload(compute(kept, POLICY, 30_000))
-        assert tracker.payload(POLICY, 30_000) == expected
-        assert settlement_payload(compute(archived, POLICY, 30_000)) == expected
+        _append_and_settle(kept, archived, tracker, f"payment-{payment.payment_ref}", refund)
+
+
+def _append_and_settle(
+    kept: LedgerFold, archived: LedgerFold, tracker: SettlementTracker, stream: str, event: Any
+) -> None:
+    """Folds one more event into both folds; all three settle it alike."""
+    for fold in (kept, archived):
+        assert fold.apply(fold.position + 1, stream, event) is None
+    tracker.note(stream, event)
+    expected = settlement_payload(compute(kept, POLICY, 30_000))
+    assert tracker.payload(POLICY, 30_000) == expected
+    assert settlement_payload(compute(archived, POLICY, 30_000)) == expected

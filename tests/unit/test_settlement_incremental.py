@@ -73,46 +73,31 @@ puts = st.lists(
 )
 
 
-@given(puts, st.sampled_from(["0.015", "0", "0.5"]), st.sampled_from([1, 2, 3, 64]))
-def test_a_reward_scan_equals_assess_rewards_after_every_change(
-    changes: list[tuple[int, Any, bool]], margin: str, every: int
+def _follow(
+    changes: list[tuple[int, Any, bool]], margin: str, every: int, keep: int | None
 ) -> None:
-    header = ArenaInput(arena_id="a1", emission_share_ppm=500_000, reward_margin=margin)
-    scan = RewardScan(header, mark_every_walked=every)
-    current: dict[str, SubmissionInput] = {}
-    for index, fields, ask in [*changes, (0, None, True)]:
-        sid = samples.hex64(f"sub:{index}")
-        sub = None if fields is None else _input(index, *fields)
-        scan.put(sid, sub)
-        if sub is None:
-            current.pop(sid, None)
-        else:
-            current[sid] = sub
-        if ask:
-            full = ArenaInput("a1", 500_000, margin, list(current.values()))
-            expected = tuple(a for a in assess_rewards([full]) if a.status == "rewarded")
-            assert scan.rewarded() == expected
-            assert len(scan) == len(current)
+    """Puts ``changes`` into a scan, asking for the rewards where a change says so; they
+    must equal ``assess_rewards`` of the submissions as they stand then.
 
-
-@given(puts, st.sampled_from(["0.015", "0"]), st.sampled_from([1, 2, 3]), st.integers(0, 3))
-def test_a_scan_that_drops_its_walked_prefix_equals_assess_rewards_or_says_stale(
-    changes: list[tuple[int, Any, bool]], margin: str, every: int, keep: int
-) -> None:
+    With ``keep`` (the scan drops its walked prefix) a QUALIFIED input never changes again,
+    as in a ledger (it is terminal: what dropping relies on), and a scan that turns stale is
+    built anew from every submission, as its owner does.
+    """
     header = ArenaInput(arena_id="a1", emission_share_ppm=500_000, reward_margin=margin)
     scan = RewardScan(header, mark_every_walked=every, keep_walked=keep)
     current: dict[str, SubmissionInput] = {}
     for index, fields, ask in [*changes, (0, None, True)]:
         sid = samples.hex64(f"sub:{index}")
-        if sid in current and current[sid].status == "QUALIFIED":
-            continue  # terminal: its input never changes (what dropping relies on)
+        if keep is not None and sid in current and current[sid].status == "QUALIFIED":
+            continue
         sub = None if fields is None else _input(index, *fields)
         scan.put(sid, sub)
         if sub is None:
             current.pop(sid, None)
         else:
             current[sid] = sub
-        if scan.stale:  # a change reached the dropped prefix: the owner builds a new scan
+        if scan.stale:
+            assert keep is not None  # a scan that keeps everything never turns stale
             with pytest.raises(ValueError, match="stale"):
                 scan.rewarded()
             scan = RewardScan(header, mark_every_walked=every, keep_walked=keep)
@@ -122,7 +107,24 @@ def test_a_scan_that_drops_its_walked_prefix_equals_assess_rewards_or_says_stale
             full = ArenaInput("a1", 500_000, margin, list(current.values()))
             expected = tuple(a for a in assess_rewards([full]) if a.status == "rewarded")
             assert scan.rewarded() == expected
-            assert len(scan) <= len(current)
+            if keep is None:
+                assert len(scan) == len(current)
+            else:
+                assert len(scan) <= len(current)
+
+
+@given(puts, st.sampled_from(["0.015", "0", "0.5"]), st.sampled_from([1, 2, 3, 64]))
+def test_a_reward_scan_equals_assess_rewards_after_every_change(
+    changes: list[tuple[int, Any, bool]], margin: str, every: int
+) -> None:
+    _follow(changes, margin, every, None)
+
+
+@given(puts, st.sampled_from(["0.015", "0"]), st.sampled_from([1, 2, 3]), st.integers(0, 3))
+def test_a_scan_that_drops_its_walked_prefix_equals_assess_rewards_or_says_stale(
+    changes: list[tuple[int, Any, bool]], margin: str, every: int, keep: int
+) -> None:
+    _follow(changes, margin, every, keep)
 
 
 def test_a_scan_drops_what_it_walked_and_turns_stale_when_a_change_reaches_it() -> None:

@@ -99,16 +99,20 @@ def test_refusals_of_the_slow_path_are_kept() -> None:
         parse_payload(b'{"a":"\xff"}')
 
 
-def test_only_canonical_ascii_documents_skip_codec_loads(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[bytes] = []
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Records every payload replay hands to ``codec.loads`` (its slow path)."""
+    seen: list[bytes] = []
 
     def counted(data: bytes) -> Any:
-        calls.append(data)
+        seen.append(data)
         return loads(data)
 
     monkeypatch.setattr(replay_module, "loads", counted)
+    return seen
+
+
+def test_only_canonical_ascii_documents_skip_codec_loads(calls: list[bytes]) -> None:
     assert parse_payload(b'{"a":[1,{"b":null}],"c":true}') == {"a": [1, {"b": None}], "c": True}
     assert calls == []
     for data in (b'{"c":1,"a":2}', b'{"a":1,"a":1}', '{"a":"é"}'.encode(), b'{"a": 1}'):
@@ -240,16 +244,7 @@ def test_replay_parses_and_decodes_each_row_as_the_helpers_do(data: bytes, versi
     assert _replay_raised(lambda: replay_rows(rows)) == via_helpers
 
 
-def test_replay_reads_canonical_payloads_without_codec_loads(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[bytes] = []
-
-    def counted(data: bytes) -> Any:
-        calls.append(data)
-        return loads(data)
-
-    monkeypatch.setattr(replay_module, "loads", counted)
+def test_replay_reads_canonical_payloads_without_codec_loads(calls: list[bytes]) -> None:
     canonical = b'{"block":5,"reason":"done"}'
     report = replay_rows(_one_row("ArenaRetired", _RETIRED, canonical))
     assert calls == []

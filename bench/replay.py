@@ -292,16 +292,7 @@ def _rss_curve(store: EventStore) -> list[tuple[int, int, int]]:
             live = replayer.fold.live_submissions()
             samples.append((position, _status_kib("VmRSS"), live))
 
-    collecting = gc.isenabled()
-    gc.disable()  # as replay_rows runs it
-    try:
-        replayer.run(chain.from_iterable(_pages(store, 1, store.head().position)), sample)
-    finally:
-        gc.unfreeze()
-        if collecting:
-            gc.enable()
-        if replayer.fold.archive is not None:
-            replayer.fold.archive.close()
+    replayer.replay(chain.from_iterable(_pages(store, 1, store.head().position)), sample)
     return samples
 
 

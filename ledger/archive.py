@@ -136,8 +136,18 @@ class _Space:
         return self.indexed + len(self.pending) + sum(map(len, self.older.values()))
 
     def add(self, h: int) -> None:
-        """Adds a key to the filter by its ``hash`` (``put`` and ``link`` inline this)."""
+        """Adds a key to the filter by its ``hash``."""
         self.words[h & self.mask] |= _PROBES[(h >> 40) & 4095]
+
+    def enter(self, key: str, ref: int) -> None:
+        """Adds ``key`` to the filter and its index entry (hash, row ``ref``) to the pending."""
+        h = hash(key)
+        self.words[h & self.mask] |= _PROBES[(h >> 40) & 4095]
+        pending = self.pending
+        if h in pending:
+            self.note(h, ref)
+        else:
+            pending[h] = ref
 
     def might_hold(self, h: int) -> bool:
         """Tells whether a key of hash ``h`` may have been added (False: certainly not)."""
@@ -233,14 +243,7 @@ class DiskArchive:
         ref = self._base + count
         row = self._last = [spaced.number, key, tag, value, ""]
         rows.append(row)
-        # Into the filter after any flush: a flush may grow it, from the index entries.
-        h = hash(key)
-        spaced.words[h & spaced.mask] |= _PROBES[(h >> 40) & 4095]
-        pending = spaced.pending
-        if h in pending:
-            spaced.note(h, ref)
-        else:
-            pending[h] = ref
+        spaced.enter(key, ref)  # after any flush: a flush may grow the filter
 
     def link(self, space: str, key: str, target: str) -> None:
         """Records that (space, key) names the record ``target`` (of another space)."""
@@ -266,14 +269,7 @@ class DiskArchive:
             ref = self._base + count
             rows.append([spaced.number, key, target, None, ""])
             self._last = None  # a later link named in an older row would be older than this
-        # Into the filter after any flush: a flush may grow it, from the index entries.
-        h = hash(key)
-        spaced.words[h & spaced.mask] |= _PROBES[(h >> 40) & 4095]
-        pending = spaced.pending
-        if h in pending:
-            spaced.note(h, ref)
-        else:
-            pending[h] = ref
+        spaced.enter(key, ref)  # after any flush: a flush may grow the filter
 
     def get(self, space: str, key: str) -> bytes | None:
         """Returns the record kept under (space, key), or None."""

@@ -183,6 +183,20 @@ class _Replayer:
             SettlementComputed: self._check_settlement,
         }
 
+    def replay(self, rows: Iterable[Row], progress: Callable[[int], None] | None) -> None:
+        """Runs ``run`` with the cyclic collector off (see ``_FROZEN_EVERY``); then closes
+        the archive, if any."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.run(rows, progress)
+        finally:
+            gc.unfreeze()
+            if collecting:
+                gc.enable()
+            if self.fold.archive is not None:
+                self.fold.archive.close()
+
     def run(self, rows: Iterable[Row], progress: Callable[[int], None] | None) -> None:
         """Replays ``rows`` in order until the end or the first divergence."""
         report, fold = self.report, self.fold
@@ -370,17 +384,7 @@ def replay_rows(
     in memory (faster, and what the benchmark compares against).
     """
     report = ReplayReport(expected_digest=expect)
-    collecting = gc.isenabled()
-    gc.disable()
-    replayer = _Replayer(report, archive_finished)
-    try:
-        replayer.run(rows, progress)
-    finally:
-        gc.unfreeze()
-        if collecting:
-            gc.enable()
-        if replayer.fold.archive is not None:
-            replayer.fold.archive.close()
+    _Replayer(report, archive_finished).replay(rows, progress)
     return report
 
 

@@ -35,7 +35,7 @@ EXIT_CODES = {
     2: "usage error (bad flags or arguments)",
     3: "concurrency conflict (nothing was written; re-read and retry)",
     4: "integrity failure (chain, proof, signature or replay mismatch)",
-    5: "store unavailable or not initialised",
+    5: "store unavailable or not initialised, or replay's temporary archive file failed",
     6: "engine fault",
 }
 

@@ -38,16 +38,47 @@ holds no database.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar, cast
 
+from ledger.errors import ArchiveUnavailable
 from ledger.sqlite_rows import insert_rows
 
 __all__ = ["DiskArchive"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _named_failures(method: _F) -> _F:
+    """Raises ArchiveUnavailable, naming the temporary file, for a SQLite error of ``method``.
+
+    Every method that touches the file is wrapped, except ``put`` and ``link`` (the hot
+    path), which touch it only through ``flush`` and ``_space``, both wrapped.
+    """
+
+    @functools.wraps(method)
+    def named(self: DiskArchive, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise _unavailable(exc) from None
+
+    return cast(_F, named)
+
+
+def _unavailable(exc: sqlite3.Error) -> ArchiveUnavailable:
+    return ArchiveUnavailable(
+        f"the archive's temporary file failed: {exc}. SQLite keeps it in SQLITE_TMPDIR, else "
+        "TMPDIR, else /var/tmp or /tmp; free space there or point SQLITE_TMPDIR at a "
+        "directory with room (about 1.2 KB per finished submission). The ledger itself is "
+        "untouched",
+        reason=str(exc),
+    )
 
 #: Rows (records and links) held in memory before they are written to the file together.
 flush_entries_default = 4096
@@ -180,6 +211,7 @@ class DiskArchive:
     order. Not thread-safe; one fold owns one archive.
     """
 
+    @_named_failures
     def __init__(
         self,
         *,
@@ -218,6 +250,7 @@ class DiskArchive:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    @_named_failures
     def close(self) -> None:
         """Drops everything (the file is deleted)."""
         self._rows.clear()
@@ -271,6 +304,7 @@ class DiskArchive:
             self._last = None  # a later link named in an older row would be older than this
         spaced.enter(key, ref)  # after any flush: a flush may grow the filter
 
+    @_named_failures
     def get(self, space: str, key: str) -> bytes | None:
         """Returns the record kept under (space, key), or None."""
         # The filter first: it holds buffered keys too, and most questions are about keys
@@ -286,6 +320,7 @@ class DiskArchive:
                 return bytes(value)
         return None
 
+    @_named_failures
     def target(self, space: str, key: str) -> str | None:
         """Returns the key a link (space, key) names, or None."""
         spaced = self._spaces.get(space)
@@ -317,18 +352,22 @@ class DiskArchive:
             return
         self.flush()
         # Newest first within a key: a record put again is in the file twice.
-        rows = self._db.execute(
-            "SELECT key, tag, value FROM rows WHERE space = ? AND value IS NOT NULL "
-            "ORDER BY key, id DESC",
-            (spaced.number,),
-        )
-        previous = None
-        for key, found, blob in rows:
-            if key != previous:
-                previous = key
-                if tag is None or found == tag:
-                    yield bytes(blob)
+        try:
+            rows = self._db.execute(
+                "SELECT key, tag, value FROM rows WHERE space = ? AND value IS NOT NULL "
+                "ORDER BY key, id DESC",
+                (spaced.number,),
+            )
+            previous = None
+            for key, found, blob in rows:
+                if key != previous:
+                    previous = key
+                    if tag is None or found == tag:
+                        yield bytes(blob)
+        except sqlite3.Error as exc:  # a generator: the decorator would not see it
+            raise _unavailable(exc) from None
 
+    @_named_failures
     def flush(self) -> None:
         """Writes the buffered rows to the file, and the index entries once enough wait."""
         if self._rows:
@@ -390,6 +429,7 @@ class DiskArchive:
                 (h,),
             )
 
+    @_named_failures
     def _space(self, space: str) -> _Space:
         """Returns a new space: its filter, its index table."""
         spaced = self._spaces[space] = _Space(len(self._spaces), bloom_keys_initial)

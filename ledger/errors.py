@@ -19,7 +19,8 @@ attributes. The CLI maps each subtree to a documented exit code.
     │   └── SignatureInvalid             signature_invalid  4
     ├── StoreError                       store_error        5
     │   ├── SchemaNotInitialised         store_not_initialised 5
-    │   └── StoreUnavailable             store_unavailable  5
+    │   ├── StoreUnavailable             store_unavailable  5
+    │   └── ArchiveUnavailable           archive_unavailable 5
     └── EngineFault                      engine_fault       6   (maps to InfrastructureFault codes)
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ArchiveUnavailable",
     "CanonicalFormError",
     "ConcurrencyConflict",
     "EngineFault",
@@ -164,6 +166,16 @@ class StoreUnavailable(StoreError):
     """Reports a database that cannot be reached, is read-only or is full."""
 
     code = "store_unavailable"
+
+
+class ArchiveUnavailable(StoreError):
+    """Reports that a fold's temporary archive file failed (e.g. its directory is full).
+
+    The ledger itself is untouched: the archive (``ledger.archive.DiskArchive``) holds a
+    replay's or a long-running fold's finished submissions, in SQLite's temporary directory.
+    """
+
+    code = "archive_unavailable"
 
 
 class EngineFault(LedgerError):

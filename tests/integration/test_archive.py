@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from ledger import archive as archive_module
 from ledger.archive import DiskArchive
+from ledger.errors import ArchiveUnavailable
 
 _keys = st.text(alphabet="abcdef0123456789-._", min_size=1, max_size=12)
 _values = st.binary(max_size=40)
@@ -225,3 +227,45 @@ def test_keys_whose_hashes_collide_are_told_apart(monkeypatch: pytest.MonkeyPatc
         assert list(archive.values("submission", "y")) == [
             b"new%d" % n for n in sorted(range(0, 40, 3), key=lambda n: f"s{n}")
         ]
+
+
+class _FullArchive(DiskArchive):
+    """A DiskArchive whose file cannot grow past its first pages (a full temporary disk)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+        self._db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_full_temporary_file_is_named_not_a_driver_traceback() -> None:
+    with (
+        _FullArchive(flush_entries=1) as archive,
+        pytest.raises(ArchiveUnavailable, match="SQLITE_TMPDIR") as raised,
+    ):
+        for n in range(1_000):
+            archive.put("submission", f"k{n}", b"x" * 400, "a1")
+        archive.flush()
+    assert raised.value.code == "archive_unavailable" and raised.value.exit_code == 5
+    assert "full" in raised.value.context["reason"]
+
+
+def test_a_replay_whose_archive_fills_up_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_settlement_ledger import build_settled, open_ledger  # same directory
+
+    from ledger.replay import replay_store
+    from ledger.store import EventStore
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = open_ledger(url)
+    try:
+        build_settled(ledger)
+    finally:
+        ledger.close()
+    monkeypatch.setattr(archive_module, "DiskArchive", _FullArchive)  # replay's archive
+    with EventStore(url) as store, pytest.raises(ArchiveUnavailable, match="untouched"):
+        replay_store(store)  # not StoreUnavailable: the ledger's own file is fine
+    with EventStore(url) as store:
+        assert replay_store(store, archive_finished=False).ok

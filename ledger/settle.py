@@ -407,17 +407,11 @@ class SettlementTracker:
         """Moves an archived submission's payment and credit from the per-key rows to the sums."""
         payment, credit = record.payment, record.credit
         if payment is not None:
-            # _fee_swap, less its table write: the amounts stay in _fees, the rest is archived.
-            row = _payment_row(payment)
-            old = self._payments.pop(payment.payment_ref, None)
-            if old != row:
-                if old is not None:
-                    self._fee_add(old, -1)
-                self._fee_add(row, 1)
+            self._fee_swap(self._payments, payment.payment_ref, _payment_row(payment), keep=False)
         if credit is not None:
-            sub = record.state  # the fold archives a spent credit with the submission it paid
-            self._fee_swap(self._credits, credit.credit_id, _credit_row(credit, sub))
-            self._credits.pop(credit.credit_id, None)
+            # The fold archives a spent credit with the submission it paid.
+            row = _credit_row(credit, record.state)
+            self._fee_swap(self._credits, credit.credit_id, row, keep=False)
 
     def _archived_rows(self, space: str, key: str) -> tuple[Any, ...] | None:
         """Returns the fee row the sums took for an archived payment or credit, or None.
@@ -564,12 +558,19 @@ class SettlementTracker:
         return _credit_row(credit, self.fold.submission(credit.submission_id))
 
     def _fee_swap(
-        self, table: dict[str, Any], key: str, found: tuple[Any, ...] | None, space: str = ""
+        self,
+        table: dict[str, Any],
+        key: str,
+        found: tuple[Any, ...] | None,
+        space: str = "",
+        *,
+        keep: bool = True,
     ) -> None:
         """Replaces one payment's or credit's amounts in the sums.
 
         With ``space``, a key without a row may be an archived one whose amounts the sums
-        took when its submission was archived; those come out instead.
+        took when its submission was archived; those come out instead. Without ``keep``
+        the new amounts go into the sums only, with no row (an archived submission's).
         """
         old = table.pop(key, None)
         if old is None and space:
@@ -577,7 +578,8 @@ class SettlementTracker:
         if old is not None:
             self._fee_add(old, -1)
         if found is not None:
-            table[key] = found
+            if keep:
+                table[key] = found
             self._fee_add(found, 1)
 
     def _fee_add(self, record: tuple[Any, ...], sign: int) -> None:

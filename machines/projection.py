@@ -543,8 +543,9 @@ class LedgerFold:
                 archive.link("credit", credit.credit_id, sid)
         self._finished.clear()
 
-    def _finished_record(self, space: str, key: str) -> Finished | None:
-        """Returns the archived record a submission id, attempt id or payment ref names."""
+    def finished_record(self, space: str, key: str) -> Finished | None:
+        """Returns the archived record a submission id, attempt id, payment ref or credit id
+        names (space "submission", "attempt", "payment" or "credit"), or None."""
         archive = self.archive
         if archive is None:
             return None
@@ -567,7 +568,7 @@ class LedgerFold:
         """Returns ``table[key]``, else what ``pick`` takes from the archived record it names."""
         found = table.get(key)
         if found is None and self.archive is not None and self.archive.might_hold(space, key):
-            record = self._finished_record(space, key)
+            record = self.finished_record(space, key)
             return None if record is None else pick(record)
         return found
 
@@ -696,7 +697,7 @@ class LedgerFold:
     def _on_arrived(self, ident: str, event: SubmissionArrived, _: Payload) -> Refusal | None:
         old = self._subs.get(ident)
         # might_hold first: a new id (nearly every arrival, claim and payment) is then
-        # answered in one call, not four (_sub, _held, _finished_record, archive.get).
+        # answered in one call, not four (_sub, _held, finished_record, archive.get).
         if old is None and self.archive is not None and self.archive.might_hold(
             "submission", ident
         ):
@@ -1084,11 +1085,6 @@ class LedgerFold:
     def credit(self, credit_id: str) -> CreditState | None:
         """Returns a credit, or None."""
         return self._credit(credit_id)
-
-    def finished_record(self, space: str, key: str) -> Finished | None:
-        """Returns the archived record a submission id, attempt id, payment ref or credit id
-        names (space "submission", "attempt", "payment" or "credit"), or None."""
-        return self._finished_record(space, key)
 
     def finished_records(self, arena_id: str | None = None) -> Iterator[Finished]:
         """Yields the archived records (those of one arena when given); none without archive.

@@ -36,6 +36,7 @@ from decimal import (
     InvalidOperation,
     Overflow,
 )
+from operator import itemgetter
 from typing import Any, Final, Literal
 
 from ledger.codec import (
@@ -645,7 +646,7 @@ class RewardScan:
     def _drop(self, limit: int) -> None:
         """Drops the walked submissions before the last mark at or before ``limit``."""
         marks = self._marks
-        at = bisect_right(marks, limit, key=_mark_index) - 1
+        at = bisect_right(marks, limit, key=itemgetter(0)) - 1  # by mark index
         if at < 0 or marks[at][0] == 0:
             return
         cut = marks[at][0]
@@ -659,10 +660,6 @@ class RewardScan:
         self._marks = [(walked - cut, best, count) for walked, best, count in marks[at:]]
         self._walked -= cut
         self.dropped += cut
-
-
-def _mark_index(mark: tuple[int, Any, int]) -> int:
-    return mark[0]
 
 
 # --- claims ---------------------------------------------------------------------------------

@@ -37,6 +37,10 @@ ENVELOPE = _ENVELOPE = (
 )
 _dumps = orjson.dumps
 _sha256 = hashlib.sha256
+#: An empty SHA-256 state that ``chained`` copies per event: with OpenSSL 3,
+#: ``hashlib.sha256(data)`` looks the algorithm up by name on every call, and copying a
+#: ready state skips that (0.85 µs an event instead of 1.1–1.3 for a 700-byte envelope).
+_SHA256_EMPTY = hashlib.sha256()
 
 
 def envelope_bytes(
@@ -88,7 +92,7 @@ def chained(
     times: dict[str, bytes] = {}
     streams: dict[str, bytes] = {}
     kinds: dict[str, bytes] = {}
-    sha, template = _sha256, _SEGMENTED
+    fresh, template = _SHA256_EMPTY.copy, _SEGMENTED
     for row in rows:
         position, stream, version, kind, schema, payload, at, actor = row[:8]
         a = actors.get(actor)
@@ -103,9 +107,9 @@ def chained(
         k = kinds.get(kind)
         if k is None:
             k = _cached(kinds, kind, b"", b',"version":', quoted_max)
-        previous = sha(
-            template % (previous, a, payload, position, t, schema, s, k, version)
-        ).digest()
+        state = fresh()
+        state.update(template % (previous, a, payload, position, t, schema, s, k, version))
+        previous = state.digest()
         yield row, previous
 
 

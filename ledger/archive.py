@@ -8,8 +8,9 @@ more than it reads (a finished submission is put and linked once; almost every q
 about a new id), so the layout makes writing cheap and lets a rare read do more work:
 
 - ``rows``, a rowid table only ever appended to, with no index kept per row: a record
-  (space, key, tag, value) holds ``names``, the links made right after it to its key (an
-  attempt id, a payment ref → the submission), so a finished submission is one row; a link
+  (space, key, tag, value) holds ``names``, the links given with it or made right after it
+  to its key (an attempt id, a payment ref, a failed content hash → the submission), so a
+  finished submission is one row and one ``put``; a link
   made otherwise (to a key already written, or replacing a link) is a row of its own
   (value NULL, its target in ``tag``). Rows are written ``flush_entries`` at a time, with
   multi-row INSERTs (about 1 µs a row of 460 bytes). A key put or linked again is a newer
@@ -41,7 +42,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from itertools import chain
 from typing import Any, TypeVar, cast
@@ -257,17 +258,26 @@ class DiskArchive:
         self._spaces.clear()
         self._db.close()
 
-    def put(self, space: str, key: str, value: bytes, tag: str = "") -> None:
-        """Keeps ``value`` under (space, key), replacing an earlier one."""
+    def put(
+        self,
+        space: str,
+        key: str,
+        value: bytes,
+        tag: str = "",
+        links: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Keeps ``value`` under (space, key), replacing an earlier one; each (space, name)
+        of ``links`` then names it, as ``link(space, name, key)`` would."""
         if type(value) is not bytes:
             raise TypeError(f"an archived record is bytes, not {type(value).__name__}")
-        # A finished submission makes 2-3 of these calls: each is now a list, a dict entry
-        # and _Space.add inlined (the file comes later, in bulk).
+        # A finished submission is one call: a list, a dict entry per key and the link
+        # names spelled into the row (the file comes later, in bulk).
+        spaces = self._spaces
         try:
-            spaced = self._spaces[space]
+            spaced = spaces[space]
         except KeyError:
             spaced = self._space(space)
-        # Written when the next row comes, not now: the links that follow name this one.
+        # Written when the next row comes, not now: links that follow may name this one.
         rows = self._rows
         count = len(rows)
         if count >= self.flush_entries:
@@ -277,6 +287,24 @@ class DiskArchive:
         row = self._last = [spaced.number, key, tag, value, ""]
         rows.append(row)
         spaced.enter(key, ref)  # after any flush: a flush may grow the filter
+        if not links:
+            return
+        names, spelled, rest = [], 0, links[:0]
+        for index, (link_space, name) in enumerate(links):
+            if "\n" in name or spelled >= names_chars_max:
+                rest = links[index:]  # what a row does not spell: rows of their own
+                break
+            try:
+                linked = spaces[link_space]
+            except KeyError:
+                linked = self._space(link_space)
+            line = f"{linked.prefix}{name}\n"
+            names.append(line)
+            spelled += len(line)
+            linked.enter(name, ref)
+        row[_NAMES] = "".join(names)
+        for link_space, name in rest:
+            self.link(link_space, name, key)
 
     def link(self, space: str, key: str, target: str) -> None:
         """Records that (space, key) names the record ``target`` (of another space)."""
@@ -366,6 +394,29 @@ class DiskArchive:
                         yield bytes(blob)
         except sqlite3.Error as exc:  # a generator: the decorator would not see it
             raise _unavailable(exc) from None
+
+    def links(self, space: str) -> Iterator[tuple[str, str]]:
+        """Yields (key, target) for every link of the space, the newest per key, in key order."""
+        spaced = self._spaces.get(space)
+        if spaced is None:
+            return
+        self.flush()
+        number, prefix = spaced.number, spaced.prefix
+        found: dict[str, str] = {}
+        try:  # a full scan, in row order (newest last): for listings, not the hot path
+            for row_space, key, tag, is_link, names in self._db.execute(
+                "SELECT space, key, tag, value IS NULL, names FROM rows ORDER BY id"
+            ):
+                if is_link:
+                    if row_space == number:
+                        found[key] = tag
+                    continue
+                for line in names.split("\n"):
+                    if line.startswith(prefix):
+                        found[line[len(prefix) :]] = key
+        except sqlite3.Error as exc:  # a generator: the decorator would not see it
+            raise _unavailable(exc) from None
+        yield from sorted(found.items())
 
     @_named_failures
     def flush(self) -> None:

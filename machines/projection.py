@@ -129,14 +129,21 @@ _NO_CONTEXT = SubmissionContext()
 class Archive(Protocol):
     """Keeps records (bytes) out of memory and gives them back (``ledger.archive.DiskArchive``).
 
-    ``put`` keeps a record under (space, key), with a ``tag`` to list it by; ``link``
-    names another key a record can be found under; ``get``, ``target`` and ``values``
-    read them back (None when absent). ``might_hold`` answers False when (space, key)
-    certainly names neither (a filter in memory): the fold asks it first about the new
-    ids most events carry.
+    ``put`` keeps a record under (space, key), with a ``tag`` to list it by and the
+    ``links`` (space, name) it can also be found under; ``link`` names one more; ``get``,
+    ``target``, ``values`` and ``links`` read them back (None when absent). ``might_hold``
+    answers False when (space, key) certainly names neither (a filter in memory): the fold
+    asks it first about the new ids most events carry.
     """
 
-    def put(self, space: str, key: str, value: bytes, tag: str = "") -> None: ...
+    def put(
+        self,
+        space: str,
+        key: str,
+        value: bytes,
+        tag: str = "",
+        links: Sequence[tuple[str, str]] = (),
+    ) -> None: ...
 
     def link(self, space: str, key: str, target: str) -> None: ...
 
@@ -147,6 +154,8 @@ class Archive(Protocol):
     def might_hold(self, space: str, key: str) -> bool: ...
 
     def values(self, space: str, tag: str | None = None) -> Iterator[bytes]: ...
+
+    def links(self, space: str) -> Iterator[tuple[str, str]]: ...
 
     def close(self) -> None: ...
 
@@ -188,34 +197,39 @@ class _ReadThrough(Mapping[K, V]):
         return len(self.merged())
 
 
-class _ArchivedMap(_ReadThrough[K, V]):
-    """Reads one of the fold's dicts, then the archive, where older entries were moved.
+class _FailedIndex(_ReadThrough[tuple[str, str], FailedRef]):
+    """Is intake's ``failed`` on an archiving fold: the fold's dict, then the archive.
 
-    Intake's ``failed``: the fold writes entries to the dict while deciding a batch and
-    straight to the archive (for good) when it applies one.
+    The first FAILED submission of a (commission, content hash) is indexed as it is
+    resolved: in the dict (where a batch being decided journals it too) until the fold
+    archives the submission, right after that event; from then on as a link "failed" →
+    the submission, spelled in its record's row (no row of its own). The reason is the
+    archived state's: a FAILED submission's state never changes again.
     """
 
-    def __init__(
-        self,
-        hot: dict[K, V],
-        archive: Archive,
-        space: str,
-        name: Callable[[K], str],
-        decode: Callable[[bytes], tuple[K, V]],
-    ) -> None:
-        self.hot, self.archive, self.space, self.name, self.decode = (
-            hot, archive, space, name, decode
-        )
+    def __init__(self, hot: dict[tuple[str, str], FailedRef], archive: Archive) -> None:
+        self.hot, self.archive = hot, archive
 
-    def get(self, key: K, default: Any = None) -> Any:
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:
         found = self.hot.get(key)
         if found is not None:
             return found
-        data = self.archive.get(self.space, self.name(key))
-        return default if data is None else self.decode(data)[1]
+        name = _failed_name(key)
+        archive = self.archive
+        if not archive.might_hold("failed", name):  # nearly every intake: a new content hash
+            return default
+        sid = archive.target("failed", name)
+        data = None if sid is None else archive.get("submission", sid)
+        return default if data is None else _failed_ref(sid, data)  # type: ignore[arg-type]
 
-    def merged(self) -> dict[K, V]:
-        merged = dict(map(self.decode, self.archive.values(self.space)))
+    def merged(self) -> dict[tuple[str, str], FailedRef]:
+        archive = self.archive
+        merged: dict[tuple[str, str], FailedRef] = {}
+        for name, sid in archive.links("failed"):
+            data = archive.get("submission", sid)
+            if data is not None:
+                commission, _, content = name.partition(":")
+                merged[(commission, content)] = _failed_ref(sid, data)
         merged.update(self.hot)
         return merged
 
@@ -224,9 +238,8 @@ def _failed_name(key: tuple[str, str]) -> str:
     return f"{key[0]}:{key[1]}"  # two digests: hex, no colon
 
 
-def _failed_decode(data: bytes) -> tuple[tuple[str, str], FailedRef]:
-    commission, content, sid, reason = marshal.loads(data)
-    return (commission, content), FailedRef(sid, reason)
+def _failed_ref(sid: str, data: bytes) -> FailedRef:
+    return FailedRef(sid, _decode_finished(data).state.reason or "")
 
 
 class _Admissions(_ReadThrough[tuple[str, int], int]):
@@ -373,14 +386,14 @@ class LedgerFold:
         self._credit_of: dict[str, str] = {}
         self._admissions: dict[tuple[str, int], int] = {}
         self._failed: dict[tuple[str, str], FailedRef] = {}
+        #: A submission indexed in ``_failed`` as it finished → its key (archiving only).
+        self._failed_of: dict[str, tuple[str, str]] = {}
         #: What intake reads: the dicts themselves, or views that read the archive too.
         self._admitted: Mapping[tuple[str, int], int] = self._admissions
         self._failures: Mapping[tuple[str, str], FailedRef] = self._failed
         if archive is not None:
             self._admitted = _Admissions(self._admissions, archive)
-            self._failures = _ArchivedMap(
-                self._failed, archive, "failed", _failed_name, _failed_decode
-            )
+            self._failures = _FailedIndex(self._failed, archive)
         self._by_arena: dict[str, dict[str, ArrivalKey]] = {}
         self._queued: dict[str, dict[str, ArrivalKey]] = {}
         self._live: dict[str, ArrivalKey] = {}
@@ -510,15 +523,18 @@ class LedgerFold:
         """
         archive = self.archive
         assert archive is not None
+        subs, attempts_held, attempts_of = self._subs, self._attempts, self._attempts_of
+        listeners = self.archive_listeners
         for sid in self._finished:
-            sub = self._subs.pop(sid)
-            by_arena = self._by_arena[sub.arena_id]
-            del by_arena[sid]
+            sub = subs.pop(sid)
+            del self._by_arena[sub.arena_id][sid]
             attempts: dict[str, AttemptState | AttemptSummary] = {}
-            for aid in self._attempts_of.pop(sid, ()):
-                state = self._attempts.pop(aid, None)
+            links: list[tuple[str, str]] = []
+            for aid in attempts_of.pop(sid, ()):
+                state = attempts_held.pop(aid, None)
                 if state is not None:
                     attempts[aid] = state
+                    links.append(("attempt", aid))
             payment = None
             fee = sub.fee
             ref = fee.ref if fee is not None and fee.kind == "payment" else sub.payment_ref
@@ -526,21 +542,21 @@ class LedgerFold:
                 found = self._payments.get(ref)
                 if found is not None and found.submission_id == sid:
                     payment = self._payments.pop(ref)
+                    links.append(("payment", ref))
             credit = None
             credit_id = self._credit_of.pop(sid, None)
             if credit_id is not None:
                 credit = self._credits.pop(credit_id, None)
-            group = self._group.pop(sid, None)
-            finished = Finished(sub, group, attempts, payment, credit)
-            for listener in self.archive_listeners:
+                if credit is not None:
+                    links.append(("credit", credit.credit_id))
+            failed = self._failed_of.pop(sid, None) if self._failed_of else None
+            if failed is not None:
+                del self._failed[failed]
+                links.append(("failed", _failed_name(failed)))
+            finished = Finished(sub, self._group.pop(sid, None), attempts, payment, credit)
+            for listener in listeners:
                 listener(finished)
-            archive.put("submission", sid, _encode_finished(finished), sub.arena_id)
-            for aid in attempts:
-                archive.link("attempt", aid, sid)
-            if payment is not None:
-                archive.link("payment", payment.payment_ref, sid)
-            if credit is not None:
-                archive.link("credit", credit.credit_id, sid)
+            archive.put("submission", sid, _encode_finished(finished), sub.arena_id, links)
         self._finished.clear()
 
     def finished_record(self, space: str, key: str) -> Finished | None:
@@ -771,12 +787,11 @@ class LedgerFold:
         key = (commission, sub.content_hash)
         first = self._failures.get(key)
         if first is None or sub.arrival_key < self._arrival_key(first.submission_id):
-            reason = sub.reason or ""
-            if self.archive is None or self._journal is not None:
-                self._put(self._failed, key, FailedRef(sub.submission_id, reason))
-            else:  # for good: written straight to the archive
-                entry = marshal.dumps((commission, sub.content_hash, sub.submission_id, reason))
-                self.archive.put("failed", _failed_name(key), entry)
+            self._put(self._failed, key, FailedRef(sub.submission_id, sub.reason or ""))
+            if self.archive is not None and self._journal is None:
+                # The submission is archived after this event: the entry becomes a link
+                # of its record then (_archive_finished), and leaves the dict.
+                self._failed_of[sub.submission_id] = key
 
     # --- intake ---------------------------------------------------------------------------
 

@@ -66,8 +66,11 @@ def test_archive_answers_like_a_dict(
 _few_keys = st.text(alphabet="ab\n", min_size=1, max_size=2)  # repeats, and "\n" in a name
 _steps = st.lists(
     st.one_of(
+        # A put may name links of its own record (spelled in its row, up to a length).
         st.tuples(st.just("put"), st.sampled_from(["submission", "failed"]), _few_keys,
-                  _values, st.sampled_from("xy")),
+                  _values, st.sampled_from("xy"),
+                  st.lists(st.tuples(st.sampled_from(["attempt", "payment"]), _few_keys),
+                           max_size=3)),
         # A link to the record just put (named in its row) or to any key (a row of its own).
         st.tuples(st.just("link"), st.sampled_from(["attempt", "submission"]), _few_keys,
                   st.one_of(st.none(), _few_keys)),
@@ -83,9 +86,14 @@ _steps = st.lists(
     flush_entries=st.integers(min_value=1, max_value=6),
     index_entries=st.integers(min_value=1, max_value=9),
     collide=st.booleans(),
+    names_max=st.sampled_from([1, 6, 1024]),
 )
 def test_archive_answers_like_a_dict_across_row_and_index_batches(
-    steps: list[tuple[Any, ...]], flush_entries: int, index_entries: int, collide: bool
+    steps: list[tuple[Any, ...]],
+    flush_entries: int,
+    index_entries: int,
+    collide: bool,
+    names_max: int,
 ) -> None:
     # Small batches put each key's rows and index entries in memory, in the file or both,
     # replaced across batches, and filters grow; with ``collide`` every key of a length
@@ -95,14 +103,17 @@ def test_archive_answers_like_a_dict_across_row_and_index_batches(
     spaces = ("submission", "failed", "attempt", "payment")
     hashing = mock.patch.object(archive_module, "hash", len if collide else hash, create=True)
     small = mock.patch.object(archive_module, "bloom_keys_initial", 1)  # filters that grow
+    # names_max: how much of a row link names may take before links get rows of their own.
+    names = mock.patch.object(archive_module, "names_chars_max", names_max)
     batches = {"flush_entries": flush_entries, "index_entries": index_entries}
-    with hashing, small, DiskArchive(**batches) as archive:
+    with hashing, small, names, DiskArchive(**batches) as archive:
         last = "none"
         for step in steps:
             if step[0] == "put":
-                _, space, key, value, tag = step
-                archive.put(space, key, value, tag)
+                _, space, key, value, tag, links = step
+                archive.put(space, key, value, tag, links)
                 model[(space, key)], last = (tag, value), key
+                linked.update({link: key for link in links})
             elif step[0] == "link":
                 _, space, key, target = step
                 target = last if target is None else target
@@ -127,6 +138,9 @@ def test_archive_answers_like_a_dict_across_row_and_index_batches(
                 assert list(archive.values(space, tag)) == [
                     v for _, (t, v) in ordered if t == tag
                 ]
+            assert list(archive.links(space)) == sorted(
+                (k, t) for (s, k), t in linked.items() if s == space
+            )
 
 
 def test_links_made_after_a_put_are_named_in_its_row() -> None:

@@ -225,10 +225,11 @@ class SettlementTracker:
 
     ``check_recorded`` rebuilds every arena's settlement input from the whole fold, so a
     replay that meets a settlement every few thousand events would pay O(ledger) each time.
-    The tracker keeps those inputs instead: the replay calls ``note`` after every event it
-    folds, naming the submission, payment, credit or arena the event touched, and each
-    check recomputes only the touched entries (with the same functions the full build uses)
-    before settling through ``machines.settlement.RewardScan`` and running fee sums.
+    The tracker keeps those inputs instead: the replay calls ``note`` with every event
+    before it folds it, naming the submission, payment, credit or arena the event touches,
+    and each check recomputes only the touched entries (with the same functions the full
+    build uses) before settling through ``machines.settlement.RewardScan`` and running fee
+    sums.
 
     On a fold that archives finished submissions, the tracker is one of its
     ``archive_listeners``: it takes a finished submission's input, payment and credit from
@@ -273,46 +274,51 @@ class SettlementTracker:
         self._payment_refs: set[str] = set()
         self._credit_ids: set[str] = set()
         self._rebuild = True
-        #: Records archived since the last noted event (see ``_untouch_archived``).
-        self._archived_now: list[Finished] = []
         by_category = {
             "submission": self._subs,
             "payment": self._payment_refs,
             "credit": self._credit_ids,
             "arena": self._arenas,
         }
-        self._touches: dict[type, tuple[int, set[str]]] = {}
+        #: Event class → (length of its stream's category prefix, the touched set its
+        #: stream's id goes to): what ``note`` does for every class but AttemptDecided.
+        #: The replay does the same inline (one set add per event, no call), and calls
+        #: ``bound`` now and then in place of note's size check.
+        self.touches: dict[type, tuple[int, set[str]]] = {}
         for kind in CATALOGUE.types:
             category = CATALOGUE.model(kind).category
             if category in by_category:
-                self._touches[CATALOGUE.model(kind)] = (len(category) + 1, by_category[category])
+                self.touches[CATALOGUE.model(kind)] = (len(category) + 1, by_category[category])
         fold.archive_listeners.append(self._archived)
-        #: The event classes ``note`` acts on (a replay skips the call for the others).
-        self.noted_types = frozenset([*self._touches, AttemptDecided])
 
     def note(self, stream: str, event: Any) -> None:
-        """Records which settlement input the event just folded on ``stream`` may change.
+        """Records which settlement input ``event``, about to be folded on ``stream``, may
+        change.
 
-        The fold accepted the event, so ``stream`` is its category, a dash and the id.
+        Call it before the fold applies the event: a submission the event finishes is
+        archived while it is applied, and the tracker takes it whole from the record then
+        (``_archived``), which a later note would undo. A noted event the fold refuses
+        costs nothing but a recomputation: a noted entry is read back from the fold.
         """
-        if self._rebuild:
-            return
-        found = self._touches.get(type(event))
+        found = self.touches.get(type(event))
         if found is not None:
             cut, touched = found
             touched.add(stream[cut:])
             if len(touched) > self.dirty_entries_max:
                 self._forget()
-                return
         elif type(event) is AttemptDecided:
             # Of the attempt events only a decision reaches settlement (the speedup of a
             # QUALIFIED submission, read through its attempt).
             attempt = self.fold.attempt(stream[8:])
             if attempt is not None:
                 self._subs.add(attempt.submission_id)
-        if self._archived_now:  # this event finished them: _archived took what it changed
-            self._untouch_archived()
-            self._archived_now.clear()
+
+    def bound(self) -> None:
+        """Forgets everything (the next check rebuilds) once too many entries are touched:
+        ``note``'s size check, for a caller that touches the sets itself."""
+        touched = (self._subs, self._arenas, self._payment_refs, self._credit_ids)
+        if any(len(entries) > self.dirty_entries_max for entries in touched):
+            self._forget()
 
     def check_recorded(
         self, policy: EmissionPolicySet | None, event: SettlementComputed, payload: dict[str, Any]
@@ -364,7 +370,9 @@ class SettlementTracker:
 
     def _forget(self) -> None:
         self._rebuild = True
-        self._archived_now.clear()
+        self._untouch_all()
+
+    def _untouch_all(self) -> None:
         for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
             touched.clear()
 
@@ -373,35 +381,26 @@ class SettlementTracker:
 
         The record holds the submission's final state, reward group, attempts, payment and
         credit; reading them back from the archive at the next check would cost a read each.
+        So the touches noted for them (the event that finished the submission was noted
+        before it was folded) are dropped: a check must not read them back.
         """
-        if self._rebuild:
-            return  # the next check rebuilds from the fold, archive included
         sub = record.state
         sid = sub.submission_id
-        self._archived_now.append(record)
+        self._subs.discard(sid)
+        payment, credit = record.payment, record.credit
+        if payment is not None:
+            self._payment_refs.discard(payment.payment_ref)
+        if credit is not None:
+            self._credit_ids.discard(credit.credit_id)
+        if self._rebuild:
+            return  # the next check rebuilds from the fold, archive included
         scan = self._scans.get(sub.arena_id)
         arena = self.fold.arena(sub.arena_id)
         if scan is not None and arena is not None:  # else the next check builds the arena
             self._put_input(scan, sub.arena_id, sid, _finished_input(arena, record), record.group)
-        if record.payment is not None or record.credit is not None:
+        if payment is not None or credit is not None:
             self._account_finished(record)
         self._credit_of.pop(sid, None)
-        # The touched sets forget it when the event that finished it is noted (note, or
-        # the next check's catch-up): the event's own stream is noted after this.
-
-    def _untouch_archived(self) -> None:
-        """Drops the just-archived submissions (their payments, credits) from the touched.
-
-        ``_archived`` took all of them from the record; a check must not read them back.
-        The event that finished a submission is noted after the fold archived it, so
-        ``note`` calls this after noting it (a check's catch-up, if it comes first).
-        """
-        for record in self._archived_now:
-            self._subs.discard(record.state.submission_id)
-            if record.payment is not None:
-                self._payment_refs.discard(record.payment.payment_ref)
-            if record.credit is not None:
-                self._credit_ids.discard(record.credit.credit_id)
 
     def _account_finished(self, record: Finished) -> None:
         """Moves an archived submission's payment and credit from the per-key rows to the sums."""
@@ -432,10 +431,8 @@ class SettlementTracker:
 
     def _catch_up(self) -> None:
         fold = self.fold
-        if self._archived_now:
-            self._untouch_archived()
-            self._archived_now.clear()
         if self._rebuild:
+            self._untouch_all()  # the rebuild reads everything as it stands now
             self._rebuild_all()
         self._rebuild = True  # until this catch-up completes
         for arena_id in self._arenas:

@@ -146,11 +146,7 @@ def decoder() -> Callable[[str, int, Any], Event]:
     directly (``model_validate`` with its defaults). Other versions and unknown types go
     through ``CATALOGUE.decode``, which upcasts or raises as it always does.
     """
-    current = {
-        kind: (version, CATALOGUE.model(kind).__pydantic_validator__.validate_python)
-        for kind, version in CATALOGUE.types.items()
-    }
-    slow = CATALOGUE.decode
+    current, slow = _current_validators(), CATALOGUE.decode
 
     def decode(kind: str, schema_version: int, payload: Any) -> Event:
         found = current.get(kind)
@@ -160,6 +156,14 @@ def decoder() -> Callable[[str, int, Any], Event]:
         return slow(kind, schema_version, payload)
 
     return decode
+
+
+def _current_validators() -> dict[str, tuple[int, Callable[[Any], Event]]]:
+    """Returns type → (current schema version, its model's ``validate_python``)."""
+    return {
+        kind: (version, CATALOGUE.model(kind).__pydantic_validator__.validate_python)
+        for kind, version in CATALOGUE.types.items()
+    }
 
 
 class _Replayer:
@@ -204,27 +208,25 @@ class _Replayer:
         # tracker.note, inlined for all but AttemptDecided (a set add per event; ``bound``
         # takes the place of its size check every _FROZEN_EVERY positions).
         touches = tracker.touches
-        decode, parse = decoder(), parse_payload
+        # decoder(), inlined (a call per event less): the current version's validator,
+        # else CATALOGUE.decode (upcasts, or raises).
+        current, slow, parse = _current_validators(), CATALOGUE.decode, parse_payload
         expected, head, counted = 1, GENESIS_HASH, 0
         divergence: Divergence | None = None
         try:
             for row, computed in chained(bytes(32), rows):
                 position, stream, _, kind, schema, data, _, _, entry = row
-                if position != expected:
-                    divergence = Divergence(
-                        expected, stream, kind, "position", position, expected, "gap"
-                    )
-                elif computed.hex() != entry:
-                    divergence = Divergence(
-                        position, stream, kind, "entry_hash", entry, computed.hex(),
-                        "hash_mismatch",
-                    )
-                if divergence is not None:
+                if position != expected or computed.hex() != entry:
+                    divergence = _chain_divergence(row, computed, expected)
                     if progress is not None:
                         progress(position)
                     break
                 payload = parse(data if type(data) is bytes else bytes(data))  # memoryview: PG
-                event = decode(kind, schema, payload)
+                found = current.get(kind)
+                if found is not None and found[0] == schema:
+                    event = found[1](payload)
+                else:
+                    event = slow(kind, schema, payload)
                 check = checks.get(type(event))
                 if check is not None:
                     divergence = check(position, stream, event, payload)
@@ -237,15 +239,7 @@ class _Replayer:
                         note(stream, event)
                     refusal = apply(position, stream, event, payload)
                     if refusal is not None:
-                        divergence = Divergence(
-                            position,
-                            stream,
-                            kind,
-                            _field_of(refusal.detail),
-                            None,
-                            refusal.detail,
-                            refusal.code,
-                        )
+                        divergence = _refused(position, stream, kind, refusal)
                 counted += 1
                 expected += 1
                 head = entry
@@ -355,6 +349,22 @@ def _compare(
                 position, stream, kind, name, recorded, derived[name], "decision_mismatch"
             )
     return None
+
+
+def _chain_divergence(row: Row, computed: bytes, expected: int) -> Divergence:
+    """Names a row that is not the next position, or whose entry hash is not its content's."""
+    position, stream, kind, entry = row[0], row[1], row[3], row[8]
+    if position != expected:
+        return Divergence(expected, stream, kind, "position", position, expected, "gap")
+    return Divergence(
+        position, stream, kind, "entry_hash", entry, computed.hex(), "hash_mismatch"
+    )
+
+
+def _refused(position: int, stream: str, kind: str, refusal: Any) -> Divergence:
+    """Names the field a fold's refusal points at (the recorded value is the event's)."""
+    detail = refusal.detail
+    return Divergence(position, stream, kind, _field_of(detail), None, detail, refusal.code)
 
 
 def _field_of(detail: str) -> str:

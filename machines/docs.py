@@ -49,9 +49,10 @@ and audit tallies; a decided attempt keeps a summary (`refold_attempt` rebuilds 
 from its stream for `explain`). A fold built with an archive,
 `LedgerFold(archive=ledger.archive.DiskArchive())`, moves every submission that becomes
 terminal, with its attempts, payment, spent credit and reward group, into the archive (a
-private temporary SQLite file, deleted on close) after the event that finished it; FAILED
-duplicates go there for good, and admission counts of epochs older than the latest two
-move there one record per epoch. Its memory then follows the live submissions (about
+private temporary SQLite file, deleted on close) after the event that finished it, as one
+record whose row also names its attempt ids, payment ref, credit id and, for the first
+FAILED submission of a content hash, that duplicate key; admission counts of epochs older
+than the latest two move there one record per epoch. Its memory then follows the live submissions (about
 2.5 KB each) plus a Bloom filter of about one byte per archived key and the archive's
 fixed buffers (rows, about 6 MB of index entries, a 4 MiB page cache), whatever the
 ledger's length; listeners (`archive_listeners`, e.g. replay's settlement tracker) see

@@ -1,0 +1,165 @@
+"""Counts the CPU instructions replay spends per event, under valgrind's callgrind.
+
+On a shared, noisy machine the CPU time of the same replay varies by 20-30% from run to
+run (and from one machine to the next by more), which hides a change of a few percent.
+Callgrind counts instructions instead: the same code on the same ledger gives the same
+count, whatever else the machine is doing. The count is not time (a cache miss costs
+nothing here, and SHA-256 runs without the CPU's SHA instructions, so hashing counts
+several times what it costs), so use it to compare two versions of the code, not to
+predict events per second.
+
+Each measurement is a fresh ``python`` under callgrind: one that imports everything and
+opens the store without replaying (the baseline), then one per mode that also replays
+the whole ledger with ``replay_store`` (``archived``: finished submissions go to the
+temporary archive, the default; ``kept``: everything stays in memory). Instructions per
+event = (replay's count - baseline) / events. ``--tree PATH`` measures another checkout
+too (e.g. ``git worktree add /tmp/before HEAD~3``), with this checkout's interpreter and
+libraries, so the comparison isolates the code.
+
+    python bench/instructions.py --events 200000 --db /tmp/replay200k.db --keep
+    python bench/instructions.py --events 200000 --db /tmp/replay200k.db --keep \
+        --tree /tmp/before
+
+Needs valgrind (``apt-get install valgrind``); a 200,000-event replay takes a few minutes
+under it (the modes and trees run two at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.append(str(_ROOT))
+
+from bench.replay import build  # noqa: E402  (after the path fix above)
+
+#: What each measured process runs: argv = tree, ledger file, mode ("none": no replay).
+_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from ledger.store import EventStore
+from ledger.replay import replay_store
+import ledger.archive, ledger.settle, machines.projection, machines.settlement
+store = EventStore(f"sqlite:///{sys.argv[2]}")
+store.head()
+if sys.argv[3] != "none":
+    report = replay_store(store, archive_finished=sys.argv[3] == "archived")
+    assert report.ok, report.divergence
+"""
+_COLLECTED = re.compile(r"Collected : (\d+)")
+#: Processes run at once (the machine's cores, at most two: callgrind is single-threaded).
+parallel_runs_max = 2
+
+
+def count(tree: Path, db: Path, mode: str) -> int:
+    """Returns the instructions one probe process executes under callgrind."""
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
+        out = Path(scratch) / "callgrind.out"
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+             sys.executable, "-c", _PROBE, str(tree), str(db), mode],
+            capture_output=True, text=True, check=False,
+        )
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run failed ({tree}, {mode}):\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def measure(trees: Sequence[Path], db: Path, modes: Sequence[str],
+            events: int) -> dict[tuple[str, str], float]:
+    """Returns instructions per event for every (tree, mode)."""
+    jobs = [(tree, mode) for tree in trees for mode in ("none", *modes)]
+    workers = max(1, min(parallel_runs_max, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: count(job[0], db, job[1]), jobs),
+                          strict=True))
+    return {
+        (str(tree), mode): (counts[(tree, mode)] - counts[(tree, "none")]) / events
+        for tree in trees
+        for mode in modes
+    }
+
+
+def render(per_event: dict[tuple[str, str], float], trees: Sequence[Path],
+           modes: Sequence[str], events: int) -> str:
+    """Returns the figures as a Markdown table, with ratios to the first tree."""
+    lines = [f"Instructions per replayed event, {events:,} events (callgrind):", "",
+             "| Tree | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+    first = str(trees[0])
+    for tree in map(str, trees):
+        cells = []
+        for mode in modes:
+            value = per_event[(tree, mode)]
+            ratio = value / per_event[(first, mode)]
+            cells.append(f"{value:,.0f}" + ("" if tree == first else f" ({ratio:.3f}×)"))
+        lines.append(f"| `{tree}` | " + " | ".join(cells) + " |")
+    if "archived" in modes and "kept" in modes:
+        lines.append("")
+        for tree in map(str, trees):
+            extra = per_event[(tree, "archived")] / per_event[(tree, "kept")] - 1
+            lines.append(f"- `{tree}`: archiving costs {extra:+.1%} instructions over kept.")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parses the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000,
+                        help="generated events (settlements come on top)")
+    parser.add_argument("--db", type=Path, help="SQLite ledger to build, or to reuse when it "
+                        "exists (built by bench/replay.py or this script with the same "
+                        "--events)")
+    parser.add_argument("--keep", action="store_true", help="keep the --db file afterwards")
+    parser.add_argument("--modes", default="archived,kept",
+                        help="comma-separated: archived, kept")
+    parser.add_argument("--tree", type=Path, action="append", default=[],
+                        help="another checkout to measure as well (repeatable)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Builds (or reuses) the ledger, counts instructions, prints the table."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: apt-get install valgrind", file=sys.stderr)
+        return 2
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - {"archived", "kept"})
+    if unknown or not modes:
+        print(f"--modes: unknown {unknown or 'empty'}; use archived, kept", file=sys.stderr)
+        return 2
+    trees = [_ROOT, *(tree.resolve() for tree in args.tree)]
+    missing = [str(t) for t in trees if not (t / "ledger" / "replay.py").is_file()]
+    if missing:
+        print(f"--tree: no ledger/replay.py under {', '.join(missing)}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
+        db = args.db or Path(scratch) / "replay.db"
+        meta_path = db.with_suffix(".json")
+        if not (db.exists() and meta_path.exists()):
+            print(f"building {args.events:,} events into {db} …", flush=True)
+            build(db, args.events, seed=7, concurrency=256, settle_every=360)
+        events = int(json.loads(meta_path.read_text())["events"])
+        print(f"counting {len(trees) * (len(modes) + 1)} runs under callgrind …", flush=True)
+        per_event = measure(trees, db, modes, events)
+        if args.db and not args.keep:
+            db.unlink(missing_ok=True)
+            meta_path.unlink(missing_ok=True)
+    print(render(per_event, trees, modes, events))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

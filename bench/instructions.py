@@ -42,7 +42,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.append(str(_ROOT))
 
-from bench.replay import build  # noqa: E402  (after the path fix above)
+from bench._common import replace_doc_section  # noqa: E402  (after the path fix above)
+from bench.replay import build  # noqa: E402
 
 #: What each measured process runs: argv = tree, ledger file, mode ("none": no replay).
 _PROBE = """
@@ -92,24 +93,39 @@ def measure(trees: Sequence[Path], db: Path, modes: Sequence[str],
     }
 
 
+def label(tree: Path) -> str:
+    """Names a checkout by its commit (and "+ changes" when its files differ from it)."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True,
+                              text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return str(tree)
+    return f"{commit} + changes" if git("status", "--porcelain", "--untracked-files=no") \
+        else commit
+
+
 def render(per_event: dict[tuple[str, str], float], trees: Sequence[Path],
            modes: Sequence[str], events: int) -> str:
-    """Returns the figures as a Markdown table, with ratios to the first tree."""
+    """Returns the figures as a Markdown table; each later tree's ratio is to the first."""
     lines = [f"Instructions per replayed event, {events:,} events (callgrind):", "",
-             "| Tree | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+             "| Checkout | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
     first = str(trees[0])
-    for tree in map(str, trees):
+    for tree in trees:
         cells = []
         for mode in modes:
-            value = per_event[(tree, mode)]
+            value = per_event[(str(tree), mode)]
             ratio = value / per_event[(first, mode)]
-            cells.append(f"{value:,.0f}" + ("" if tree == first else f" ({ratio:.3f}×)"))
-        lines.append(f"| `{tree}` | " + " | ".join(cells) + " |")
+            cells.append(f"{value:,.0f}" + ("" if str(tree) == first else f" ({ratio:.3f}×)"))
+        lines.append(f"| {label(tree)} | " + " | ".join(cells) + " |")
     if "archived" in modes and "kept" in modes:
         lines.append("")
-        for tree in map(str, trees):
-            extra = per_event[(tree, "archived")] / per_event[(tree, "kept")] - 1
-            lines.append(f"- `{tree}`: archiving costs {extra:+.1%} instructions over kept.")
+        for tree in trees:
+            extra = per_event[(str(tree), "archived")] / per_event[(str(tree), "kept")] - 1
+            lines.append(f"- {label(tree)}: archiving costs {extra:+.1%} instructions over "
+                         "keeping everything in memory.")
     return "\n".join(lines)
 
 
@@ -126,6 +142,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="comma-separated: archived, kept")
     parser.add_argument("--tree", type=Path, action="append", default=[],
                         help="another checkout to measure as well (repeatable)")
+    parser.add_argument("--write-docs", action="store_true",
+                        help='rewrite the "Replay instructions" section of docs/benchmarks.md')
     return parser.parse_args(argv)
 
 
@@ -157,8 +175,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.db and not args.keep:
             db.unlink(missing_ok=True)
             meta_path.unlink(missing_ok=True)
-    print(render(per_event, trees, modes, events))
+    table = render(per_event, trees, modes, events)
+    print(table)
+    if args.write_docs:
+        command = " ".join(["python bench/instructions.py", *sys.argv[1:]])
+        body = "\n\n".join([_DOC_TEXT, f"Command:\n\n    {command}", table])
+        print(f"\nwrote {replace_doc_section('Replay instructions', body)}")
     return 0
+
+
+_DOC_TEXT = (
+    "Replay's CPU instructions per event, counted by valgrind's callgrind "
+    "(`bench/instructions.py`): the same code on the same ledger gives the same count on "
+    "any machine, busy or idle, so it compares versions where timings on a shared machine "
+    "vary by 20-30% between runs. It is not time: cache misses cost nothing here, and "
+    "SHA-256 runs without the CPU's SHA instructions. The first row is this checkout; "
+    "others are earlier commits (`git worktree add`), run with the same interpreter and "
+    "libraries."
+)
 
 
 if __name__ == "__main__":

@@ -44,24 +44,24 @@ carried inside events.
 cross-stream checks (intake, claims, resolutions, SLA) and keeps the projections: arenas,
 submissions per arena in arrival-key order, attempts, payments, credits and the queue.
 
-**Memory.** A live submission keeps its full state, and an undecided attempt its windows
-and audit tallies; a decided attempt keeps a summary (`refold_attempt` rebuilds the rest
-from its stream for `explain`). A fold built with an archive,
+**Memory.** A live submission keeps its full state, and an undecided attempt its windows and
+audit tallies; a decided attempt keeps a summary (`refold_attempt` rebuilds the rest from
+its stream for `explain`). A fold built with an archive,
 `LedgerFold(archive=ledger.archive.DiskArchive())`, moves every submission that becomes
 terminal, with its attempts, payment, spent credit and reward group, into the archive (a
 private temporary SQLite file, deleted on close) after the event that finished it, as one
 record whose row also names its attempt ids, payment ref, credit id and, for the first
 FAILED submission of a content hash, that duplicate key; admission counts of epochs older
-than the latest two move there one record per epoch. Its memory then follows the live submissions (about
-2.5 KB each) plus a Bloom filter of about one byte per archived key and the archive's
-fixed buffers (rows, about 6 MB of index entries, a 4 MiB page cache), whatever the
-ledger's length; listeners (`archive_listeners`, e.g. replay's settlement tracker) see
-each record as it leaves. Without an archive every finished submission stays in memory (about
-2 KB each). Rules and queries read archived state back: a repeated submission, attempt,
-payment or credit id is refused exactly as before, and `submissions`, `payments`,
+than the latest two move there one record per epoch. Its memory then follows the live
+submissions (about 2.5 KB each) plus a Bloom filter of about one byte per archived key and
+the archive's fixed buffers (rows, about 6 MB of index entries, a 4 MiB page cache),
+whatever the ledger's length; listeners (`archive_listeners`, e.g. replay's settlement
+tracker) see each record as it leaves. Without an archive every finished submission stays in
+memory (about 2 KB each). Rules and queries read archived state back: a repeated submission,
+attempt, payment or credit id is refused exactly as before, and `submissions`, `payments`,
 `credits` and `snapshot` list archived entries too, so both kinds of fold answer every
-question alike (a property test holds them equal). The archive costs time: about a third
-of the fold's speed on the benchmark ledger ([benchmarks.md](benchmarks.md#fold)).
+question alike (a property test holds them equal). The archive costs time: about a third of
+the fold's speed on the benchmark ledger ([benchmarks.md](benchmarks.md#fold)).
 """
 
 _SUBMISSION_NOTES = f"""Rules fixed here where DOMAIN is silent:

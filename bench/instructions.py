@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -179,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     if args.write_docs:
         command = " ".join(["python bench/instructions.py", *sys.argv[1:]])
-        body = "\n\n".join([_DOC_TEXT, f"Command:\n\n    {command}", table])
+        text = textwrap.fill(_DOC_TEXT, 92, break_on_hyphens=False)
+        body = "\n\n".join([text, f"Command:\n\n    {command}", table])
         print(f"\nwrote {replace_doc_section('Replay instructions', body)}")
     return 0
 
@@ -189,9 +191,10 @@ _DOC_TEXT = (
     "(`bench/instructions.py`): the same code on the same ledger gives the same count on "
     "any machine, busy or idle, so it compares versions where timings on a shared machine "
     "vary by 20-30% between runs. It is not time: cache misses cost nothing here, and "
-    "SHA-256 runs without the CPU's SHA instructions. The first row is this checkout; "
-    "others are earlier commits (`git worktree add`), run with the same interpreter and "
-    "libraries."
+    "SHA-256 runs without the CPU's SHA instructions; hash randomisation moves it by about "
+    "0.1% between runs. The first row is this checkout; others are earlier commits (`git "
+    "worktree add`), run with the same interpreter and libraries, each with its count over "
+    "the first row's in brackets."
 )
 
 

@@ -219,8 +219,10 @@ class _FailedIndex(_ReadThrough[tuple[str, str], FailedRef]):
         if not archive.might_hold("failed", name):  # nearly every intake: a new content hash
             return default
         sid = archive.target("failed", name)
-        data = None if sid is None else archive.get("submission", sid)
-        return default if data is None else _failed_ref(sid, data)  # type: ignore[arg-type]
+        if sid is None:
+            return default
+        data = archive.get("submission", sid)
+        return default if data is None else _failed_ref(sid, data)
 
     def merged(self) -> dict[tuple[str, str], FailedRef]:
         archive = self.archive

@@ -274,6 +274,8 @@ class SettlementTracker:
         self._payment_refs: set[str] = set()
         self._credit_ids: set[str] = set()
         self._rebuild = True
+        #: Every touched set, for the steps that size or empty them all.
+        self._touched = (self._subs, self._arenas, self._payment_refs, self._credit_ids)
         by_category = {
             "submission": self._subs,
             "payment": self._payment_refs,
@@ -316,8 +318,7 @@ class SettlementTracker:
     def bound(self) -> None:
         """Forgets everything (the next check rebuilds) once too many entries are touched:
         ``note``'s size check, for a caller that touches the sets itself."""
-        touched = (self._subs, self._arenas, self._payment_refs, self._credit_ids)
-        if any(len(entries) > self.dirty_entries_max for entries in touched):
+        if any(len(entries) > self.dirty_entries_max for entries in self._touched):
             self._forget()
 
     def check_recorded(
@@ -373,7 +374,7 @@ class SettlementTracker:
         self._untouch_all()
 
     def _untouch_all(self) -> None:
-        for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
+        for touched in self._touched:
             touched.clear()
 
     def _archived(self, record: Finished) -> None:
@@ -457,8 +458,7 @@ class SettlementTracker:
             self._fee_swap(self._payments, ref, found, "payment")
         for credit_id in self._credit_ids:
             self._fee_swap(self._credits, credit_id, self._credit_found(credit_id), "credit")
-        for touched in (self._subs, self._arenas, self._payment_refs, self._credit_ids):
-            touched.clear()
+        self._untouch_all()
         self._rebuild = False
 
     def _rebuild_all(self) -> None:

@@ -128,7 +128,7 @@ def parse_payload(data: bytes) -> Any:
             value = _orjson_loads(data)
             if type(value) is dict and _orjson_dumps(value, option=_SORT_KEYS) == data:
                 return value
-        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        except _ORJSON_ERRORS:
             pass  # e.g. an integer beyond 64 bits, or nesting orjson refuses: the slow path
     return loads(data)
 
@@ -136,6 +136,7 @@ def parse_payload(data: bytes) -> Any:
 _orjson_loads = orjson.loads
 _orjson_dumps = orjson.dumps
 _SORT_KEYS = orjson.OPT_SORT_KEYS
+_ORJSON_ERRORS = (orjson.JSONDecodeError, orjson.JSONEncodeError)
 
 
 def decoder() -> Callable[[str, int, Any], Event]:
@@ -210,7 +211,11 @@ class _Replayer:
         touches = tracker.touches
         # decoder(), inlined (a call per event less): the current version's validator,
         # else CATALOGUE.decode (upcasts, or raises).
-        current, slow, parse = _current_validators(), CATALOGUE.decode, parse_payload
+        current, slow = _current_validators(), CATALOGUE.decode
+        # parse_payload, inlined likewise: its fast path here, codec.loads for the rest.
+        fast_loads, dumps, sort_keys, orjson_error = (
+            _orjson_loads, _orjson_dumps, _SORT_KEYS, _ORJSON_ERRORS
+        )
         expected, head, counted = 1, GENESIS_HASH, 0
         divergence: Divergence | None = None
         try:
@@ -221,7 +226,18 @@ class _Replayer:
                     if progress is not None:
                         progress(position)
                     break
-                payload = parse(data if type(data) is bytes else bytes(data))  # memoryview: PG
+                if type(data) is not bytes:
+                    data = bytes(data)  # a memoryview: PostgreSQL
+                payload = None
+                if data.isascii():
+                    try:
+                        payload = fast_loads(data)
+                        if type(payload) is not dict or dumps(payload, option=sort_keys) != data:
+                            payload = None
+                    except orjson_error:
+                        payload = None
+                if payload is None:
+                    payload = loads(data)  # not canonical ASCII: codec.loads raises or agrees
                 found = current.get(kind)
                 if found is not None and found[0] == schema:
                     event = found[1](payload)

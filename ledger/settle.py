@@ -110,18 +110,16 @@ def _input(arena: Any, sub: Any, group: str | None, resolution: Any) -> Any:
     A control run is never rewarded and never blocks; a submission that finished without
     a PASS blocks nothing and earns nothing: the callers return None for those.
     """
-    block, index, subindex = sub.arrival_key[:3]
-    return _rules().SubmissionInput(
-        submission_id=sub.submission_id,
-        hotkey=sub.hotkey,
-        content_hash=sub.content_hash,
-        block=block,
-        event_index=index,
-        event_subindex=subindex,
-        status=sub.status,
-        incumbent_digest=group or arena.incumbent_digest,
-        verdict="PASS" if sub.status == "QUALIFIED" else _verdict(sub),
-        speedup=None if resolution is None else resolution.speedup,
+    status = sub.status
+    return _rules().SubmissionInput.folded(
+        sub.submission_id,
+        sub.hotkey,
+        sub.content_hash,
+        sub.arrival_key[:3],
+        status,
+        group or arena.incumbent_digest,
+        "PASS" if status == "QUALIFIED" else _verdict(sub),
+        None if resolution is None else resolution.speedup,
     )
 
 

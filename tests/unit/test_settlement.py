@@ -518,6 +518,75 @@ def test_bad_submission_is_refused(changes: dict[str, Any], message: str) -> Non
         replace(sub("x", "k", 1, "FAILED"), **changes)
 
 
+def _folded(base: SubmissionInput) -> SubmissionInput:
+    return SubmissionInput.folded(
+        base.submission_id,
+        base.hotkey,
+        base.content_hash,
+        (base.block, base.event_index, base.event_subindex),
+        base.status,
+        base.incumbent_digest,
+        base.verdict,
+        base.speedup,
+    )
+
+
+@given(
+    status=st.sampled_from(
+        ["ARRIVED", "QUEUED", "QUALIFYING", "HELD", "QUALIFIED", "FAILED", "NO_DECISION"]
+    ),
+    verdict=st.sampled_from([None, "FAIL", "NO_DECISION"]),
+    speedup=st.sampled_from(["1.019129", "0.000000", "2", "1.5"]),
+    block=st.integers(0, 2**53 - 1),
+)
+def test_folded_input_equals_the_checked_one(
+    status: str, verdict: str | None, speedup: str, block: int
+) -> None:
+    qualified = status == "QUALIFIED"
+    checked = replace(
+        sub("x", "k", 1, "FAILED"),
+        status=status,
+        verdict="PASS" if qualified else verdict,
+        speedup=speedup if qualified else None,
+        block=block,
+    )
+    made = _folded(checked)
+    assert made == checked and hash(made) == hash(checked)
+    assert made.__dict__ == checked.__dict__
+    assert type(made) is SubmissionInput
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"status": "LOST"}, "is not one of"),
+        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": None}, "speedup must be"),
+        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "1.50"}, "speedup must be"),
+        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "-1.000000"}, "non-negative"),
+        ({"status": "QUALIFIED", "verdict": None, "speedup": "1.5"}, "a PASS is exactly"),
+        ({"status": "QUEUED", "verdict": "PASS"}, "a PASS is exactly a QUALIFIED"),
+        ({"verdict": "MAYBE"}, "is not PASS, FAIL"),
+    ],
+)
+def test_folded_input_refuses_what_the_checked_one_refuses(
+    changes: dict[str, Any], message: str
+) -> None:
+    # The fields folded() checks itself: anything wrong there takes the checked constructor.
+    base = sub("x", "k", 1, "FAILED")
+    fields = {**base.__dict__, **changes}
+    with pytest.raises(InvalidInput, match=message):
+        SubmissionInput.folded(
+            fields["submission_id"],
+            fields["hotkey"],
+            fields["content_hash"],
+            (fields["block"], fields["event_index"], fields["event_subindex"]),
+            fields["status"],
+            fields["incumbent_digest"],
+            fields["verdict"],
+            fields["speedup"],
+        )
+
+
 def test_duplicates_are_refused() -> None:
     x = sub("x", "k", 1, "FAILED")
     with pytest.raises(InvalidInput, match="appears twice"):

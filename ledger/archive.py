@@ -294,14 +294,20 @@ class DiskArchive:
             if "\n" in name or spelled >= names_chars_max:
                 rest = links[index:]  # what a row does not spell: rows of their own
                 break
-            try:
-                linked = spaces[link_space]
-            except KeyError:
+            linked = spaces.get(link_space)
+            if linked is None:
                 linked = self._space(link_space)
             line = f"{linked.prefix}{name}\n"
             names.append(line)
             spelled += len(line)
-            linked.enter(name, ref)
+            # linked.enter(name, ref), inlined (three or four links a finished submission).
+            h = hash(name)
+            linked.words[h & linked.mask] |= _PROBES[(h >> 40) & 4095]
+            pending = linked.pending
+            if h in pending:
+                linked.note(h, ref)
+            else:
+                pending[h] = ref
         row[_NAMES] = "".join(names)
         for link_space, name in rest:
             self.link(link_space, name, key)

@@ -555,7 +555,10 @@ class LedgerFold:
             if failed is not None:
                 del self._failed[failed]
                 links.append(("failed", _failed_name(failed)))
-            finished = Finished(sub, self._group.pop(sid, None), attempts, payment, credit)
+            # Finished(...) without its Python-level __new__ (once per finished submission).
+            finished = _new_tuple(
+                Finished, (sub, self._group.pop(sid, None), attempts, payment, credit)
+            )
             for listener in listeners:
                 listener(finished)
             archive.put("submission", sid, _encode_finished(finished), sub.arena_id, links)

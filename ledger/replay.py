@@ -167,6 +167,16 @@ def _current_validators() -> dict[str, tuple[int, Callable[[Any], Event]]]:
     }
 
 
+#: What the replay loop looks up once per event by its type (``_Replayer._kinds``).
+_Kind = tuple[
+    int,
+    Callable[[Any], Event],
+    Callable[[int, str, Any, Any], "Divergence | None"] | None,
+    tuple[int, set[str]] | None,
+    bool,
+]
+
+
 class _Replayer:
     """Folds rows from nothing and checks them; one instance per replay."""
 
@@ -210,8 +220,9 @@ class _Replayer:
         # takes the place of its size check every _FROZEN_EVERY positions).
         touches = tracker.touches
         # decoder(), inlined (a call per event less): the current version's validator,
-        # else CATALOGUE.decode (upcasts, or raises).
-        current, slow = _current_validators(), CATALOGUE.decode
+        # else CATALOGUE.decode (upcasts, or raises). One lookup by the row's type gives
+        # the validator and what the loop does with the event (see _kinds).
+        kinds, slow = self._kinds(), CATALOGUE.decode
         # parse_payload, inlined likewise: its fast path here, codec.loads for the rest.
         fast_loads, dumps, sort_keys, orjson_error = (
             _orjson_loads, _orjson_dumps, _SORT_KEYS, _ORJSON_ERRORS
@@ -238,20 +249,22 @@ class _Replayer:
                         payload = None
                 if payload is None:
                     payload = loads(data)  # not canonical ASCII: codec.loads raises or agrees
-                found = current.get(kind)
+                found = kinds.get(kind)
                 if found is not None and found[0] == schema:
-                    event = found[1](payload)
+                    _, validate, check, touch, decided = found
+                    event = validate(payload)
                 else:
                     event = slow(kind, schema, payload)
-                check = checks.get(type(event))
+                    model = type(event)
+                    check, touch = checks.get(model), touches.get(model)
+                    decided = model is AttemptDecided
                 if check is not None:
                     divergence = check(position, stream, event, payload)
                 if divergence is None:
                     # Noted before it is folded (see SettlementTracker.note).
-                    touch = touches.get(type(event))
                     if touch is not None:
                         touch[1].add(stream[touch[0] :])
-                    elif type(event) is AttemptDecided:
+                    elif decided:
                         note(stream, event)
                     refusal = apply(position, stream, event, payload)
                     if refusal is not None:
@@ -271,6 +284,18 @@ class _Replayer:
             report.last_position = expected - 1
             report.head_hash = head
             report.divergence = divergence
+
+    def _kinds(self) -> dict[str, _Kind]:
+        """Returns event type → (current schema version, its model's validator, the check,
+        the tracker's touch, whether it is an AttemptDecided) for the replay loop."""
+        checks, touches = self.checks, self.settlements.touches
+        kinds: dict[str, _Kind] = {}
+        for kind, (version, validate) in _current_validators().items():
+            model = CATALOGUE.model(kind)
+            kinds[kind] = (
+                version, validate, checks.get(model), touches.get(model), model is AttemptDecided
+            )
+        return kinds
 
     def _check_decided(
         self, position: int, stream: str, event: AttemptDecided, _: Any

@@ -570,11 +570,13 @@ class SettlementTracker:
         old = table.pop(key, None)
         if old is None and space:
             old = self._archived_rows(space, key)
+        if found is not None and keep:
+            table[key] = found
+        if old == found:
+            return  # the sums already hold these amounts (most payments, as they finish)
         if old is not None:
             self._fee_add(old, -1)
         if found is not None:
-            if keep:
-                table[key] = found
             self._fee_add(found, 1)
 
     def _fee_add(self, record: tuple[Any, ...], sign: int) -> None:

@@ -369,3 +369,21 @@ def test_the_folds_attempt_moves_are_the_tables_keyed_by_class() -> None:
         for (status, kind), move in projection._ATTEMPT_MOVES.items()
     }
     assert by_type == dict(attempt.TABLE.moves)
+
+
+def test_the_folds_submission_moves_are_the_tables_keyed_by_class() -> None:
+    # LedgerFold looks submission moves up by event class for the events it routes to the
+    # submission machine after the arrival; it must hold every such move of the table, and
+    # only the table's moves.
+    by_type = {
+        (status, kind.event_type): move
+        for (status, kind), move in projection._SUBMISSION_MOVES.items()
+    }
+    routed = {kind.event_type for _, kind in projection._SUBMISSION_MOVES}
+    assert "SubmissionArrived" not in routed
+    expected = {
+        key: move
+        for key, move in submission.TABLE.moves.items()
+        if key[1] != "SubmissionArrived"
+    }
+    assert by_type == expected

@@ -375,6 +375,17 @@ def measure_replays(url: str, kept: bool = True) -> dict[str, Any]:
     return runs
 
 
+def add_repeats(figures: dict[str, Any], url: str, repeat: int, kept: bool) -> None:
+    """Times the replay (and its peer, with ``kept``) ``repeat`` - 1 more times, each in a
+    fresh process, into ``figures`` beside the first run (``<pass>_repeats``)."""
+    for number in range(2, repeat + 1):
+        print(f"replay run {number} of {repeat} …", flush=True)
+        again = run_in_fresh_process(measure_replays, url, kept)
+        for key, step in again.items():
+            if key in figures:
+                figures.setdefault(f"{key}_repeats", []).append(step)
+
+
 # -- reporting -----------------------------------------------------------------------------
 
 
@@ -649,12 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "timing in a fresh process …", flush=True)
         url = f"sqlite:///{path}"
         figures = run_in_fresh_process(measure, url, not args.no_phases, args.profile)
-        for number in range(2, args.repeat + 1):
-            print(f"replay run {number} of {args.repeat} …", flush=True)
-            again = run_in_fresh_process(measure_replays, url, not args.no_phases)
-            for key, step in again.items():
-                if key in figures:
-                    figures.setdefault(f"{key}_repeats", []).append(step)
+        add_repeats(figures, url, args.repeat, not args.no_phases)
         if args.db and not args.keep:
             for made in (path, path.with_suffix(".json")):
                 made.unlink(missing_ok=True)

@@ -76,6 +76,9 @@ target_sqlite_verify_events_per_s = 150_000
 target_verify_vs_es_read = 3.0
 target_fold_events_per_s = 100_000
 target_replay_events_per_s = 80_000
+#: Replay runs (fresh processes) whose median the replay target is judged on, as
+#: ``bench/replay.py --repeat``'s default.
+replay_repeat = 5
 target_checkpoint_s = 1.0
 target_checkpoint_events = 1_000_000
 target_inclusion_ms = 10.0
@@ -163,7 +166,10 @@ def _child_replay(params: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
     path = tmp / "replay.db"
     meta = replay.build(path, params["events"], 7, 256, params["settle_every_blocks"])
     meta["settle_every_blocks"] = params["settle_every_blocks"]
-    figures = run_in_fresh_process(replay.measure, f"sqlite:///{path}", True, False)
+    url = f"sqlite:///{path}"
+    figures = run_in_fresh_process(replay.measure, url, True, False)
+    if hasattr(replay, "add_repeats"):  # the target is judged on the median of the runs
+        replay.add_repeats(figures, url, replay_repeat, True)
     summary = replay.summarize(meta, figures)
     section = replay.render(meta, figures, summary)
     print(section)
@@ -488,8 +494,7 @@ def fold_replay_targets(fold_run: BenchRun | None, replay_run: BenchRun | None,
         rows.append(TargetRow(
             "replay_rate", "replay ≥ 80,000 events/s (with settlement checks)",
             f"{fmt_rate(s['replay_rate'])} ev/s",
-            f"{s['ratio']:.2f}× read_all; {fmt_rate(s['rate_without_settlements'])} ev/s "
-            "outside settlement checks", f"bench/replay.py, {s['events']:,} events",
+            _replay_peers(s), f"bench/replay.py, {s['events']:,} events",
             replay_run.load, s["replay_rate"] >= target_replay_events_per_s, s["events"]))
     big = _largest_scale(scale_run)
     step = _scale_step(big, "replay") if big else None
@@ -503,6 +508,15 @@ def fold_replay_targets(fold_run: BenchRun | None, replay_run: BenchRun | None,
             f"bench/scale.py, {big['events']:,} events", f"{step['load1']:.1f}",
             rate >= target_replay_events_per_s, big["events"]))
     return rows
+
+
+def _replay_peers(summary: Mapping[str, Any]) -> str:
+    """Says what the replay figure is beside: its runs' median (when several), the read."""
+    rates = summary.get("replay_rates", [])
+    runs = f"median of {len(rates)} runs ({fmt_rate(min(rates))}–{fmt_rate(max(rates))}); " \
+        if len(rates) > 1 else ""
+    return (f"{runs}{summary['ratio']:.2f}× read_all; "
+            f"{fmt_rate(summary['rate_without_settlements'])} ev/s outside settlement checks")
 
 
 def all_targets(runs: Mapping[str, BenchRun], when: str) -> list[TargetRow]:

@@ -155,8 +155,7 @@ def _check_text(value: object, name: str, valid: bool, kind: str) -> None:
 
 def _parse_decimal(text: object, name: str) -> Decimal:
     """Parses a non-negative decimal written canonically or in the fixed 6-place form."""
-    ok = isinstance(text, str) and (is_canonical_decimal(text) or is_fixed6(text))
-    if not ok or str(text).startswith("-"):
+    if not _is_decimal_text(text):
         raise _refuse(
             f"{name} must be a non-negative decimal string such as '1.019129', got {text!r}",
             "settlement_input_invalid",
@@ -165,7 +164,7 @@ def _parse_decimal(text: object, name: str) -> Decimal:
     return Decimal(str(text))
 
 
-def _is_speedup(text: object) -> bool:
+def _is_decimal_text(text: object) -> bool:
     """Tells whether ``_parse_decimal`` accepts ``text`` (without building the Decimal)."""
     return (
         isinstance(text, str)
@@ -278,7 +277,7 @@ class SubmissionInput:
             status not in SUBMISSION_STATUSES
             or (verdict is not None and verdict not in _VERDICTS)
             or qualified != (verdict == "PASS")
-            or (qualified and not _is_speedup(speedup))
+            or (qualified and not _is_decimal_text(speedup))
         ):
             return cls(
                 submission_id, hotkey, content_hash, *arrival, status, incumbent_digest,

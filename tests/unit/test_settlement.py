@@ -498,15 +498,23 @@ def test_lists_become_tuples() -> None:
     hash(arena)
 
 
+#: Refusals of the fields that depend on how they were combined: SubmissionInput.folded
+#: checks these itself, and leaves the rest to the event schemas.
+_COMBINATION_REFUSALS = [
+    ({"status": "LOST"}, "is not one of"),
+    ({"status": "QUALIFIED", "verdict": "PASS", "speedup": None}, "speedup must be"),
+    ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "1.50"}, "speedup must be"),
+    ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "-1.000000"}, "non-negative"),
+    ({"status": "QUALIFIED", "verdict": None, "speedup": "1.5"}, "a PASS is exactly"),
+    ({"status": "QUEUED", "verdict": "PASS"}, "a PASS is exactly a QUALIFIED"),
+    ({"verdict": "MAYBE"}, "is not PASS, FAIL"),
+]
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"status": "LOST"}, "is not one of"),
-        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": None}, "speedup must be"),
-        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "1.50"}, "speedup must be"),
-        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "-1.000000"}, "non-negative"),
-        ({"status": "QUEUED", "verdict": "PASS"}, "a PASS is exactly a QUALIFIED"),
-        ({"verdict": "MAYBE"}, "is not PASS, FAIL"),
+        *_COMBINATION_REFUSALS,
         ({"block": -1}, "block must be"),
         ({"block": True}, "block must be"),
         ({"hotkey": "has space"}, "hotkey must be"),
@@ -556,18 +564,7 @@ def test_folded_input_equals_the_checked_one(
     assert type(made) is SubmissionInput
 
 
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        ({"status": "LOST"}, "is not one of"),
-        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": None}, "speedup must be"),
-        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "1.50"}, "speedup must be"),
-        ({"status": "QUALIFIED", "verdict": "PASS", "speedup": "-1.000000"}, "non-negative"),
-        ({"status": "QUALIFIED", "verdict": None, "speedup": "1.5"}, "a PASS is exactly"),
-        ({"status": "QUEUED", "verdict": "PASS"}, "a PASS is exactly a QUALIFIED"),
-        ({"verdict": "MAYBE"}, "is not PASS, FAIL"),
-    ],
-)
+@pytest.mark.parametrize(("changes", "message"), _COMBINATION_REFUSALS)
 def test_folded_input_refuses_what_the_checked_one_refuses(
     changes: dict[str, Any], message: str
 ) -> None:

@@ -306,7 +306,8 @@ def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
     from ledger.replay import replay_store
 
     figures: dict[str, Any] = {"rss_start_kib": _status_kib("VmRSS"),
-                               "load_before": os.getloadavg()[0]}
+                               "load_before": os.getloadavg()[0],
+                               "compiled": compiled_modules()}
     with EventStore(url) as store:
         store.head()  # opens the pool: connection set-up is not a per-event cost
         figures["read_all"] = _timed(lambda: _read(store))
@@ -353,6 +354,19 @@ def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
         stats.sort_stats("cumulative").print_stats(30)
         figures["profile"] = out.getvalue()
     return figures
+
+
+#: The modules setup.py's optional mypyc build compiles (its COMPILED list).
+_COMPILABLE = ("ledger.chain", "ledger.replay", "ledger.settle", "machines.intake",
+               "machines.projection")
+
+
+def compiled_modules() -> list[str]:
+    """Returns which of replay's modules this interpreter imports compiled (mypyc)."""
+    import importlib
+
+    return [name for name in _COMPILABLE
+            if str(getattr(importlib.import_module(name), "__file__", "")).endswith(".so")]
 
 
 def measure_replays(url: str, kept: bool = True) -> dict[str, Any]:
@@ -417,6 +431,7 @@ def summarize(meta: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
         "replay_rate": statistics.median(map(_rate, runs)),
         "replay_cpu_rate": statistics.median(map(_cpu_rate, runs)),
         "replay_rates": [_rate(run) for run in runs],
+        "compiled": figures.get("compiled", []),
         "kept_rates": [_rate(run) for run in _runs(figures, "replay_kept")],
         "read_rate": _rate(read),
         "ratio": _rate(replay) / _rate(read) if _rate(read) else 0.0,
@@ -530,6 +545,12 @@ def render(meta: dict[str, Any], figures: dict[str, Any], summary: dict[str, Any
               f"settlements (one every {meta['settle_every_blocks']} blocks, a Bittensor tempo) "
               "and was written with EventStore.append in batches of 10,000 without the domain "
               f"guard, in {meta['build_seconds']:.0f} s (not timed here)."),
+        "",
+        _para("Build: " + (
+            "compiled with mypyc (`ARENA_LEDGER_COMPILE=1 python setup.py build_ext "
+            f"--inplace`): {', '.join(figures['compiled'])}; the rest interpreted."
+            if figures.get("compiled") else
+            "pure Python (setup.py's optional mypyc build not in use).")),
         "",
         "Command (builds the ledger, then times every pass in a fresh process):",
         "",

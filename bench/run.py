@@ -515,7 +515,8 @@ def _replay_peers(summary: Mapping[str, Any]) -> str:
     rates = summary.get("replay_rates", [])
     runs = f"median of {len(rates)} runs ({fmt_rate(min(rates))}–{fmt_rate(max(rates))}); " \
         if len(rates) > 1 else ""
-    return (f"{runs}{summary['ratio']:.2f}× read_all; "
+    build = "mypyc-compiled build; " if summary.get("compiled") else ""
+    return (f"{build}{runs}{summary['ratio']:.2f}× read_all; "
             f"{fmt_rate(summary['rate_without_settlements'])} ev/s outside settlement checks")
 
 

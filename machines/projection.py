@@ -521,7 +521,10 @@ class LedgerFold:
             return [self._route(stream, event, payload) for stream, event, payload in batch]
         finally:
             self._journal = None
-            for table, key, old in reversed(journal):
+            # Indexed from the end rather than reversed(): mypyc (an optional compiled
+            # build, see setup.py) cannot compile a reversed() of this list's tuples.
+            for index in range(len(journal) - 1, -1, -1):
+                table, key, old = journal[index]
                 if old is _MISSING:
                     del table[key]
                 else:
@@ -729,7 +732,7 @@ class LedgerFold:
         return context
 
     def _on_arrived(self, ident: str, event: SubmissionArrived, _: Payload) -> Refusal | None:
-        old = self._subs.get(ident)
+        old: SubmissionState | None = self._subs.get(ident)
         # might_hold first: a new id (nearly every arrival, claim and payment) is then
         # answered in one call, not four (_sub, _held, finished_record, archive.get).
         if old is None and self.archive is not None and self.archive.might_hold(
@@ -753,7 +756,7 @@ class LedgerFold:
         return None
 
     def _on_submission(self, ident: str, event: Event, _: Payload) -> Refusal | None:
-        old = self._subs.get(ident)
+        old: SubmissionState | None = self._subs.get(ident)
         if old is None and self.archive is not None:
             old = self._sub(ident)
         # ``type(...) is``: routes are keyed by the exact class (isinstance on a pydantic
@@ -785,7 +788,7 @@ class LedgerFold:
         return None
 
     def _on_resolved(self, ident: str, event: SubmissionResolved, _: Payload) -> Refusal | None:
-        old = self._subs.get(ident)
+        old: SubmissionState | None = self._subs.get(ident)
         if old is None and self.archive is not None:
             old = self._sub(ident)
         attempt = self._attempts.get(event.attempt_id)
@@ -880,7 +883,7 @@ class LedgerFold:
         )
 
     def _on_intake(self, ident: str, event: Event, _: Payload) -> Refusal | None:
-        old = self._subs.get(ident)
+        old: SubmissionState | None = self._subs.get(ident)
         if old is None and self.archive is not None:
             old = self._sub(ident)
         if old is None:

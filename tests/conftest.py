@@ -41,6 +41,43 @@ SKIP_POSTGRES = os.environ.get("ARENA_LEDGER_SKIP_POSTGRES") == "1"
 PG_DB_PER_TEST = os.environ.get("ARENA_LEDGER_PG_DB_PER_TEST") == "1"
 
 
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _compiled_extensions() -> list[tuple[Path, Path]]:
+    """Returns (extension, its source) for every mypyc-built module beside the sources."""
+    found = []
+    for package in ("ledger", "machines"):
+        for extension in sorted((_ROOT / package).glob("*.so")):
+            if "__mypyc" in extension.name:
+                continue  # the runtime the compiled modules share, not a module of ours
+            source = extension.with_name(extension.name.split(".", 1)[0] + ".py")
+            found.append((extension, source))
+    return found
+
+
+def pytest_report_header() -> str:
+    """Says whether the run tests compiled modules (``setup.py``'s optional mypyc build)."""
+    compiled = [extension.name.split(".", 1)[0] for extension, _ in _compiled_extensions()]
+    return "compiled modules (mypyc): " + (", ".join(compiled) if compiled else "none")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuses to test a compiled module older than its source: it would shadow the edit."""
+    stale = [
+        f"{extension.relative_to(_ROOT)} is older than {source.name}"
+        for extension, source in _compiled_extensions()
+        if source.exists() and source.stat().st_mtime > extension.stat().st_mtime
+    ]
+    if stale:
+        pytest.exit(
+            "stale compiled modules: " + "; ".join(stale) + ". Build them again "
+            "(ARENA_LEDGER_COMPILE=1 python setup.py build_ext --inplace) or delete the "
+            "*.so files",
+            returncode=4,
+        )
+
+
 def _pg_unavailable(reason: str) -> None:
     message = (
         f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({reason}); start it, or set "

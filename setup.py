@@ -6,7 +6,7 @@ mypy, already a dev dependency): the same source, type-checked under ``mypy --st
 turned into C extensions. On the 1M-event benchmark ledger that replays about 15% faster
 (docs/benchmarks.md). Built in place, next to the sources:
 
-    ARENA_LEDGER_COMPILE=1 .venv/bin/python setup.py build_ext --inplace
+    ARENA_LEDGER_COMPILE=1 .venv/bin/python setup.py build_ext --inplace --force
 
 An extension module shadows its ``.py``: after editing a compiled module, build again or
 remove ``ledger/*.so`` and ``machines/*.so`` (``tests/conftest.py`` refuses to run on a

@@ -548,7 +548,7 @@ def render(meta: dict[str, Any], figures: dict[str, Any], summary: dict[str, Any
         "",
         _para("Build: " + (
             "compiled with mypyc (`ARENA_LEDGER_COMPILE=1 python setup.py build_ext "
-            f"--inplace`): {', '.join(figures['compiled'])}; the rest interpreted."
+            f"--inplace --force`): {', '.join(figures['compiled'])}; the rest interpreted."
             if figures.get("compiled") else
             "pure Python (setup.py's optional mypyc build not in use).")),
         "",

@@ -72,7 +72,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if stale:
         pytest.exit(
             "stale compiled modules: " + "; ".join(stale) + ". Build them again "
-            "(ARENA_LEDGER_COMPILE=1 python setup.py build_ext --inplace) or delete the "
+            "(ARENA_LEDGER_COMPILE=1 python setup.py build_ext --inplace --force) or delete the "
             "*.so files",
             returncode=4,
         )

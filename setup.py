@@ -33,8 +33,8 @@ ext_modules = []
 if os.environ.get("ARENA_LEDGER_COMPILE") == "1":
     from mypyc.build import mypycify
 
-    # The shared library lives in the ledger package (ledger/replay__mypyc...so), where
-    # an editable install finds it, not at the top of the tree.
+    # The shared library lives in the ledger package (ledger/replay_compiled__mypyc.*.so),
+    # where an editable install finds it, not at the top of the tree.
     ext_modules = mypycify(COMPILED, opt_level="3", group_name="ledger.replay_compiled")
 
 setup(ext_modules=ext_modules)

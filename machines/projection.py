@@ -117,19 +117,6 @@ _ATTEMPT_MOVES: dict[
     if kind.event_type == event_type
 }
 _SUBMISSION_TABLE = submission_machine.TABLE
-#: The submission table's moves keyed by (state, event class), as ``_ATTEMPT_MOVES``: for
-#: the events the fold routes to ``_on_submission``, ``_on_resolved`` and ``_on_intake``.
-_SUBMISSION_MOVES: dict[
-    tuple[str, type[Event]],
-    Callable[[SubmissionState, Any, SubmissionContext], SubmissionState | Refusal],
-] = {
-    (status, kind): move
-    for (status, event_type), move in _SUBMISSION_TABLE.moves.items()
-    for kind in (
-        *_SUBMISSION_EVENTS, SubmissionResolved, SubmissionAdmitted, SubmissionRejected
-    )
-    if kind.event_type == event_type
-}
 #: ``tuple.__new__(Cls, values)`` builds a named tuple without its Python-level ``__new__``.
 _new_tuple = tuple.__new__
 
@@ -774,14 +761,8 @@ class LedgerFold:
                 return _refuse("submission", status, event, "attempt_mismatch", event.attempt_id)
         if old is None:
             return submission_machine.decide(old, event)  # the refusal: no stream yet
-        # submission_machine.step less its SubmissionArrived check (none is routed here),
-        # with the table's move looked up by class (no table.step frame, no event_type read).
-        context = self._context(old)
-        move = _SUBMISSION_MOVES.get((old.status, type(event)))
-        if move is None:
-            result = _SUBMISSION_TABLE.step(old, event, context)  # the refusal
-        else:
-            result = move(old, event, context)
+        # submission_machine.step less its SubmissionArrived check: none is routed here.
+        result = _SUBMISSION_TABLE.step(old, event, self._context(old))
         if isinstance(result, Refusal):
             return result
         self._store(old, result)
@@ -800,12 +781,8 @@ class LedgerFold:
         # SubmissionContext(sla, check_resolution=True, attempt_decision=decided), built
         # without its Python-level __new__ (once per resolution).
         context = _new_tuple(SubmissionContext, (self._context(old).sla_blocks, True, decided))
-        # submission_machine.step less its SubmissionArrived check (see _on_submission).
-        move = _SUBMISSION_MOVES.get((old.status, type(event)))
-        if move is None:
-            result = _SUBMISSION_TABLE.step(old, event, context)  # the refusal
-        else:
-            result = move(old, event, context)
+        # submission_machine.step less its SubmissionArrived check: none is routed here.
+        result = _SUBMISSION_TABLE.step(old, event, context)
         if isinstance(result, Refusal):
             return result
         assert attempt is not None
@@ -888,12 +865,8 @@ class LedgerFold:
             old = self._sub(ident)
         if old is None:
             return submission_machine.decide(old, event)  # the refusal: no stream yet
-        # submission_machine.step less its SubmissionArrived check (see _on_submission).
-        move = _SUBMISSION_MOVES.get((old.status, type(event)))
-        if move is None:
-            result = _SUBMISSION_TABLE.step(old, event, _NO_CONTEXT)  # the refusal
-        else:
-            result = move(old, event, _NO_CONTEXT)
+        # submission_machine.step less its SubmissionArrived check: none is routed here.
+        result = _SUBMISSION_TABLE.step(old, event, _NO_CONTEXT)
         if isinstance(result, Refusal):
             return result
         refusal = self._intake_refusal(old, event)

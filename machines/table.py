@@ -161,6 +161,13 @@ class Table(Generic[S, C]):
     moves: Mapping[tuple[str, str], Move[S, C]] = field(
         init=False, default_factory=dict, compare=False, repr=False
     )
+    #: ``moves`` by (state, event class), None where there is none, filled as ``step``
+    #: meets them: an event's ``event_type`` is a class attribute that pydantic's
+    #: ``__getattr__`` makes slow to read through an instance, and a class always has the
+    #: same one. A few dozen entries at most (states × event classes). Derived, not compared.
+    by_class: dict[tuple[str, type[Event]], Move[S, C] | None] = field(
+        init=False, default_factory=dict, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         moves: dict[tuple[str, str], Move[S, C]] = {}
@@ -179,10 +186,14 @@ class Table(Generic[S, C]):
 
     def step(self, state: S, event: Event, context: C) -> S | Refusal:
         """Returns the state after ``event``, or the refusal of it; ``state`` is unchanged."""
-        event_type = event.event_type
         status = state.status
-        move = self.moves.get((status, event_type))
+        key = (status, type(event))
+        try:
+            move = self.by_class[key]
+        except KeyError:
+            move = self.by_class[key] = self.moves.get((status, event.event_type))
         if move is None:
+            event_type = event.event_type
             return self.refuse(status, event_type, self.missing_code(status, event_type))
         return move(state, event, context)
 

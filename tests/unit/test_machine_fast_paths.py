@@ -31,6 +31,7 @@ from ledger.events import (
     InfrastructureFault,
     SubmissionArrived,
     SubmissionHeld,
+    SubmissionResolved,
 )
 from machines import arena, attempt, payment, projection, samples, submission
 from machines.arithmetic import (
@@ -371,19 +372,27 @@ def test_the_folds_attempt_moves_are_the_tables_keyed_by_class() -> None:
     assert by_type == dict(attempt.TABLE.moves)
 
 
-def test_the_folds_submission_moves_are_the_tables_keyed_by_class() -> None:
-    # LedgerFold looks submission moves up by event class for the events it routes to the
-    # submission machine after the arrival; it must hold every such move of the table, and
-    # only the table's moves.
-    by_type = {
-        (status, kind.event_type): move
-        for (status, kind), move in projection._SUBMISSION_MOVES.items()
-    }
-    routed = {kind.event_type for _, kind in projection._SUBMISSION_MOVES}
-    assert "SubmissionArrived" not in routed
-    expected = {
-        key: move
-        for key, move in submission.TABLE.moves.items()
-        if key[1] != "SubmissionArrived"
-    }
-    assert by_type == expected
+
+@pytest.mark.parametrize(
+    "table",
+    [attempt.TABLE, submission.TABLE, arena.TABLE, payment.PAYMENT_TABLE, payment.CREDIT_TABLE],
+)
+def test_steps_look_moves_up_by_class_as_the_table_has_them(table: Table[Any, Any]) -> None:
+    # Table.step caches moves by (state, event class); folding a busy ledger fills the
+    # caches, and every entry must be the table's move for that class's event type (None
+    # where there is none, which step refuses).
+    assert LedgerFold().consume(_busy_scenario().records) == 0
+    for (status, kind), move in table.by_class.items():
+        assert move is table.moves.get((status, kind.event_type))
+
+
+def test_a_step_refuses_the_same_from_the_class_cache() -> None:
+    state = submission.start(samples.arrived("mlp-arena", content="cache", block=3))
+    event = SubmissionResolved(
+        attempt_id="att-x", verdict="PASS", reason="", disposition="COMPLETE"
+    )
+    first = submission.TABLE.step(state, event, submission.SubmissionContext())
+    assert (state.status, SubmissionResolved) in submission.TABLE.by_class
+    again = submission.TABLE.step(state, event, submission.SubmissionContext())
+    assert isinstance(first, Refusal) and again == first
+    assert first.code == submission.TABLE.missing_code(state.status, "SubmissionResolved")

@@ -300,14 +300,7 @@ class DiskArchive:
             line = f"{linked.prefix}{name}\n"
             names.append(line)
             spelled += len(line)
-            # linked.enter(name, ref), inlined (three or four links a finished submission).
-            h = hash(name)
-            linked.words[h & linked.mask] |= _PROBES[(h >> 40) & 4095]
-            pending = linked.pending
-            if h in pending:
-                linked.note(h, ref)
-            else:
-                pending[h] = ref
+            linked.enter(name, ref)
         row[_NAMES] = "".join(names)
         for link_space, name in rest:
             self.link(link_space, name, key)

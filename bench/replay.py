@@ -74,6 +74,7 @@ from bench._common import (  # noqa: E402
     verdict,
 )
 from ledger import limits, migrate  # noqa: E402
+from ledger.build import compiled_modules  # noqa: E402
 from ledger.events import EmissionPolicySet, Event, SettlementComputed  # noqa: E402
 from ledger.model import EventDraft  # noqa: E402
 from ledger.store import EventStore  # noqa: E402
@@ -354,19 +355,6 @@ def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
         stats.sort_stats("cumulative").print_stats(30)
         figures["profile"] = out.getvalue()
     return figures
-
-
-#: The modules setup.py's optional mypyc build compiles (its COMPILED list).
-_COMPILABLE = ("ledger.chain", "ledger.replay", "ledger.settle", "machines.intake",
-               "machines.projection")
-
-
-def compiled_modules() -> list[str]:
-    """Returns which of replay's modules this interpreter imports compiled (mypyc)."""
-    import importlib
-
-    return [name for name in _COMPILABLE
-            if str(getattr(importlib.import_module(name), "__file__", "")).endswith(".so")]
 
 
 def measure_replays(url: str, kept: bool = True) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +146,21 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
+    from ledger.build import throughput
+
+    started, cpu = time.perf_counter(), time.process_time()
     if from_bundle is not None:
         report = _replay_bundle(from_bundle, as_of, expect, as_json, in_memory)
     else:
         report = _replay_store(as_of, expect, as_json, in_memory)
+    # Timed here, not in the report: the report is the same on every machine and source.
+    timing = throughput(
+        report.events, time.perf_counter() - started, time.process_time() - cpu
+    )
     if as_json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "timing": timing})
     else:
-        _render_replay(report)
+        _render_replay(report, timing)
     if not report.ok:
         raise typer.Exit(4)
 
@@ -216,12 +224,17 @@ class _progress:
             self.bar.stop()
 
 
-def _render_replay(report: Any) -> None:
+def _render_replay(report: Any, timing: dict[str, Any]) -> None:
     status = "OK" if report.ok else "DIVERGED"
     console.print(
         f"replay {status}: {report.events} events to position {report.last_position}, "
         f"{report.verdicts_checked} verdicts, {report.resolutions_checked} resolutions, "
         f"{report.settlements_checked} settlements checked"
+    )
+    console.print(
+        f"took {timing['seconds']:.2f} s, {timing['events_per_second']:,} events/s "
+        f"({timing['cpu_seconds']:.2f} s of CPU; {timing['build']} build)",
+        markup=False,
     )
     console.print(f"head hash {report.head_hash}")
     console.print(f"settlement digest {report.settlement_digest or '-'}")

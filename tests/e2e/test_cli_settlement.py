@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import ledger.bundle as bundle_module
+from ledger.build import build_name
 from ledger.store import EventStore
 
 CLI = Path(sys.executable).with_name("arena-ledger")
@@ -120,8 +121,22 @@ def test_settlement_commands_from_policy_to_replay(
     assert (report["verdicts_checked"], report["resolutions_checked"],
             report["settlements_checked"]) == (6, 6, 1)
 
+    timing = report.pop("timing")
+    assert set(timing) == {"seconds", "cpu_seconds", "events_per_second", "build"}
+    assert timing["seconds"] > 0 and timing["cpu_seconds"] > 0
+    rate = 81 / timing["seconds"]  # seconds are rounded to the millisecond in the JSON
+    assert abs(timing["events_per_second"] - rate) <= 0.05 * rate
+    assert timing["build"] == build_name()  # the subprocess imports what the tests import
+
     kept = as_json(cli("replay", "--in-memory", "--json", db=db, cwd=tmp_path))
+    assert kept.pop("timing")["build"] == timing["build"]
     assert kept == report  # finished submissions in memory or in a temporary file: alike
+
+    human = cli("replay", db=db, cwd=tmp_path).stdout.splitlines()
+    assert human[0] == "replay OK: 81 events to position 81, 6 verdicts, 6 resolutions, " \
+        "1 settlements checked"
+    assert human[1].startswith("took ") and " events/s (" in human[1]
+    assert human[1].endswith(f"; {build_name()} build)")
 
     expected = as_json(cli("replay", "--as-of", "81", "--expect", settled["settlement_digest"],
                            "--json", db=db, cwd=tmp_path))

@@ -73,6 +73,14 @@ def test_replay_tests_pass_on_the_compiled_build(tmp_path: Path) -> None:
     assert probe.returncode == 0, probe.stderr
     assert all(line.startswith(str(tree)) and line.endswith(".so")
                for line in probe.stdout.split()), probe.stdout
+    named = subprocess.run(
+        [sys.executable, "-c", "from ledger.build import build_name; print(build_name())"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert named.stdout.strip() == (  # what replay and the benchmarks report
+        "mypyc-compiled (ledger.chain, ledger.replay, ledger.settle, machines.intake, "
+        "machines.projection)"
+    ), named.stderr
 
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",

@@ -20,6 +20,8 @@ benchmarks that ran (Store, Integrity, Replay, Scale series)
 (the other sections belong to their own scripts). Each target keeps its latest figure in
 ``bench/out/summary.json``, so a later run that skips a benchmark (``--only``) or measures
 a target below the size it is defined at (checkpoint of 1M) keeps the earlier figure, dated.
+``--write-docs`` also writes them to ``bench/targets.json``, tracked with the docs, which a
+checkout without ``bench/out`` starts from.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ from bench._common import (  # noqa: E402
 #: Where each target's latest figure is kept between runs, and every figure of the latest
 #: run (both git-ignored).
 SUMMARY_JSON = _ROOT / "bench" / "out" / "summary.json"
+#: The targets behind docs/benchmarks.md's Summary as last written (``--write-docs``),
+#: tracked with the docs: a fresh checkout's first ``--only`` run carries the others over
+#: from here instead of dropping them from the Summary.
+TARGETS_JSON = _ROOT / "bench" / "targets.json"
 RUN_JSON = _ROOT / "bench" / "out" / "run-latest.json"
 #: Seconds between load-average samples.
 load_sample_interval_s = 5.0
@@ -556,13 +562,17 @@ def merge_targets(fresh: Sequence[TargetRow], previous: Sequence[TargetRow]) -> 
     return ordered + list(merged.values())
 
 
-def load_previous(path: Path = SUMMARY_JSON) -> list[TargetRow]:
-    """Reads the targets kept from earlier runs (none when the file is absent or unreadable)."""
-    try:
-        data = json.loads(path.read_text())
-        return [TargetRow(**row) for row in data["targets"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+def load_previous(path: Path = SUMMARY_JSON, documented: Path = TARGETS_JSON
+                  ) -> list[TargetRow]:
+    """Reads the targets kept from earlier runs on this machine (``path``), else those the
+    docs were last written with (``documented``); none when neither can be read."""
+    for source in (path, documented):
+        try:
+            data = json.loads(source.read_text())
+            return [TargetRow(**row) for row in data["targets"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return []
 
 
 def save_targets(rows: Sequence[TargetRow], path: Path = SUMMARY_JSON) -> None:
@@ -798,6 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write_docs:
         _open_summary_section()
         replace_doc_section("Summary", summary)
+        save_targets(rows, TARGETS_JSON)
         written = ["Summary"]
         # Each benchmark's own section comes from this same run, so the Summary and the
         # sections below it never quote two different runs.

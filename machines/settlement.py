@@ -284,6 +284,8 @@ class SubmissionInput:
                 verdict, speedup,
             )
         block, event_index, event_subindex = arrival
+        # machines.table.build makes frozen dataclasses the same way, but checks the field
+        # names on every call: 2.1 µs an input against 1.2 here, where the names are fixed.
         made: SubmissionInput = _new_object(cls)
         _set_attribute(made, "__dict__", {
             "submission_id": submission_id,

@@ -106,16 +106,8 @@ _ATTEMPT_EVENTS = (
 
 
 _ATTEMPT_TABLE = attempt_machine.TABLE
-#: The attempt table's moves keyed by (state, event class) rather than (state, event type):
-#: an event's ``event_type`` is a class attribute read through pydantic's ``__getattr__``.
-_ATTEMPT_MOVES: dict[
-    tuple[str, type[Event]], Callable[[AttemptState, Any, None], AttemptState | Refusal]
-] = {
-    (status, kind): move
-    for (status, event_type), move in _ATTEMPT_TABLE.moves.items()
-    for kind in _ATTEMPT_EVENTS
-    if kind.event_type == event_type
-}
+#: The attempt table's moves by (state, event class), as ``Table.step`` finds them.
+_ATTEMPT_MOVES = _ATTEMPT_TABLE.by_class
 _SUBMISSION_TABLE = submission_machine.TABLE
 #: ``tuple.__new__(Cls, values)`` builds a named tuple without its Python-level ``__new__``.
 _new_tuple = tuple.__new__
@@ -924,7 +916,8 @@ class LedgerFold:
             # exists, has no fault, and AttemptClaimed is routed to _on_claimed.
             move = _ATTEMPT_MOVES.get((state.status, type(event)))
             if move is None:
-                result = _ATTEMPT_TABLE.step(state, event, None)  # the refusal
+                # The refusal, or a move not met yet: step finds it and keeps it by class.
+                result = _ATTEMPT_TABLE.step(state, event, None)
             elif self._derived[0] is state and type(event) is AttemptDecided:
                 # The table's AttemptDecided rule with the decision derive_decision has just
                 # derived for this very state (the replay checks it before applying).

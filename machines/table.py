@@ -187,15 +187,20 @@ class Table(Generic[S, C]):
     def step(self, state: S, event: Event, context: C) -> S | Refusal:
         """Returns the state after ``event``, or the refusal of it; ``state`` is unchanged."""
         status = state.status
-        key = (status, type(event))
         try:
-            move = self.by_class[key]
+            move = self.by_class[status, type(event)]
         except KeyError:
-            move = self.by_class[key] = self.moves.get((status, event.event_type))
+            move = self.move_of(status, type(event))
         if move is None:
             event_type = event.event_type
             return self.refuse(status, event_type, self.missing_code(status, event_type))
         return move(state, event, context)
+
+    def move_of(self, status: str, kind: type[Event]) -> Move[S, C] | None:
+        """Returns the move for an event class in ``status`` (None: ``step`` refuses it),
+        keeping it in ``by_class``, where ``step`` and a fold's hot path look first."""
+        move = self.by_class[status, kind] = self.moves.get((status, kind.event_type))
+        return move
 
     def missing_code(self, status: str, event_type: str) -> str:
         """Returns the refusal code for a (state, event type) pair with no transition."""

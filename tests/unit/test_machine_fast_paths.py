@@ -364,10 +364,17 @@ def test_apply_after_derive_decision_refuses_and_records_as_without() -> None:
 
 
 def test_the_folds_attempt_moves_are_the_tables_keyed_by_class() -> None:
-    # LedgerFold looks attempt moves up by event class; it must hold every move of the table.
+    # LedgerFold looks attempt moves up by event class, in the table's own cache; keyed by
+    # class, it must give every move of the table.
+    assert projection._ATTEMPT_MOVES is attempt.TABLE.by_class
+    for (status, event_type), move in attempt.TABLE.moves.items():
+        for kind in projection._ATTEMPT_EVENTS:
+            if kind.event_type == event_type:
+                assert attempt.TABLE.move_of(status, kind) is move
     by_type = {
         (status, kind.event_type): move
         for (status, kind), move in projection._ATTEMPT_MOVES.items()
+        if move is not None
     }
     assert by_type == dict(attempt.TABLE.moves)
 

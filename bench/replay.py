@@ -450,10 +450,9 @@ def _step_rows(figures: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _checks_untimed(figures: dict[str, Any]) -> bool:
+def _checks_untimed(checks: dict[str, Any], report: dict[str, Any]) -> bool:
     """Tells whether the replay checked settlements that the wrapper did not see: a compiled
     ``ledger.replay`` calls ``SettlementTracker.check_recorded`` directly, past it."""
-    checks, report = figures["settlement_checks"], figures["report"]
     return bool(checks["calls"] == 0 and report["settlements_checked"] > 0)
 
 
@@ -463,7 +462,7 @@ def _settlement_text(checks: dict[str, Any], summary: dict[str, Any],
     how = ("Each check recomputes only the submissions, payments, credits and arenas touched "
            "since the one before (`ledger.settle.SettlementTracker`) and walks rewards on "
            "from where the last one stopped, so it costs what changed plus the claims.")
-    if checks["calls"] == 0 and report["settlements_checked"] > 0:  # see _checks_untimed
+    if _checks_untimed(checks, report):
         return (f"Settlement checks: {report['settlements_checked']:,} re-derived, not timed "
                 "apart on this build: the compiled replay calls "
                 "`SettlementTracker.check_recorded` directly, past the timing wrapper, so "
@@ -491,7 +490,7 @@ def _breakdown_rows(figures: dict[str, Any]) -> list[list[str]]:
         ("machines (LedgerFold.apply) + decision checks + loop",
          cpu["replay"] - cpu["read_chain_decode"] - settlements),
     ]
-    if _checks_untimed(figures):
+    if _checks_untimed(figures["settlement_checks"], figures["report"]):
         parts[-2:] = [("machines (LedgerFold.apply) + decision and settlement checks + loop",
                        cpu["replay"] - cpu["read_chain_decode"])]
     return [[name, f"{seconds:.1f}", f"{seconds / cpu['replay']:.0%}",

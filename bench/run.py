@@ -31,6 +31,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import platform
 import shlex
 import statistics
 import subprocess
@@ -333,6 +334,8 @@ class TargetRow:
     events: int = 0
     when: str = ""
     required_events: int = 0
+    #: The machine the figure was measured on (``host_name``); empty when not recorded.
+    host: str = ""
 
     def result(self) -> str:
         """Returns PASS, MISS or n/a."""
@@ -526,8 +529,15 @@ def _replay_peers(summary: Mapping[str, Any]) -> str:
             f"{fmt_rate(summary['rate_without_settlements'])} ev/s outside settlement checks")
 
 
-def all_targets(runs: Mapping[str, BenchRun], when: str) -> list[TargetRow]:
-    """Evaluates every target from this run's figures."""
+def host_name(machine: Mapping[str, str]) -> str:
+    """Names a machine for a carried-over figure: its CPU and kernel build, which is what
+    told this workplace's hosts apart (the same code replayed at 72k and 44k events/s on
+    two of them)."""
+    return f"{machine.get('CPU', '?')}, {platform.release()}"
+
+
+def all_targets(runs: Mapping[str, BenchRun], when: str, host: str = "") -> list[TargetRow]:
+    """Evaluates every target from this run's figures, measured on ``host``."""
     scale_run = runs.get("scale")
     rows: list[TargetRow] = []
     if "store" in runs:
@@ -536,6 +546,7 @@ def all_targets(runs: Mapping[str, BenchRun], when: str) -> list[TargetRow]:
     rows += integrity_targets(runs.get("integrity") or BenchRun("integrity", {}), scale_run)
     for row in rows:
         row.when = when
+        row.host = host
     return rows
 
 
@@ -584,11 +595,20 @@ def save_targets(rows: Sequence[TargetRow], path: Path = SUMMARY_JSON) -> None:
 # -- report --------------------------------------------------------------------------------
 
 
-def targets_table(rows: Sequence[TargetRow], when: str) -> str:
-    """Renders the targets: figure, peers in the same run, source, load, PASS/MISS."""
+def targets_table(rows: Sequence[TargetRow], when: str, host: str = "") -> str:
+    """Renders the targets: figure, peers in the same run, source, load, PASS/MISS.
+
+    A figure carried over from an earlier run names that run, and its machine when that
+    was another one than ``host`` (or was not recorded).
+    """
     cells = []
     for row in rows:
-        source = row.source if row.when == when else f"{row.source} (run of {row.when})"
+        source = row.source
+        if row.when != when:
+            elsewhere = ""
+            if row.host != host:
+                elsewhere = f" on {row.host}" if row.host else ", machine not recorded"
+            source = f"{row.source} (run of {row.when}{elsewhere})"
         result = row.result()
         if row.ok is None and row.required_events:
             result = f"n/a (needs {row.required_events:,})"
@@ -640,9 +660,11 @@ def summary_section(rows: Sequence[TargetRow], runs: Mapping[str, BenchRun], whe
         f"`bench/run.py` ({when}) in which every benchmark ran in turn on the same machine, "
         "each in a fresh interpreter. Ratios compare contenders measured in that same run; "
         "absolute figures move with the load, printed beside each one. A figure carried over "
-        "from an earlier run says so.",
+        "from an earlier run says so, and names the machine it was measured on when that "
+        "was another one: absolute figures differ by up to 1.7× between this workplace's "
+        "hosts (see \"Replay builds\").",
         "",
-        targets_table(rows, when),
+        targets_table(rows, when, host_name(machine)),
         "",
         f"{len(rows) - len(misses)} of {len(rows)} targets met"
         + (f"; missed: {'; '.join(misses)}." if misses else "."),
@@ -790,7 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs[name] = run_bench(name, params[name], Path(tmp))
     machine = machine_description(runs, loads, args.pg_dsn)
     commands = [command_line(argv), *equivalent_commands(params, args.only)]
-    rows = merge_targets(all_targets(runs, when), load_previous())
+    rows = merge_targets(all_targets(runs, when, host_name(machine)), load_previous())
     save_targets(rows)
     RUN_JSON.write_text(json.dumps({"when": when, "command": command_line(argv),
                                     "machine": machine,

@@ -530,16 +530,27 @@ class ArenaLedger:
         return settlement, result
 
     def rewards(self, arena_id: str | None = None) -> list[dict[str, Any]]:
-        """Explains every PASS's reward status (rewarded, lost_potential, pending)."""
+        """Explains every PASS's reward status (rewarded, lost_potential, pending).
+
+        NotFound for an ``arena_id`` that was never commissioned (an empty list would read
+        as "no PASS yet" for a misspelt name).
+        """
         from ledger.settle import rewards
 
-        return rewards(self.fold, arena_id)
+        return rewards(self.fold, self._commissioned(arena_id))
 
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
-        """Returns fee totals per arena and overall, credits apart."""
+        """Returns fee totals per arena and overall, credits apart (NotFound for an
+        ``arena_id`` that was never commissioned)."""
         from ledger.settle import fee_summary
 
-        return fee_summary(self.fold, arena_id)
+        return fee_summary(self.fold, self._commissioned(arena_id))
+
+    def _commissioned(self, arena_id: str | None) -> str | None:
+        """Returns ``arena_id`` (None: every arena); NotFound when no such arena exists."""
+        if arena_id is not None and self.fold.arena(arena_id) is None:
+            raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+        return arena_id
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -606,11 +617,16 @@ class ArenaLedger:
     def submissions(
         self, arena_id: str | None = None, hotkey: str | None = None, status: str | None = None
     ) -> list[dict[str, Any]]:
-        """Lists submissions in arrival-key order per arena with status, cause and next step."""
+        """Lists submissions in arrival-key order per arena with status, cause and next step
+        (NotFound for an ``arena_id`` that was never commissioned)."""
         from machines.reasons import describe
 
         fold = self.fold
-        arenas = [arena_id] if arena_id else [a.arena_id for a in fold.arenas()]
+        if arena_id:
+            arenas = [arena_id]
+            self._commissioned(arena_id)
+        else:
+            arenas = [a.arena_id for a in fold.arenas()]
         rows = []
         for arena in arenas:
             for sub in fold.submissions(arena):
@@ -623,10 +639,8 @@ class ArenaLedger:
 
     def controls(self, arena_id: str) -> list[dict[str, Any]]:
         """Returns the arena's controls with expected and observed outcomes."""
-        fold = self.fold
-        if fold.arena(arena_id) is None:
-            raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
-        return [_row_dict(row) for row in fold.controls(arena_id)]
+        self._commissioned(arena_id)
+        return [_row_dict(row) for row in self.fold.controls(arena_id)]
 
 
 def _row_dict(row: Any) -> dict[str, Any]:

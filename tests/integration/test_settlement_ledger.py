@@ -47,7 +47,7 @@ from sqlalchemy import text
 
 from ledger import migrate
 from ledger.domain import ArenaLedger
-from ledger.errors import Refused
+from ledger.errors import NotFound, Refused
 from ledger.events import PaymentReleased
 from ledger.model import AppendResult, EventDraft
 from machines import samples
@@ -379,6 +379,25 @@ def test_fees_per_arena_report_the_credit_paid_submission_apart(ledger: ArenaLed
     set_policy(ledger)
     settlement, _ = ledger.settle(2_000)
     assert settlement_payload(settlement)["fees"] == fees
+
+
+def test_an_arena_never_commissioned_is_not_found_rather_than_an_empty_report(
+    ledger: ArenaLedger,
+) -> None:
+    # A misspelt arena must not read as "no PASS, no fees, no submissions yet".
+    build_before_policy(ledger)
+    head = ledger.store.head()
+    for query in (ledger.rewards, ledger.fees, ledger.submissions, ledger.controls):
+        with pytest.raises(NotFound) as caught:
+            query("mlp-z")
+        assert caught.value.message == "arena 'mlp-z' is not commissioned", query
+        assert caught.value.context["arena_id"] == "mlp-z"
+    assert ledger.store.head() == head
+    # A commissioned arena still answers with its own rows.
+    passes = [r for r in ledger.rewards() if r["arena_id"] == ARENA_B]
+    assert passes and ledger.rewards(ARENA_B) == passes
+    subs = ledger.submissions(ARENA_B)
+    assert subs and {r["arena_id"] for r in subs} == {ARENA_B}
 
 
 @pytest.mark.parametrize("digest", ["kept", "recomputed"])

@@ -133,7 +133,9 @@ def fees(
 @handle_errors
 def replay(
     as_of: int | None = typer.Option(None, "--as-of", min=1, help="Replay up to position N."),
-    expect: str | None = typer.Option(None, "--expect", help="Settlement digest to expect."),
+    expect: str | None = typer.Option(
+        None, "--expect", help="Settlement digest to expect (64 hex characters)."
+    ),
     from_bundle: str | None = typer.Option(
         None, "--from-bundle", help="Replay an exported bundle instead of the database."
     ),
@@ -147,7 +149,9 @@ def replay(
 ) -> None:
     """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
     from ledger.build import throughput
+    from ledger.replay import expected_digest
 
+    expect = expected_digest(expect)  # before anything is read: a bad one could never match
     started, cpu = time.perf_counter(), time.process_time()
     if from_bundle is not None:
         report = _replay_bundle(from_bundle, as_of, expect, as_json, in_memory)

@@ -22,7 +22,7 @@ import orjson
 from ledger.catalogue import CATALOGUE
 from ledger.chain import GENESIS_HASH, Row, chained
 from ledger.codec import loads
-from ledger.errors import LedgerError
+from ledger.errors import InvalidInput, LedgerError
 from ledger.events import (
     AttemptDecided,
     EmissionPolicySet,
@@ -30,6 +30,7 @@ from ledger.events import (
     SettlementComputed,
     SubmissionResolved,
 )
+from ledger.fields import is_digest
 from ledger.model import RecordedEvent
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = [
     "ReplayReport",
     "Row",
     "decoder",
+    "expected_digest",
     "parse_payload",
     "replay_bundle",
     "replay_events",
@@ -440,9 +442,27 @@ def replay_rows(
     memory follows the ledger's live state rather than its length; False keeps everything
     in memory (faster, and what the benchmark compares against).
     """
-    report = ReplayReport(expected_digest=expect)
+    report = ReplayReport(expected_digest=expected_digest(expect))
     _Replayer(report, archive_finished).replay(rows, progress)
     return report
+
+
+def expected_digest(expect: str | None) -> str | None:
+    """Returns the settlement digest a replay is asked to reproduce, in lowercase.
+
+    InvalidInput unless it is 64 hex characters (a SHA-256, as settle prints it): anything
+    else could never match, and would be reported only after replaying the whole ledger.
+    """
+    if expect is None:
+        return None
+    lowered = expect.lower()
+    if not is_digest(lowered):
+        raise InvalidInput(
+            "the expected settlement digest must be 64 hex characters (a SHA-256, as "
+            f"settle prints it); got {expect!r}",
+            path="--expect",
+        )
+    return lowered
 
 
 def replay_events(

@@ -188,6 +188,23 @@ def test_replay_from_an_exported_bundle_gives_the_same_digest(
     assert broken.stderr.startswith("error[integrity_failure] [line 41]: ")
 
 
+def test_a_misspelt_arena_or_digest_is_one_error_line_naming_it(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    db, _ = ledger_db
+    for command in ("rewards", "fees", "submissions"):
+        done = cli(command, "--arena", "mlp-z", "--json", db=db, cwd=tmp_path, expect=1)
+        assert done.stdout == ""
+        assert done.stderr == "error[not_found]: arena 'mlp-z' is not commissioned\n", command
+
+    # Refused before a single event is read: no replay line, no timing, on stdout.
+    done = cli("replay", "--expect", "deadbeef", "--json", db=db, cwd=tmp_path, expect=1)
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "error[invalid_input] [path --expect]: the expected settlement digest must be 64 hex "
+        "characters (a SHA-256, as settle prints it); got 'deadbeef'"]
+
+
 def test_replay_of_an_uninitialised_database_is_one_line_and_exit_5(tmp_path: Path) -> None:
     done = cli("replay", db=f"sqlite:///{tmp_path / 'empty.db'}", cwd=tmp_path, expect=5)
     assert done.stdout == ""

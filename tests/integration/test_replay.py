@@ -33,10 +33,10 @@ from test_settlement_ledger import (  # the shared builder (same directory, prep
 
 from ledger.bundle import export_bundle, read_bundle_events
 from ledger.domain import ArenaLedger
-from ledger.errors import Refused
+from ledger.errors import InvalidInput, Refused
 from ledger.events import AttemptDecided, SubmissionResolved
 from ledger.model import EventDraft
-from ledger.replay import ReplayReport, replay_events
+from ledger.replay import ReplayReport, replay_events, replay_rows
 from ledger.store import EventStore
 from machines.settlement import RULES_VERSION, settlement_digest, settlement_payload
 
@@ -118,6 +118,24 @@ def test_replay_as_of_stops_there_and_checks_the_expected_digest(
     assert wrong.settlement_digest == third
     # A true digest of an earlier settlement is not the head's.
     assert replay(store_url, expect=first).ok is False
+    # Hex case carries no meaning: the published digest in capitals is the same digest.
+    shouted = replay(store_url, expect=third.upper())
+    assert shouted.ok and shouted.expected_digest == third
+
+
+@pytest.mark.parametrize("expect", ["zz", "0" * 63, "0" * 65, "g" * 64, " " + "0" * 64, ""])
+def test_an_expected_digest_that_is_no_sha256_is_refused_before_anything_is_read(
+    expect: str,
+) -> None:
+    def never_read() -> Iterator[Any]:
+        raise AssertionError("replay read a row before checking the expected digest")
+        yield
+
+    with pytest.raises(InvalidInput) as caught:
+        replay_rows(never_read(), expect=expect)
+    assert caught.value.context["path"] == "--expect"
+    assert repr(expect) in caught.value.message
+    assert "64 hex characters" in caught.value.message
 
 
 # --- forgeries caught at their position -----------------------------------------------------

@@ -153,6 +153,8 @@ def events(
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
 ) -> None:
     """Lists recorded events in position order, with filters."""
+    if types:
+        _check_types(types)
     upper = as_of if as_of is not None else to_position
     with state.store() as store:
         rows = store.read_all(
@@ -163,6 +165,19 @@ def events(
             emit_jsonl(r.to_json() for r in rows)
         else:
             _print_events(rows)
+
+
+def _check_types(types: list[str]) -> None:
+    """Refuses a --type no ledger can hold: a misspelt one would list "0 events"."""
+    from ledger.catalogue import CATALOGUE
+
+    known = CATALOGUE.types
+    for name in types:
+        if name not in known:
+            raise InvalidInput(
+                f"unknown event type {name!r}; the types are {', '.join(sorted(known))}",
+                path="--type",
+            )
 
 
 def _print_events(rows: object) -> None:

@@ -100,11 +100,12 @@ def test_repeating_a_keyed_append_returns_the_original_positions(session: Sessio
 
 def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
     cli = session.cli
-    head, verify, everything, typed_after, stream, as_of, table = cli.many([
+    head, verify, everything, typed_after, stream, as_of, table, misspelt = cli.many([
         (("head", "--json"), 0), (("verify",), 0), (("events", "--json"), 0),
         (("events", "--type", "CreditGranted", "--from-position", "3", "--json"), 0),
         (("events", "--stream", "credit-cr-6", "--json"), 0),
-        (("events", "--as-of", "2", "--json"), 0), (("events",), 0)])
+        (("events", "--as-of", "2", "--json"), 0), (("events",), 0),
+        (("events", "--type", "CreditGranted", "--type", "CreditGrant", "--json"), 1)])
     events = cli.lines(everything.stdout)
     # Only the good batch and the keyed one were written: bad and conflicting input left nothing.
     assert [(e["position"], e["stream"], e["version"], e["type"]) for e in events] == [
@@ -126,6 +127,12 @@ def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
     assert cli.lines(stream.stdout) == [events[4]]
     assert cli.lines(as_of.stdout) == events[:2]
     assert "6 events" in table.stdout and "EmissionPolicySet v1" in table.stdout
+    # A misspelt type is an error naming it, not "0 events".
+    line = cli.error_line(misspelt.stderr, "invalid_input")
+    assert line.startswith("error[invalid_input] [path --type]: unknown event type "
+                           "'CreditGrant'; the types are "), line
+    assert "CreditGranted, CreditSpent" in line
+    assert misspelt.stdout == ""
 
 
 def test_db_commands_on_an_initialised_ledger(session: Session) -> None:

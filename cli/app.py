@@ -147,19 +147,23 @@ def events(
     to_position: int | None = typer.Option(None, "--to-position", min=0),
     as_of: int | None = typer.Option(None, "--as-of", min=0, help="The ledger as of position "
                                      "N (same as --to-position N)."),
-    since: str | None = typer.Option(None, "--since", help="recorded_at >= this (RFC 3339)."),
-    until: str | None = typer.Option(None, "--until", help="recorded_at < this (RFC 3339)."),
+    since: str | None = typer.Option(None, "--since", help="recorded_at >= this (RFC 3339, "
+                                     "or a date; UTC where it names no offset)."),
+    until: str | None = typer.Option(None, "--until", help="recorded_at < this (RFC 3339, "
+                                     "or a date; UTC where it names no offset)."),
     limit: int | None = typer.Option(None, "--limit", min=1),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
 ) -> None:
     """Lists recorded events in position order, with filters."""
     if types:
         _check_types(types)
+    recorded_from = None if since is None else _recorded_at(since, "--since")
+    recorded_to = None if until is None else _recorded_at(until, "--until")
     upper = as_of if as_of is not None else to_position
     with state.store() as store:
         rows = store.read_all(
             from_position, limit, to_position=upper, types=types or None, stream=stream,
-            stream_prefix=stream_prefix, recorded_from=since, recorded_to=until,
+            stream_prefix=stream_prefix, recorded_from=recorded_from, recorded_to=recorded_to,
         )
         if as_json:
             emit_jsonl(r.to_json() for r in rows)
@@ -178,6 +182,28 @@ def _check_types(types: list[str]) -> None:
                 f"unknown event type {name!r}; the types are {', '.join(sorted(known))}",
                 path="--type",
             )
+
+
+def _recorded_at(text: str, option: str) -> str:
+    """Returns an instant as the ledger spells ``recorded_at`` (UTC, microseconds, ``Z``).
+
+    The filter compares text, so ``2026-11-30T16:00:00+01:00`` must become
+    ``2026-11-30T15:00:00.000000Z`` first, and ``notadate`` must be refused, not matched
+    against every timestamp.
+    """
+    from datetime import UTC, datetime
+
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(
+            f"{text!r} is not an RFC 3339 date-time such as 2026-11-30T15:00:00Z, or a date "
+            "such as 2026-11-30",
+            path=option,
+        ) from None
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=UTC)
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _print_events(rows: object) -> None:
@@ -214,7 +240,14 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recomputes the hash chain; exit 4 names the first bad position."""
+    if to_position is not None and to_position < from_position:
+        raise InvalidInput(f"--to {to_position} is before --from {from_position}", path="--to")
     with state.store() as store:
+        head = store.head().position
+        if from_position > max(head, 1):  # exit 4 would blame the chain for a range past it
+            raise InvalidInput(
+                f"--from {from_position} is past the head (position {head})", path="--from"
+            )
         report = store.verify(from_position, to_position)
     if as_json:
         emit_json(report.to_json())

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -133,6 +134,39 @@ def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
                            "'CreditGrant'; the types are "), line
     assert "CreditGranted, CreditSpent" in line
     assert misspelt.stdout == ""
+
+
+def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(
+    session: Session,
+) -> None:
+    cli = session.cli
+    events = cli.lines(cli("events", "--json").stdout)
+    # The keyed batch (positions 5 and 6) was appended after the good one (1 to 4).
+    fifth = datetime.fromisoformat(events[4]["recorded_at"])
+    local = fifth.astimezone(timezone(timedelta(hours=1))).isoformat()
+    assert local.endswith("+01:00") and local[:13] != events[4]["recorded_at"][:13]
+    since, until, day, word, month, backwards, past = cli.many([
+        (("events", "--since", local, "--json"), 0),
+        (("events", "--until", local, "--json"), 0),
+        (("events", "--since", events[0]["recorded_at"][:10], "--json"), 0),
+        (("events", "--since", "yesterday"), 1),
+        (("events", "--until", "2026-13-01T00:00:00Z"), 1),
+        (("verify", "--from", "5", "--to", "4"), 1),
+        (("verify", "--from", "7"), 1)])
+    # The same instant written with an offset selects what it means, not what sorts after it.
+    assert [e["position"] for e in cli.lines(since.stdout)] == [5, 6]
+    assert [e["position"] for e in cli.lines(until.stdout)] == [1, 2, 3, 4]
+    assert cli.lines(day.stdout) == events  # a date is its midnight, UTC
+    assert cli.error_line(word.stderr, "invalid_input").startswith(
+        "error[invalid_input] [path --since]: 'yesterday' is not an RFC 3339 date-time")
+    assert "[path --until]: '2026-13-01T00:00:00Z'" in cli.error_line(
+        month.stderr, "invalid_input")
+    assert cli.error_line(backwards.stderr, "invalid_input") == (
+        "error[invalid_input] [path --to]: --to 4 is before --from 5")
+    # Exit 4 is for a broken chain; a range past the head is a mistyped number.
+    assert cli.error_line(past.stderr, "invalid_input") == (
+        "error[invalid_input] [path --from]: --from 7 is past the head (position 6)")
+    assert (word.stdout, backwards.stdout, past.stdout) == ("", "", "")
 
 
 def test_db_commands_on_an_initialised_ledger(session: Session) -> None:

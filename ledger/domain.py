@@ -618,9 +618,16 @@ class ArenaLedger:
         self, arena_id: str | None = None, hotkey: str | None = None, status: str | None = None
     ) -> list[dict[str, Any]]:
         """Lists submissions in arrival-key order per arena with status, cause and next step
-        (NotFound for an ``arena_id`` that was never commissioned)."""
+        (NotFound for an ``arena_id`` that was never commissioned, InvalidInput for a
+        ``status`` no submission can be in)."""
         from machines.reasons import describe
+        from machines.submission import STATES
 
+        if status is not None and status.upper() not in STATES:
+            raise InvalidInput(
+                f"unknown submission status {status!r}; the statuses are {', '.join(STATES)}",
+                path="status",
+            )
         fold = self.fold
         if arena_id:
             arenas = [arena_id]

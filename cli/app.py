@@ -195,15 +195,15 @@ def _recorded_at(text: str, option: str) -> str:
 
     try:
         instant = datetime.fromisoformat(text)
-    except ValueError:
+        if instant.tzinfo is None:
+            instant = instant.replace(tzinfo=UTC)
+        return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (ValueError, OverflowError):  # OverflowError: an offset that leaves years 1-9999
         raise InvalidInput(
             f"{text!r} is not an RFC 3339 date-time such as 2026-11-30T15:00:00Z, or a date "
-            "such as 2026-11-30",
+            "such as 2026-11-30, between the years 1 and 9999 in UTC",
             path=option,
         ) from None
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _print_events(rows: object) -> None:

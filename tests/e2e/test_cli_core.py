@@ -145,12 +145,13 @@ def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(
     fifth = datetime.fromisoformat(events[4]["recorded_at"])
     local = fifth.astimezone(timezone(timedelta(hours=1))).isoformat()
     assert local.endswith("+01:00") and local[:13] != events[4]["recorded_at"][:13]
-    since, until, day, word, month, backwards, past = cli.many([
+    since, until, day, word, month, year0, backwards, past = cli.many([
         (("events", "--since", local, "--json"), 0),
         (("events", "--until", local, "--json"), 0),
         (("events", "--since", events[0]["recorded_at"][:10], "--json"), 0),
         (("events", "--since", "yesterday"), 1),
         (("events", "--until", "2026-13-01T00:00:00Z"), 1),
+        (("events", "--since", "0001-01-01T00:00:00+01:00"), 1),  # year 0 in UTC
         (("verify", "--from", "5", "--to", "4"), 1),
         (("verify", "--from", "7"), 1)])
     # The same instant written with an offset selects what it means, not what sorts after it.
@@ -161,6 +162,8 @@ def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(
         "error[invalid_input] [path --since]: 'yesterday' is not an RFC 3339 date-time")
     assert "[path --until]: '2026-13-01T00:00:00Z'" in cli.error_line(
         month.stderr, "invalid_input")
+    assert "[path --since]: '0001-01-01T00:00:00+01:00'" in cli.error_line(
+        year0.stderr, "invalid_input")
     assert cli.error_line(backwards.stderr, "invalid_input") == (
         "error[invalid_input] [path --to]: --to 4 is before --from 5")
     # Exit 4 is for a broken chain; a range past the head is a mistyped number.

@@ -8,7 +8,7 @@ from typing import IO
 
 import typer
 
-from cli.common import EXIT_CODES, console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import EXIT_CODES, INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
 from ledger import migrate
@@ -86,8 +86,10 @@ def _open_input(path: str) -> IO[bytes]:
 @handle_errors
 def append(
     file: str = typer.Argument(..., help="JSON Lines of event drafts, or - for stdin."),
-    batch: int | None = typer.Option(None, "--batch", min=1, help="Append in batches of N "
-                                     "lines (default: the whole file as one atomic batch)."),
+    batch: int | None = typer.Option(
+        None, "--batch", min=1, max=INT_MAX,
+        help="Append in batches of N lines (default: the whole file as one atomic batch).",
+    ),
     actor: str = typer.Option("cli", "--actor", help="Who appends (recorded with each event)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per batch."),
 ) -> None:
@@ -143,15 +145,17 @@ def events(
     stream_prefix: str | None = typer.Option(None, "--stream-prefix", help="Only streams "
                                              "starting with this, e.g. attempt-."),
     types: list[str] | None = typer.Option(None, "--type", help="Only this type (repeatable)."),
-    from_position: int = typer.Option(1, "--from-position", min=1),
-    to_position: int | None = typer.Option(None, "--to-position", min=0),
-    as_of: int | None = typer.Option(None, "--as-of", min=0, help="The ledger as of position "
-                                     "N (same as --to-position N)."),
+    from_position: int = typer.Option(1, "--from-position", min=1, max=INT_MAX),
+    to_position: int | None = typer.Option(None, "--to-position", min=0, max=INT_MAX),
+    as_of: int | None = typer.Option(
+        None, "--as-of", min=0, max=INT_MAX,
+        help="The ledger as of position N (same as --to-position N).",
+    ),
     since: str | None = typer.Option(None, "--since", help="recorded_at >= this (RFC 3339, "
                                      "or a date; UTC where it names no offset)."),
     until: str | None = typer.Option(None, "--until", help="recorded_at < this (RFC 3339, "
                                      "or a date; UTC where it names no offset)."),
-    limit: int | None = typer.Option(None, "--limit", min=1),
+    limit: int | None = typer.Option(None, "--limit", min=1, max=INT_MAX),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
 ) -> None:
     """Lists recorded events in position order, with filters."""
@@ -235,8 +239,12 @@ def head(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
 @app.command()
 @handle_errors
 def verify(
-    from_position: int = typer.Option(1, "--from", min=1, help="First position to check."),
-    to_position: int | None = typer.Option(None, "--to", min=1, help="Last position to check."),
+    from_position: int = typer.Option(
+        1, "--from", min=1, max=INT_MAX, help="First position to check."
+    ),
+    to_position: int | None = typer.Option(
+        None, "--to", min=1, max=INT_MAX, help="Last position to check."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recomputes the hash chain; exit 4 names the first bad position."""

@@ -14,10 +14,12 @@ import typer
 from rich.console import Console
 
 from ledger.errors import LedgerError
+from ledger.limits import json_integer_abs_max
 from ledger.store import DEFAULT_URL, EventStore
 
 __all__ = [
     "EXIT_CODES",
+    "INT_MAX",
     "State",
     "console",
     "emit_json",
@@ -27,6 +29,11 @@ __all__ = [
     "handle_errors",
     "state",
 ]
+
+#: The largest value of every integer option (positions, blocks, amounts, limits): the
+#: largest integer a ledger field holds (JSON's interoperable range, 2**53 - 1). A longer
+#: number is then a usage error naming the option, not a database overflow traceback.
+INT_MAX = json_integer_abs_max
 
 #: Documented exit codes of every command.
 EXIT_CODES = {

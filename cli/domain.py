@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from ledger.codec import loads
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput
@@ -87,11 +87,11 @@ def intake(
     paid_rao: int | None = typer.Option(
         None,
         "--paid-rao",
-        min=0,
+        min=0, max=INT_MAX,
         help="Amount the chain shows for the payment_ref (omit: no payment found).",
     ),
     block: int | None = typer.Option(
-        None, "--block", min=0, help="Intake block (default: the arrival block)."
+        None, "--block", min=0, max=INT_MAX, help="Intake block (default: the arrival block)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -118,7 +118,9 @@ def claim(
     arena_id: str | None = typer.Option(None, "--arena", help="Claim the arena's next one."),
     pair_id: str = typer.Option("pair-0", "--pair", help="The machine pair."),
     validator: str = typer.Option(..., "--validator", help="Validator hotkey."),
-    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the claim."),
+    block: int = typer.Option(
+        ..., "--block", min=0, max=INT_MAX, help="Finalized block of the claim."
+    ),
     plan: str = typer.Option("normal", "--plan", help="normal or calibration_observation."),
 ) -> None:
     """Claims a QUEUED submission for an attempt (AttemptClaimed + QualificationStarted)."""
@@ -138,7 +140,9 @@ def claim(
 @handle_errors
 def conclude(
     attempt_id: str = typer.Argument(..., help="The attempt."),
-    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the decision."),
+    block: int = typer.Option(
+        ..., "--block", min=0, max=INT_MAX, help="Finalized block of the decision."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Appends the decision the attempt machine derives (AttemptDecided + SubmissionResolved)."""
@@ -157,7 +161,7 @@ def conclude(
 def hold(
     sid: str = typer.Argument(...),
     reason: str = typer.Option(..., "--reason"),
-    block: int = typer.Option(..., "--block", min=0),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
 ) -> None:
     """Holds a non-terminal submission."""
     with _ledger() as ledger:
@@ -169,7 +173,7 @@ def hold(
 def release(
     sid: str = typer.Argument(...),
     reason: str = typer.Option(..., "--reason"),
-    block: int = typer.Option(..., "--block", min=0),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
     operator: str = typer.Option(..., "--operator", help="Operator hotkey."),
 ) -> None:
     """Releases a hold; the submission is queued again."""
@@ -182,7 +186,7 @@ def release(
 def requeue(
     sid: str = typer.Argument(...),
     reason: str = typer.Option(..., "--reason"),
-    block: int = typer.Option(..., "--block", min=0),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
 ) -> None:
     """Queues a completed NO_DECISION again."""
     with _ledger() as ledger:
@@ -192,7 +196,7 @@ def requeue(
 
 @handle_errors
 def expire(
-    block: int = typer.Option(..., "--block", min=0),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
     sid: str | None = typer.Option(None, "--submission", help="Only this one."),
 ) -> None:
     """Expires submissions whose SLA has passed at the finalized block."""
@@ -273,7 +277,7 @@ def controls(
 def grant_credit(
     credit_id: str = typer.Option(..., "--id"),
     hotkey: str = typer.Option(..., "--hotkey"),
-    amount_rao: int = typer.Option(..., "--amount-rao", min=0),
+    amount_rao: int = typer.Option(..., "--amount-rao", min=0, max=INT_MAX),
     note: str = typer.Option("", "--note"),
 ) -> None:
     """Grants an evaluation credit to a hotkey."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from ledger.domain import ArenaLedger
 
 __all__ = ["register"]
@@ -50,7 +50,9 @@ def evaluate(
         None, "--attempt", help="Attempt id (default: derived from the submission and block)."
     ),
     pair: str = typer.Option("pair-0", "--pair", help="The machine pair."),
-    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the claim."),
+    block: int = typer.Option(
+        ..., "--block", min=0, max=INT_MAX, help="Finalized block of the claim."
+    ),
     validator: str = typer.Option("validator", "--validator", help="Validator hotkey."),
     plan: str = typer.Option("normal", "--plan", help="normal or calibration_observation."),
     delta_file: str | None = typer.Option(
@@ -97,7 +99,9 @@ def evaluate(
 @handle_errors
 def run_controls(
     arena_id: str = typer.Argument(...),
-    block: int = typer.Option(..., "--block", min=0, help="Finalized block of the runs."),
+    block: int = typer.Option(
+        ..., "--block", min=0, max=INT_MAX, help="Finalized block of the runs."
+    ),
     validator: str = typer.Option("validator", "--validator", help="Validator hotkey."),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines of the control report."),
 ) -> None:

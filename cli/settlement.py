@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput
 
@@ -23,7 +23,7 @@ def _ledger() -> ArenaLedger:
 
 @handle_errors
 def emission_policy(
-    half_life_blocks: int = typer.Option(..., "--half-life-blocks", min=1),
+    half_life_blocks: int = typer.Option(..., "--half-life-blocks", min=1, max=INT_MAX),
     burn_hotkey: str = typer.Option(..., "--burn-hotkey"),
     validator_hotkey: str = typer.Option(..., "--validator-hotkey"),
 ) -> None:
@@ -61,7 +61,7 @@ def _render_settlement(settlement: Any, as_json: bool, position: int | None = No
 
 @handle_errors
 def weights(
-    block: int = typer.Option(..., "--block", min=0, help="Settlement block."),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help="Settlement block."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Previews the settlement at a block without appending it."""
@@ -72,7 +72,7 @@ def weights(
 
 @handle_errors
 def settle(
-    block: int = typer.Option(..., "--block", min=0, help="Settlement block."),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help="Settlement block."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Computes the settlement at a block as of the head and appends SettlementComputed."""
@@ -132,7 +132,9 @@ def fees(
 
 @handle_errors
 def replay(
-    as_of: int | None = typer.Option(None, "--as-of", min=1, help="Replay up to position N."),
+    as_of: int | None = typer.Option(
+        None, "--as-of", min=1, max=INT_MAX, help="Replay up to position N."
+    ),
     expect: str | None = typer.Option(
         None, "--expect", help="Settlement digest to expect (64 hex characters)."
     ),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from cli.common import console, emit_json, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, handle_errors, state
 from ledger.bundle import BundleReport, export_bundle, import_bundle, verify_bundle
 from ledger.checkpoint import (
     consistency_document,
@@ -79,7 +79,9 @@ def checkpoint(
 
 @handle_errors
 def checkpoints(
-    limit: int = typer.Option(checkpoints_listed_default, "--limit", min=1, help="Most to list."),
+    limit: int = typer.Option(
+        checkpoints_listed_default, "--limit", min=1, max=INT_MAX, help="Most to list."
+    ),
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Lists the stored checkpoints, newest first."""
@@ -101,9 +103,13 @@ def checkpoints(
 @prove_app.command("inclusion")
 @handle_errors
 def prove_inclusion(
-    position: int = typer.Option(..., "--position", min=1, help="Position of the event."),
-    size: int | None = typer.Option(None, "--size", min=1, help="Tree size to prove against "
-                                    "(default: the head; use a checkpoint's size)."),
+    position: int = typer.Option(
+        ..., "--position", min=1, max=INT_MAX, help="Position of the event."
+    ),
+    size: int | None = typer.Option(
+        None, "--size", min=1, max=INT_MAX,
+        help="Tree size to prove against (default: the head; use a checkpoint's size).",
+    ),
 ) -> None:
     """Prints a JSON proof that the event at POSITION is in the tree of SIZE."""
     with state.store() as store:
@@ -113,9 +119,10 @@ def prove_inclusion(
 @prove_app.command("consistency")
 @handle_errors
 def prove_consistency(
-    from_size: int = typer.Option(..., "--from", min=0, help="Older tree size."),
-    to_size: int | None = typer.Option(None, "--to", min=0, help="Newer tree size (default: "
-                                       "the head)."),
+    from_size: int = typer.Option(..., "--from", min=0, max=INT_MAX, help="Older tree size."),
+    to_size: int | None = typer.Option(
+        None, "--to", min=0, max=INT_MAX, help="Newer tree size (default: the head)."
+    ),
 ) -> None:
     """Prints a JSON proof that the tree of size FROM is a prefix of the tree of size TO."""
     with state.store() as store:
@@ -171,7 +178,7 @@ def export(
                                     "at the bundle's size (else the latest stored one at that "
                                     "size is included, if any)."),
     origin: str | None = typer.Option(None, "--origin", help=_ORIGIN_HELP),
-    to_position: int | None = typer.Option(None, "--to-position", min=0, help="Export "
+    to_position: int | None = typer.Option(None, "--to-position", min=0, max=INT_MAX, help="Export "
                                            "positions 1..N only (default: the head)."),
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:

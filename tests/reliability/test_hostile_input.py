@@ -1,7 +1,7 @@
 """Feeds hostile input to every way into the ledger and proves each is refused and changes nothing.
 
 Entry points: ``EventStore.append``, ``ArenaLedger.intake``, ``arena-ledger append`` (and
-``intake``) and ``ledger.bundle.import_bundle``. Inputs: floats, NaN and infinities, integers
+``intake``, and every integer option of every command) and ``ledger.bundle.import_bundle``. Inputs: floats, NaN and infinities, integers
 past ±(2**53 - 1), nesting past 32, payloads past 64 KiB, lone surrogates, bytes, Decimals,
 non-string keys, wrong types, missing and unknown fields, unknown types and schema versions,
 bad stream names, actors and idempotency keys, wrong expected versions, reused keys,
@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
+import typer
 from hostile_inputs import (
     TALLY,
     bad_envelopes,
@@ -443,6 +444,49 @@ def test_cli_intake_of_a_hostile_arrival_fails_with_one_line_and_no_traceback(
     )
     assert result.exit_code == 1, (result.exit_code, result.stderr)
     assert result.stderr.startswith("error[") and result.stderr.count("\n") == 1
+    assert _head(cli_db) == before
+
+
+def _int_options() -> list[tuple[list[str], str, int | None]]:
+    """Every integer option of every command: (command path, option, its largest value)."""
+    found: list[tuple[list[str], str, int | None]] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*path, name])
+        for param in command.params:
+            if param.bare_type() == "int":
+                found.append((path, param.opts[0], param.max))
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def test_every_integer_option_stops_at_the_largest_integer_a_ledger_field_holds() -> None:
+    # An unbounded one reached the database with a 27-digit number: an OverflowError
+    # traceback from the driver (events --from-position, checkpoints --limit), or a
+    # pydantic one (expire --block).
+    options = _int_options()
+    assert len(options) >= 25  # positions, blocks, amounts, limits across the commands
+    unbounded = [(" ".join(path), option, most) for path, option, most in options
+                 if most is None or most > limits.json_integer_abs_max]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("args", [
+    ["events", "--from-position"], ["events", "--as-of"], ["checkpoints", "--limit"],
+    ["expire", "--block"], ["replay", "--as-of"], ["verify", "--to"],
+], ids=lambda args: " ".join(args))
+def test_a_27_digit_number_is_a_usage_error_naming_its_option(
+    cli_db: str, args: list[str]
+) -> None:
+    before = _head(cli_db)
+    result = CliRunner().invoke(app, ["--db", cli_db, *args, "1" + "0" * 26])
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"{type(result.exception).__name__} escaped: {result.exception!r}"
+    )
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert f"Invalid value for '{args[-1]}'" in " ".join(result.output.split())
     assert _head(cli_db) == before
 
 

@@ -1,13 +1,14 @@
 """Feeds hostile input to every way into the ledger and proves each is refused and changes nothing.
 
 Entry points: ``EventStore.append``, ``ArenaLedger.intake``, ``arena-ledger append`` (and
-``intake``, and every integer option of every command) and ``ledger.bundle.import_bundle``. Inputs: floats, NaN and infinities, integers
-past ±(2**53 - 1), nesting past 32, payloads past 64 KiB, lone surrogates, bytes, Decimals,
-non-string keys, wrong types, missing and unknown fields, unknown types and schema versions,
-bad stream names, actors and idempotency keys, wrong expected versions, reused keys,
-malformed JSON, duplicate keys, invalid UTF-8, control characters, a bundle with one changed
-byte and bad signatures. For each: a ``LedgerError`` subclass (never a bare exception), the
-head unchanged, and ``verify()`` still passing.
+``intake``, and every integer option of every command) and ``ledger.bundle.import_bundle``.
+Inputs: floats, NaN and infinities, integers past ±(2**53 - 1), nesting past 32, payloads
+past 64 KiB, lone surrogates, bytes, Decimals, non-string keys, wrong types, missing and
+unknown fields, unknown types and schema versions, bad stream names, actors and idempotency
+keys, wrong expected versions, reused keys, malformed JSON, duplicate keys, invalid UTF-8,
+control characters, a bundle with one changed byte and bad signatures. For each: a
+``LedgerError`` subclass (never a bare exception), the head unchanged, and ``verify()``
+still passing.
 """
 
 from __future__ import annotations

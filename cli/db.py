@@ -31,6 +31,7 @@ def upgrade(
     An existing ledger's hash chain is verified first: one that fails is not migrated (exit 4,
     naming the first bad position). A new, empty database upgrades without a check.
     """
+    migrate.require_revision(revision)
     if sql:
         typer.echo(migrate.upgrade(state.db_url, revision, sql=True))
         return
@@ -56,6 +57,7 @@ def downgrade(
     sql: bool = typer.Option(False, "--sql", help="Print the SQL instead of running it."),
 ) -> None:
     """Downgrades the store's tables to REVISION."""
+    migrate.require_revision(revision)
     output = migrate.downgrade(state.db_url, revision, sql=sql)
     if sql:
         typer.echo(output)

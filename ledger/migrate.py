@@ -28,6 +28,7 @@ __all__ = [
     "heads",
     "history",
     "pending",
+    "require_revision",
     "upgrade",
 ]
 
@@ -117,6 +118,29 @@ def history() -> list[dict[str, str | None]]:
         }
         for rev in script.walk_revisions()
     ]
+
+
+def require_revision(revision: str) -> None:
+    """Raises InvalidInput unless ``revision`` names a shipped revision (its id or a unique
+    prefix of it), ``head``, ``heads``, ``base`` or a relative step such as ``-1``.
+
+    Why: ``upgrade`` to an unknown name on a ledger already at head found nothing pending
+    and said "nothing to do"; asked first, the answer is the same whatever the ledger holds.
+    """
+    body = revision[1:]
+    if revision[:1] in "+-" and body.isdigit():
+        return  # relative: resolved against the database's revision by alembic itself
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    try:
+        if not revision.strip():  # alembic asserts on an empty name rather than refusing it
+            raise CommandError("empty revision")
+        script.get_revisions(revision)
+    except CommandError:
+        known = ", ".join(rev.revision for rev in script.walk_revisions())
+        raise InvalidInput(
+            f"unknown revision {revision!r}; the revisions are {known} (or head, base, -N)",
+            path="revision",
+        ) from None
 
 
 def pending(url: str) -> list[str]:

@@ -173,9 +173,10 @@ def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(
 
 
 def test_db_commands_on_an_initialised_ledger(session: Session) -> None:
-    current, current_json, history, check = session.cli.many([
+    current, current_json, history, check, up, down = session.cli.many([
         (("db", "current"), 0), (("db", "current", "--json"), 0), (("db", "history"), 0),
-        (("db", "check"), 0)])
+        (("db", "check"), 0), (("db", "upgrade", "0009_nope"), 1),
+        (("db", "downgrade", "0009_nope"), 1)])
     head_revision = current.stdout.strip()
     assert json.loads(current_json.stdout) == {"current": head_revision,
                                                "heads": [head_revision]}
@@ -183,6 +184,14 @@ def test_db_commands_on_an_initialised_ledger(session: Session) -> None:
     assert revisions[0].split(": ")[0].endswith(f" -> {head_revision}")  # newest first
     assert revisions[-1].startswith("base -> 0001_initial: ")
     assert "no drift: the database matches the table metadata" in check.stdout
+    # An unknown revision is named, not "already at head; nothing to do" (upgrade) or an
+    # alembic message without the choices (downgrade).
+    for refused in (up, down):
+        line = session.cli.error_line(refused.stderr, "invalid_input")
+        assert line.startswith("error[invalid_input] [path revision]: unknown revision "
+                               f"'0009_nope'; the revisions are {head_revision}, "), line
+        assert refused.stdout == ""
+    assert session.cli("db", "current").stdout.strip() == head_revision
 
 
 def test_an_uninitialised_database_exits_5_with_one_line(cli: Any) -> None:

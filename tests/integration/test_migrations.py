@@ -301,3 +301,18 @@ def test_pg_recorded_at_becomes_brin_and_the_filter_and_triggers_still_hold(
     assert _event_rows(store_url)[:5] == before
     with EventStore(store_url) as store:
         assert store.verify().ok
+
+
+@pytest.mark.parametrize("name", ["head", "heads", "base", "0001_initial", "0001", "-1", "+2"])
+def test_a_shipped_revision_name_prefix_or_step_is_accepted(name: str) -> None:
+    migrate.require_revision(name)  # raises for anything else
+
+
+@pytest.mark.parametrize("name", ["nope", "0009", "", " ", "+x", "head2"])
+def test_an_unknown_revision_is_refused_listing_the_shipped_ones(name: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        migrate.require_revision(name)
+    shipped = [rev["revision"] for rev in migrate.history()]
+    assert caught.value.message == (
+        f"unknown revision {name!r}; the revisions are {', '.join(shipped)} (or head, base, -N)")
+    assert caught.value.context["path"] == "revision"

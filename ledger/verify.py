@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from ledger import limits
 from ledger.chain import GENESIS_HASH, chained
+from ledger.errors import InvalidInput
 from ledger.model import VerifyReport
 
 if TYPE_CHECKING:
@@ -33,8 +34,21 @@ _SQL = (
 def verify_chain(
     store: EventStore, from_position: int = 1, to_position: int | None = None
 ) -> VerifyReport:
-    """Recomputes entry hashes from ``from_position`` to ``to_position`` (default: head)."""
+    """Recomputes entry hashes from ``from_position`` to ``to_position`` (default: head).
+
+    InvalidInput for a range that ends before it starts or starts past the head: reported
+    as a gap instead, a mistyped number would read as a broken chain.
+    """
+    if to_position is not None and to_position < from_position:
+        raise InvalidInput(
+            f"the range {from_position}..{to_position} ends before it starts", path="--to"
+        )
     head = store.head()
+    if from_position > max(head.position, 1):
+        raise InvalidInput(
+            f"the range starts at {from_position}, past the head (position {head.position})",
+            path="--from",
+        )
     last = head.position if to_position is None else min(to_position, head.position)
     start = max(1, from_position)
     previous_hex = GENESIS_HASH if start == 1 else _stored_hash(store, start - 1)

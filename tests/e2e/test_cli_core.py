@@ -165,10 +165,11 @@ def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(
     assert "[path --since]: '0001-01-01T00:00:00+01:00'" in cli.error_line(
         year0.stderr, "invalid_input")
     assert cli.error_line(backwards.stderr, "invalid_input") == (
-        "error[invalid_input] [path --to]: --to 4 is before --from 5")
+        "error[invalid_input] [path --to]: the range 5..4 ends before it starts")
     # Exit 4 is for a broken chain; a range past the head is a mistyped number.
     assert cli.error_line(past.stderr, "invalid_input") == (
-        "error[invalid_input] [path --from]: --from 7 is past the head (position 6)")
+        "error[invalid_input] [path --from]: the range starts at 7, past the head "
+        "(position 6)")
     assert (word.stdout, backwards.stdout, past.stdout) == ("", "", "")
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from tampering import triggers_bypassed
 
+from ledger.errors import InvalidInput
 from ledger.model import EventDraft, VerifyReport
 from ledger.store import EventStore
 
@@ -90,6 +91,17 @@ def test_postgresql_also_refuses_truncate(ledger: EventStore) -> None:
             conn.exec_driver_sql(f"TRUNCATE {table}")
         assert "append-only" in str(caught.value.orig)
     assert ledger.verify().checked == 5
+
+
+def test_a_range_past_the_head_or_backwards_is_bad_input_not_a_broken_chain(
+    ledger: EventStore,
+) -> None:
+    # The untampered 5-event ledger: a gap report here would blame the chain for a typo.
+    assert ledger.verify(5).ok and ledger.verify(5).checked == 1
+    for first, last in ((6, None), (500, None), (3, 2)):
+        with pytest.raises(InvalidInput):
+            ledger.verify(first, last)
+    assert ledger.verify(1, 500).checked == 5  # a range ending past the head stops there
 
 
 def test_appends_still_work_after_a_refused_change(ledger: EventStore, draft: Draft) -> None:

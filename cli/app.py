@@ -197,11 +197,13 @@ def _recorded_at(text: str, option: str) -> str:
     """
     from datetime import UTC, datetime
 
+    from ledger.store import recorded_at_text
+
     try:
         instant = datetime.fromisoformat(text)
         if instant.tzinfo is None:
             instant = instant.replace(tzinfo=UTC)
-        return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return recorded_at_text(instant)
     except (ValueError, OverflowError):  # OverflowError: an offset that leaves years 1-9999
         raise InvalidInput(
             f"{text!r} is not an RFC 3339 date-time such as 2026-11-30T15:00:00Z, or a date "

@@ -62,6 +62,7 @@ __all__ = [
     "EventStore",
     "PreparedEvent",
     "parse_expected_version",
+    "recorded_at_text",
 ]
 
 #: The embedded default database: a SQLite file in the working directory.
@@ -116,8 +117,14 @@ def parse_expected_version(value: Any, where: str = "expected_version") -> Expec
     )
 
 
+def recorded_at_text(instant: datetime) -> str:
+    """Spells an aware instant as ``recorded_at`` holds it: UTC, microseconds, ``Z``. The
+    time filters of ``read_all`` compare this text, so a bound must be spelled the same way."""
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return recorded_at_text(datetime.now(UTC))
 
 
 def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -3,9 +3,9 @@
 The package is pure Python and ``pip install`` builds it so. A validator that replays long
 ledgers can compile the modules replay spends most of its time in with mypyc (part of
 mypy, already a dev dependency): the same source, type-checked under ``mypy --strict``,
-turned into C extensions. On the 1M-event benchmark ledger that replayed 15% faster on one
-host and no faster on another (docs/benchmarks.md, "Replay builds"). Built in place, next
-to the sources:
+turned into C extensions. On the 1M-event benchmark ledger that replayed 0-15% faster,
+depending on the host (three measured: docs/benchmarks.md, "Replay builds"). Built in
+place, next to the sources:
 
     ARENA_LEDGER_COMPILE=1 .venv/bin/python setup.py build_ext --inplace --force
 

@@ -1,8 +1,8 @@
 """Names the build replay runs on here: pure Python, or setup.py's optional mypyc modules.
 
-A replay's speed may depend on it (15% on one benchmark host, nothing measurable on
-another: docs/benchmarks.md), so the replay command and the benchmarks say which one they
-measured.
+A replay's speed may depend on it (0-15% faster compiled on the three hosts measured:
+docs/benchmarks.md, "Replay builds"), so the replay command and the benchmarks say which
+one they measured.
 """
 
 from __future__ import annotations

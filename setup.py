@@ -4,7 +4,7 @@ The package is pure Python and ``pip install`` builds it so. A validator that re
 ledgers can compile the modules replay spends most of its time in with mypyc (part of
 mypy, already a dev dependency): the same source, type-checked under ``mypy --strict``,
 turned into C extensions. On the 1M-event benchmark ledger that replayed 0-15% faster,
-depending on the host (three measured: docs/benchmarks.md, "Replay builds"). Built in
+depending on the host (four measured: docs/benchmarks.md, "Replay builds"). Built in
 place, next to the sources:
 
     ARENA_LEDGER_COMPILE=1 .venv/bin/python setup.py build_ext --inplace --force

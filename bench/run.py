@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -342,6 +342,61 @@ class TargetRow:
         return "n/a" if self.ok is None else verdict(self.ok)
 
 
+@dataclass
+class SummaryBlock:
+    """Is a part of the Summary that one benchmark alone measures: the store's peers table
+    (``peers``), the Scale series' query latencies (``queries``).
+
+    Kept with the targets, so that a run without that benchmark (``--only replay``) still
+    shows it, named with the run and machine it came from, instead of dropping it.
+    """
+
+    key: str
+    lines: list[str]
+    when: str
+    host: str = ""
+
+
+#: The order the blocks appear in the summary, below the targets.
+BLOCK_ORDER = ["queries", "peers"]
+
+
+def summary_blocks(runs: Mapping[str, BenchRun], when: str, host: str) -> list[SummaryBlock]:
+    """Returns the blocks this run measured (none for a benchmark it did not run)."""
+    blocks = []
+    notes = untargeted_notes(runs.get("scale"))
+    if notes:
+        blocks.append(SummaryBlock("queries", notes, when, host))
+    peers = peers_table(runs.get("store"))
+    if peers:
+        heading = "Ours beside each peer in the same run (bench/store.py):"
+        blocks.append(SummaryBlock("peers", [heading, "", peers, ""], when, host))
+    return blocks
+
+
+def merge_blocks(fresh: Sequence[SummaryBlock], previous: Sequence[SummaryBlock]
+                 ) -> list[SummaryBlock]:
+    """Keeps each block from this run, else the one kept from an earlier run."""
+    merged = {block.key: block for block in previous}
+    merged.update({block.key: block for block in fresh})
+    ordered = [merged.pop(key) for key in BLOCK_ORDER if key in merged]
+    return ordered + list(merged.values())
+
+
+def blocks_lines(blocks: Sequence[SummaryBlock], when: str, host: str) -> list[str]:
+    """Renders the blocks; one carried over from an earlier run ends with a line naming that
+    run, and its machine when that was another one (as ``targets_table`` names them)."""
+    lines: list[str] = []
+    for block in blocks:
+        lines += block.lines
+        if block.when != when:
+            elsewhere = ""
+            if block.host != host:
+                elsewhere = f" on {block.host}" if block.host else ", machine not recorded"
+            lines += [f"(From the run of {block.when}{elsewhere}.)", ""]
+    return lines
+
+
 def _store_rate(figures: Mapping[str, Any], backend: str, operation: str, label: str,
                 batch: str | None = None) -> float:
     contender = figures.get("labels", {}).get(label, label)
@@ -577,19 +632,45 @@ def load_previous(path: Path = SUMMARY_JSON, documented: Path = TARGETS_JSON
                   ) -> list[TargetRow]:
     """Reads the targets kept from earlier runs on this machine (``path``), else those the
     docs were last written with (``documented``); none when neither can be read."""
-    for source in (path, documented):
+    for data in _kept(path, documented):
         try:
-            data = json.loads(source.read_text())
             return [TargetRow(**row) for row in data["targets"]]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             continue
     return []
 
 
-def save_targets(rows: Sequence[TargetRow], path: Path = SUMMARY_JSON) -> None:
-    """Writes the targets for the next run to merge with."""
+def load_blocks(path: Path = SUMMARY_JSON, documented: Path = TARGETS_JSON
+                ) -> list[SummaryBlock]:
+    """Reads the Summary blocks kept with the targets, from the first of the two files that
+    holds any (one written before blocks were kept holds none); none when neither does."""
+    for data in _kept(path, documented):
+        try:
+            blocks = [SummaryBlock(**block) for block in data["blocks"]]
+        except (KeyError, TypeError):
+            continue
+        if blocks:
+            return blocks
+    return []
+
+
+def _kept(*paths: Path) -> Iterator[dict[str, Any]]:
+    """Yields each of ``paths`` that reads as a JSON object, in order."""
+    for source in paths:
+        try:
+            data = json.loads(source.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            yield data
+
+
+def save_targets(rows: Sequence[TargetRow], path: Path = SUMMARY_JSON,
+                 blocks: Sequence[SummaryBlock] = ()) -> None:
+    """Writes the targets, and the Summary blocks, for the next run to merge with."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"targets": [dataclasses.asdict(r) for r in rows]}, indent=2))
+    path.write_text(json.dumps({"targets": [dataclasses.asdict(r) for r in rows],
+                                "blocks": [dataclasses.asdict(b) for b in blocks]}, indent=2))
 
 
 # -- report --------------------------------------------------------------------------------
@@ -651,27 +732,28 @@ def benches_table(runs: Mapping[str, BenchRun]) -> str:
 
 
 def summary_section(rows: Sequence[TargetRow], runs: Mapping[str, BenchRun], when: str,
-                    commands: Sequence[str], machine: Mapping[str, str]) -> str:
-    """Renders the body of the "Summary" section."""
+                    commands: Sequence[str], machine: Mapping[str, str],
+                    blocks: Sequence[SummaryBlock] = ()) -> str:
+    """Renders the body of the "Summary" section (``blocks``: ``merge_blocks``'s)."""
     misses = [r.goal for r in rows if r.ok is False]
-    peers = peers_table(runs.get("store"))
+    host = host_name(machine)
+    ran = ("every benchmark" if set(runs) == set(BENCHES)
+           else "only the benchmarks under \"What ran\"")
     return "\n".join([
-        "Every target from the issues with its latest figure, from one run of "
-        f"`bench/run.py` ({when}) in which every benchmark ran in turn on the same machine, "
-        "each in a fresh interpreter. Ratios compare contenders measured in that same run; "
-        "absolute figures move with the load, printed beside each one. A figure carried over "
-        "from an earlier run says so, and names the machine it was measured on when that "
-        "was another one: absolute figures differ by up to 1.7× between this workplace's "
-        "hosts (see \"Replay builds\").",
+        "Every target from the issues with its latest figure. The run of `bench/run.py` of "
+        f"{when} ran {ran} in turn on the machine below, each in a fresh interpreter. "
+        "Ratios compare contenders measured in one run; absolute figures move with the "
+        "load, printed beside each one. A figure carried over from an earlier run says so, "
+        "and names the machine it was measured on when that was another one: absolute "
+        "figures differ by up to 1.7× between this workplace's hosts (see \"Replay "
+        "builds\").",
         "",
-        targets_table(rows, when, host_name(machine)),
+        targets_table(rows, when, host),
         "",
         f"{len(rows) - len(misses)} of {len(rows)} targets met"
         + (f"; missed: {'; '.join(misses)}." if misses else "."),
         "",
-        *untargeted_notes(runs.get("scale")),
-        *(["Ours beside each peer in the same run (bench/store.py):", "", peers, ""]
-          if peers else []),
+        *blocks_lines(blocks, when, host),
         "What ran:",
         "",
         benches_table(runs),
@@ -812,13 +894,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs[name] = run_bench(name, params[name], Path(tmp))
     machine = machine_description(runs, loads, args.pg_dsn)
     commands = [command_line(argv), *equivalent_commands(params, args.only)]
-    rows = merge_targets(all_targets(runs, when, host_name(machine)), load_previous())
-    save_targets(rows)
+    host = host_name(machine)
+    rows = merge_targets(all_targets(runs, when, host), load_previous())
+    blocks = merge_blocks(summary_blocks(runs, when, host), load_blocks())
+    save_targets(rows, blocks=blocks)
     RUN_JSON.write_text(json.dumps({"when": when, "command": command_line(argv),
                                     "machine": machine,
                                     "runs": [dataclasses.asdict(r) for r in runs.values()]},
                                    default=str))
-    summary = summary_section(rows, runs, when, commands, machine)
+    summary = summary_section(rows, runs, when, commands, machine, blocks)
     print("\n===== Summary =====\n\n" + summary)
     scale_body = None
     scale_run = runs.get("scale")
@@ -830,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write_docs:
         _open_summary_section()
         replace_doc_section("Summary", summary)
-        save_targets(rows, TARGETS_JSON)
+        save_targets(rows, TARGETS_JSON, blocks)
         written = ["Summary"]
         # Each benchmark's own section comes from this same run, so the Summary and the
         # sections below it never quote two different runs.

@@ -1,6 +1,6 @@
 """Names the build replay runs on here: pure Python, or setup.py's optional mypyc modules.
 
-A replay's speed may depend on it (0-15% faster compiled on the three hosts measured:
+A replay's speed may depend on it (0-15% faster compiled on the four hosts measured:
 docs/benchmarks.md, "Replay builds"), so the replay command and the benchmarks say which
 one they measured.
 """

@@ -133,10 +133,11 @@ def _commission(arena: Arena, world: World, revision: str) -> Event:
         audit={"bar": "0.99999", "min_calls": 16},
         audit_control_delta_digests=[arena.listed] if arena.listed else [],
     )
+    overrides: dict[str, Any] = {"model": {"name": "tiny-llama", "revision": revision}}
+    if share_ppm is not None:
+        overrides["emission_share_ppm"] = share_ppm
     event = samples.commissioned(
-        arena.arena_id, fee_rao=arena.fee, block=world.block, sealed=sealed,
-        model={"name": "tiny-llama", "revision": revision},
-        **({} if share_ppm is None else {"emission_share_ppm": share_ppm}),
+        arena.arena_id, fee_rao=arena.fee, block=world.block, sealed=sealed, **overrides
     )
     arena.commission = arena_machine.start(event)
     return event

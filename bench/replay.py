@@ -244,7 +244,7 @@ class _SettlementClock:
                 self.cpu_seconds += time.process_time() - cpu
                 self.calls += 1
 
-        self.owner.check_recorded = timed  # type: ignore[method-assign]
+        self.owner.check_recorded = timed  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -127,7 +127,7 @@ def _field_rows(model: Any, prefix: str = "") -> list[str]:
     for name, info in model.model_fields.items():
         annotation = info.annotation
         if info.metadata:  # pydantic lifts a field's own Annotated metadata off the type
-            annotation = typing.Annotated[(annotation, *info.metadata)]  # type: ignore[valid-type]
+            annotation = typing.Annotated[(annotation, *info.metadata)]
         required = "required" if info.is_required() else f"optional (default `{info.default!r}`)"
         if info.default_factory is not None:
             required = "optional"

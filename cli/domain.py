@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -288,7 +289,7 @@ def grant_credit(
 
 def register(app: typer.Typer) -> None:
     """Adds the arena commands to the main app."""
-    for name, func in [
+    commands: list[tuple[str, Callable[..., Any]]] = [
         ("commission", commission),
         ("register-control", register_control),
         ("intake", intake),
@@ -302,5 +303,6 @@ def register(app: typer.Typer) -> None:
         ("submissions", submissions),
         ("controls", controls),
         ("grant-credit", grant_credit),
-    ]:
+    ]
+    for name, func in commands:
         app.command(name)(func)

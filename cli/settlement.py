@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -264,12 +265,13 @@ def _best(best: Any) -> str:
 
 def register(app: typer.Typer) -> None:
     """Adds the settlement and replay commands to the main app."""
-    for name, func in [
+    commands: list[tuple[str, Callable[..., Any]]] = [
         ("emission-policy", emission_policy),
         ("weights", weights),
         ("settle", settle),
         ("rewards", rewards),
         ("fees", fees),
         ("replay", replay),
-    ]:
+    ]
+    for name, func in commands:
         app.command(name)(func)

@@ -37,7 +37,8 @@ _CONTROLS = (  # (delta, kind, expected verdict, expected reason, listed audit c
     ("skip_mlp", "skip_mlp", "FAIL", "slot_audit_failed", True),
     ("engine_kill", "engine_kill", "NO_DECISION", "engine_killed", False),
 )
-_MINERS = (  # (hotkey, delta, its parameters, how the fee is paid); none is a control delta
+#: (hotkey, delta, its parameters, how the fee is paid); none is a control delta.
+_MINERS: tuple[tuple[str, str, dict[str, str], str], ...] = (
     ("5Alice", "fast_mlp", {}, "payment"),
     ("5Bob", "fused_gate_up", {}, "credit"),
     ("5Carol", "scaled", {"epsilon": "0.01"}, "payment"),

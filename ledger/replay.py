@@ -9,7 +9,6 @@ divergence is reported with its position, stream, field, recorded and recomputed
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -22,6 +21,7 @@ import orjson
 from ledger.catalogue import CATALOGUE
 from ledger.chain import GENESIS_HASH, Row, chained
 from ledger.codec import loads
+from ledger.collector import CollectorPaused, ticks_between_freezes
 from ledger.errors import InvalidInput, LedgerError
 from ledger.events import (
     AttemptDecided,
@@ -135,6 +135,10 @@ def parse_payload(data: bytes) -> Any:
     return loads(data)
 
 
+def _no_freeze() -> None:
+    """Freezes nothing (``run`` called without a paused collector)."""
+
+
 _orjson_loads = orjson.loads
 _orjson_dumps = orjson.dumps
 _SORT_KEYS = orjson.OPT_SORT_KEYS
@@ -201,21 +205,23 @@ class _Replayer:
         }
 
     def replay(self, rows: Iterable[Row], progress: Callable[[int], None] | None) -> None:
-        """Runs ``run`` with the cyclic collector off (see ``_FROZEN_EVERY``); then closes
+        """Runs ``run`` with the cyclic collector paused (``ledger.collector``); then closes
         the archive, if any."""
-        collecting = gc.isenabled()
-        gc.disable()
         try:
-            self.run(rows, progress)
+            with CollectorPaused() as paused:
+                self.run(rows, progress, paused.tick)
         finally:
-            gc.unfreeze()
-            if collecting:
-                gc.enable()
             if self.fold.archive is not None:
                 self.fold.archive.close()
 
-    def run(self, rows: Iterable[Row], progress: Callable[[int], None] | None) -> None:
-        """Replays ``rows`` in order until the end or the first divergence."""
+    def run(
+        self,
+        rows: Iterable[Row],
+        progress: Callable[[int], None] | None,
+        freeze: Callable[[], None] = _no_freeze,
+    ) -> None:
+        """Replays ``rows`` in order until the end or the first divergence; calls ``freeze``
+        every ``ticks_between_freezes`` positions."""
         report, fold, tracker = self.report, self.fold, self.settlements
         apply, note, checks = fold.apply, tracker.note, self.checks
         # tracker.note, inlined for all but AttemptDecided (a set add per event; ``bound``
@@ -279,7 +285,7 @@ class _Replayer:
                 if divergence is not None:
                     break
                 if position % _FROZEN_EVERY == 0:
-                    gc.freeze()
+                    freeze()
                     tracker.bound()
         finally:
             report.events += counted
@@ -367,12 +373,9 @@ class _Replayer:
         return None
 
 
-#: Positions between two ``gc.freeze()`` calls. The fold's state is long-lived and acyclic,
-#: and a replay's other objects die by reference counting, so the cyclic collector is off
-#: during a replay (on a 1M ledger its passes cost 6% of the time, and each full pass walks
-#: the whole fold). Freezing keeps the tracked-object list short; at the end everything is
-#: unfrozen, so the first collection after the replay reclaims any cycle made during it.
-_FROZEN_EVERY = 10_000
+#: Positions between two freezes of the paused collector (``ledger.collector``), and
+#: between two of the settlement tracker's size checks.
+_FROZEN_EVERY = ticks_between_freezes
 
 
 def _compare(

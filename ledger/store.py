@@ -450,13 +450,16 @@ class EventStore:
 
     # -- read ------------------------------------------------------------------------------
 
-    def head(self) -> Head:
-        """Returns the last position (0 when empty) and its entry hash."""
+    def head(self, conn: Connection | None = None) -> Head:
+        """Returns the last position (0 when empty) and its entry hash; read through
+        ``conn``, inside its transaction, when given."""
+        sql = text("SELECT position, entry_hash FROM ledger_head WHERE id = 1")
         try:
-            with self.engine.connect() as conn:
-                row = conn.execute(
-                    text("SELECT position, entry_hash FROM ledger_head WHERE id = 1")
-                ).first()
+            if conn is not None:
+                row = conn.execute(sql).first()
+            else:
+                with self.engine.connect() as own:
+                    row = own.execute(sql).first()
         except SQLAlchemyError as exc:
             raise _store_error(exc, self.url) from None
         if row is None:

@@ -8,6 +8,7 @@ a head that disagrees with the last event (a truncated tail).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from ledger.errors import InvalidInput
 from ledger.model import VerifyReport
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from ledger.store import EventStore
 
 __all__ = ["verify_chain"]
@@ -128,8 +131,11 @@ def verify_chain(
     return VerifyReport(True, checked, start, last, previous.hex())
 
 
-def _pages(store: EventStore, start: int, last: int) -> Iterator[list[tuple[Any, ...]]]:
-    """Yields raw driver rows one position window of a page at a time, over one connection.
+def _pages(
+    store: EventStore, start: int, last: int, conn: Connection | None = None
+) -> Iterator[list[tuple[Any, ...]]]:
+    """Yields raw driver rows one position window of a page at a time, over one connection
+    (``conn``, inside its transaction, when given; else one of the store's own).
 
     Each query asks for one window ``[lo, lo + page - 1]``, not "from lo to the head": once
     psycopg prepares the statement, PostgreSQL's generic plan for an open range is a bitmap
@@ -141,7 +147,9 @@ def _pages(store: EventStore, start: int, last: int) -> Iterator[list[tuple[Any,
     """
     sql = _SQL.format(p="%s" if store.backend == "postgresql" else "?")
     page = limits.read_page_events
-    with store.engine.connect() as conn:
+    with contextlib.ExitStack() as stack:
+        if conn is None:
+            conn = stack.enter_context(store.engine.connect())
         driver: Any = conn.connection.driver_connection
         cursor = driver.cursor(binary=True) if store.backend == "postgresql" else driver.cursor()
         try:

@@ -448,3 +448,60 @@ def test_a_fold_caught_up_in_steps_equals_one_caught_up_at_once(
                                           recorded.event(), recorded.payload)
         assert stepwise.fold.snapshot() == whole.fold.snapshot()
         assert whole.fold.position == head
+
+
+@pytest.mark.parametrize("ticks", [3, 10_000])  # 3: the collector-paused path on this history
+def test_catch_up_folds_what_the_recorded_events_decode_to(
+    desk: Desk, store_url: str, ticks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard reads raw rows and decodes them with ``ledger.replay.decoder``; the fold it
+    builds equals one built from ``read_all`` and ``CATALOGUE.decode``, event for event."""
+    import gc
+
+    import ledger.collector
+    import ledger.domain
+    from ledger.catalogue import CATALOGUE
+    from machines.projection import LedgerFold
+
+    realistic_history(desk)
+    policy = desk.ledger.set_emission_policy(360, "5Burn", "5Validator")
+    desk.intake(arena_id=ARENA, content="after-the-policy")
+    monkeypatch.setattr(ledger.domain, "ticks_between_freezes", ticks)
+    ticked: list[int] = []
+    tick = ledger.collector.CollectorPaused.tick
+    monkeypatch.setattr(ledger.collector.CollectorPaused, "tick",
+                        lambda self: (ticked.append(gc.get_freeze_count()), tick(self)))
+    collecting = gc.isenabled()
+    with ArenaLedger(store_url) as fresh:
+        caught_up = fresh.guard.catch_up(fresh.store)
+        reference = LedgerFold()
+        for recorded in fresh.store.read_all():
+            payload = recorded.payload
+            event = CATALOGUE.decode(recorded.type, recorded.schema_version, payload)
+            reference.apply(recorded.position, recorded.stream, event, payload)
+        assert caught_up == desk.head == reference.position
+        assert fresh.guard.fold.snapshot() == reference.snapshot()
+        assert fresh.guard.fold.events == reference.events
+        assert fresh.guard.fold.refusals == reference.refusals == []
+        [recorded_policy] = fresh.store.read_stream("settlement")
+        assert recorded_policy.position == policy.first
+        assert fresh.guard.emission_policy == recorded_policy.event()
+        assert fresh.guard.catch_up(fresh.store) == 0  # nothing after the head
+    # The paused path ticked every 3 events (freezing) and left the collector as it was.
+    assert len(ticked) == (caught_up // 3 if ticks == 3 else 0)
+    assert gc.isenabled() == collecting and gc.get_freeze_count() == 0
+
+
+def test_catch_up_inside_an_append_reads_through_its_transaction(
+    desk: Desk, store_url: str
+) -> None:
+    """A second ledger's guard catches up inside its own append (``conn``): it sees the
+    first one's events, and its own append lands after them."""
+    realistic_history(desk)
+    before = desk.head
+    with ArenaLedger(store_url, actor="second") as second:
+        assert second.guard.fold.position == 0
+        result = second.set_emission_policy(360, "5Burn", "5Validator")
+        assert result.first == before + 1
+        assert second.guard.fold.position == before  # caught up to the head in the append
+        assert second.fold.snapshot() == desk.ledger.fold.snapshot()

@@ -13,17 +13,14 @@ are imported inside the functions that need them (see tests/unit/test_layers.py)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import orjson
 from pydantic import ValidationError
 
 from ledger.catalogue import CATALOGUE, schema_error
 from ledger.codec import digest, loads
-from ledger.collector import ticks_between_freezes
 from ledger.errors import (
     InvalidInput,
     LedgerError,
@@ -102,53 +99,25 @@ class DomainGuard:
         self.fold = fold if fold is not None else LedgerFold()
         #: The latest EmissionPolicySet folded so far (settlements use it from its position on).
         self.emission_policy: EmissionPolicySet | None = None
-        self._decode: Callable[[str, int, Any], Event] | None = None
 
     def catch_up(self, store: EventStore, conn: Connection | None = None) -> int:
         """Folds every committed event after the fold's position; returns how many.
 
-        Reads the driver's rows a position window at a time up to the head (``ledger.verify``'s
-        reader; through ``conn``, inside its transaction, when given) and decodes each with
-        its type's current validator (``ledger.replay.decoder``, which is
-        ``CATALOGUE.decode``), not a RecordedEvent per event. A long catch-up (a fresh
-        process's first, over the whole ledger) runs with the cyclic collector paused
-        (``ledger.collector``). On the 1M-event benchmark ledger: 9.4 s, where a RecordedEvent
-        and ``CATALOGUE.decode`` per event, the collector on, took 18.4 s.
+        Reads them up to the head as raw rows, decoded without a RecordedEvent per event
+        (``ledger.replay.decoded_rows``; through ``conn``, inside its transaction, when
+        given), with the cyclic collector paused for a long catch-up (a fresh process's
+        first, over the whole ledger). On the 1M-event benchmark ledger: 9.4 s, where a
+        RecordedEvent and ``CATALOGUE.decode`` per event, the collector on, took 18.4 s.
         """
-        from ledger.collector import CollectorPaused
-        from ledger.store import _DATABASE_ERRORS, _store_error
-        from ledger.verify import _pages
+        from ledger.replay import decoded_rows
 
-        first = self.fold.position + 1
-        try:
-            last = store.head(conn).position
-            if last < first:
-                return 0
-            rows = chain.from_iterable(_pages(store, first, last, conn))
-            if last - first < ticks_between_freezes:
-                return self._fold_rows(rows, _freeze_nothing)
-            with CollectorPaused() as paused:
-                return self._fold_rows(rows, paused.tick)
-        except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
-            raise _store_error(exc, store.url) from None
-
-    def _fold_rows(self, rows: Iterable[tuple[Any, ...]], freeze: Callable[[], None]) -> int:
-        """Folds raw event rows in order; calls ``freeze`` every ``ticks_between_freezes``."""
-        decode = self._decode
-        if decode is None:
-            from ledger.replay import decoder
-
-            decode = self._decode = decoder()
         apply, count = self.fold.apply, 0
-        for position, stream, _, kind, schema, data, *_ in rows:
-            payload = _orjson_loads(data)  # as RecordedEvent.payload parses it
-            event = decode(kind, schema, payload)
-            apply(position, stream, event, payload)
+        first, last = self.fold.position + 1, store.head(conn).position
+        for row, payload, event in decoded_rows(store, first, last, conn):
+            apply(row[0], row[1], event, payload)
             if type(event) is EmissionPolicySet:  # decode returns catalogue classes, exactly
                 self.emission_policy = event
             count += 1
-            if count % ticks_between_freezes == 0:
-                freeze()
         return count
 
     def __call__(self, store: EventStore, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
@@ -187,12 +156,6 @@ class DomainGuard:
                 index=index,
             )
 
-
-def _freeze_nothing() -> None:
-    """Is ``_fold_rows``'s freeze for a short catch-up: the collector stays as it is."""
-
-
-_orjson_loads = orjson.loads
 
 E = TypeVar("E", bound=Event)
 

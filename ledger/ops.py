@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from ledger import migrate
-from ledger.catalogue import CATALOGUE
 from ledger.errors import (
     IntegrityError,
     InvalidInput,
@@ -534,28 +533,35 @@ class _Tally:
 
 
 def _fold_and_count(store: EventStore, size: int) -> tuple[Any, _Tally]:
+    """Folds positions 1 to ``size`` and counts stats' figures on the way (raw rows, decoded
+    as the guard's catch-up decodes them: ``ledger.replay.decoded_rows``)."""
+    from ledger.replay import decoded_rows
     from machines.projection import LedgerFold
 
     fold = LedgerFold()
     tally = _Tally()
-    for recorded in store.read_all(1, to_position=size):
-        payload = recorded.payload
-        event = CATALOGUE.decode(recorded.type, recorded.schema_version, payload)
-        tally.types[recorded.type] += 1
-        sid = recorded.stream[len("submission-"):] if recorded.stream.startswith(
-            "submission-") else None
+    last = None
+    for row, payload, event in decoded_rows(store, 1, size):
+        position, stream, kind = row[0], row[1], row[3]
+        tally.types[kind] += 1
+        sid = stream[len("submission-"):] if stream.startswith("submission-") else None
         was = fold.submission(sid) if sid else None
-        fold.apply(recorded.position, recorded.stream, event, payload)
+        fold.apply(position, stream, event, payload)
         now = fold.submission(sid) if sid else None
         if now is not None and now.status == "HELD" and (was is None or was.status != "HELD"):
             tally.holds_placed[str(now.hold_reason)] += 1
-        if isinstance(event, AttemptClaimed):
+        # ``type(...) is``: isinstance on a pydantic class is slow when it fails (ABCMeta).
+        if type(event) is AttemptClaimed:
             tally.attempt_arena[event.attempt_id] = event.arena_id
-        elif isinstance(event, AttemptDecided):
-            arena = tally.attempt_arena.get(recorded.stream[len("attempt-"):], "?")
+        elif type(event) is AttemptDecided:
+            arena = tally.attempt_arena.get(stream[len("attempt-"):], "?")
             tally.decided[arena] += 1
             tally.no_decision[arena] += int(event.verdict == "NO_DECISION")
-        tally.last = recorded
+        last = row
+    if last is not None:
+        position, stream, version, kind, schema, data, at, actor, entry = last[:9]
+        tally.last = RecordedEvent(position, stream, version, kind, schema, bytes(data), at,
+                                   actor, entry)
     return fold, tally
 
 

@@ -9,7 +9,7 @@ divergence is reported with its position, stream, field, recorded and recomputed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -34,12 +34,15 @@ from ledger.fields import is_digest
 from ledger.model import RecordedEvent
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from ledger.store import EventStore
 
 __all__ = [
     "Divergence",
     "ReplayReport",
     "Row",
+    "decoded_rows",
     "decoder",
     "expected_digest",
     "parse_payload",
@@ -171,6 +174,43 @@ def _current_validators() -> dict[str, tuple[int, Callable[[Any], Event]]]:
         kind: (version, CATALOGUE.model(kind).__pydantic_validator__.validate_python)
         for kind, version in CATALOGUE.types.items()
     }
+
+
+def decoded_rows(
+    store: EventStore, first: int, last: int, conn: Connection | None = None
+) -> Iterator[tuple[tuple[Any, ...], Any, Event]]:
+    """Yields (row, payload, event) for positions ``first`` to ``last`` of ``store``.
+
+    The row is the driver's (``ledger.verify``'s windowed reader; through ``conn``, inside
+    its transaction, when given), the payload parsed as ``RecordedEvent.payload`` parses it
+    (orjson) and the event what ``CATALOGUE.decode`` returns for it (``decoder``), without a
+    RecordedEvent per event. The bytes are trusted: neither the hash chain nor the
+    canonical form is checked (replay checks both). A read of more than
+    ``ticks_between_freezes`` positions runs with the cyclic collector paused
+    (``ledger.collector``). A database failure raises the LedgerError the store raises for
+    it. The guard's catch-up and ``stats`` fold the ledger through this.
+    """
+    from ledger.store import _DATABASE_ERRORS, _store_error
+    from ledger.verify import _pages
+
+    if last < first:
+        return
+    decode, parse = decoder(), _orjson_loads
+    rows = chain.from_iterable(_pages(store, first, last, conn))
+    try:
+        if last - first < ticks_between_freezes:
+            for row in rows:
+                payload = parse(row[5])
+                yield row, payload, decode(row[3], row[4], payload)
+            return
+        with CollectorPaused() as paused:
+            for row in rows:
+                payload = parse(row[5])
+                yield row, payload, decode(row[3], row[4], payload)
+                if row[0] % ticks_between_freezes == 0:
+                    paused.tick()
+    except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
+        raise _store_error(exc, store.url) from None
 
 
 #: What the replay loop looks up once per event by its type (``_Replayer._kinds``).

@@ -459,14 +459,14 @@ def test_catch_up_folds_what_the_recorded_events_decode_to(
     import gc
 
     import ledger.collector
-    import ledger.domain
+    import ledger.replay
     from ledger.catalogue import CATALOGUE
     from machines.projection import LedgerFold
 
     realistic_history(desk)
     policy = desk.ledger.set_emission_policy(360, "5Burn", "5Validator")
     desk.intake(arena_id=ARENA, content="after-the-policy")
-    monkeypatch.setattr(ledger.domain, "ticks_between_freezes", ticks)
+    monkeypatch.setattr(ledger.replay, "ticks_between_freezes", ticks)
     ticked: list[int] = []
     tick = ledger.collector.CollectorPaused.tick
     monkeypatch.setattr(ledger.collector.CollectorPaused, "tick",

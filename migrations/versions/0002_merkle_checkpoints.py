@@ -25,7 +25,7 @@ _PROTECTED = ("merkle_nodes", "checkpoints")
 
 def _head_table(with_frontier: bool, nullable: bool = True) -> sa.Table:
     # batch mode on SQLite needs the table's shape without reflection in --sql mode.
-    columns: list[sa.schema.SchemaItem] = [
+    columns = [
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
         sa.Column("position", sa.BigInteger(), nullable=False),
         sa.Column("entry_hash", sa.String(64), nullable=False),

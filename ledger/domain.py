@@ -21,13 +21,7 @@ from pydantic import ValidationError
 
 from ledger.catalogue import CATALOGUE, schema_error
 from ledger.codec import digest, loads
-from ledger.errors import (
-    InvalidInput,
-    LedgerError,
-    NotFound,
-    Refused,
-    SchemaError,
-)
+from ledger.errors import InvalidInput, LedgerError, NotFound, Refused, SchemaError
 from ledger.events import (
     AttemptClaimed,
     AttemptDecided,

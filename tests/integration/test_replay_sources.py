@@ -18,7 +18,7 @@ from test_replay import HEAD, _forge_weights, replay  # same directory, prepend 
 from test_settlement_ledger import Settled, build_settled, open_ledger
 
 from ledger.bundle import export_bundle, read_bundle_events
-from ledger.domain import ArenaLedger
+from ledger.domain import ArenaLedger, DomainGuard
 from ledger.events import EmissionPolicySet
 from ledger.model import EventDraft
 from ledger.replay import ReplayReport, replay_bundle, replay_events, replay_store
@@ -198,6 +198,36 @@ def test_replay_store_names_a_database_failure_without_a_driver_traceback(
                 replay_store(store)
             assert isinstance(caught.value, SchemaNotInitialised), caught.value
             assert "arena-ledger init" in caught.value.message
+        finally:
+            with store.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE events_moved RENAME TO events"))
+
+
+def test_decoded_rows_name_a_database_failure_without_a_driver_traceback(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    """The guard's catch-up and stats read through ``decoded_rows``: a failing read is the
+    store's error, not the driver's, and the collector is left as it was."""
+    import gc
+
+    from sqlalchemy import text
+
+    from ledger.errors import LedgerError, SchemaNotInitialised
+    from ledger.replay import decoded_rows
+
+    with EventStore(store_url) as store:
+        head = store.head().position
+        assert [row[0] for row, _, _ in decoded_rows(store, 1, head)] == list(range(1, head + 1))
+        with store.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE events RENAME TO events_moved"))
+        collecting = gc.isenabled()
+        try:
+            with pytest.raises(LedgerError) as caught:
+                list(decoded_rows(store, 1, head))
+            assert isinstance(caught.value, SchemaNotInitialised), caught.value
+            with pytest.raises(SchemaNotInitialised):
+                DomainGuard().catch_up(store)  # a guard alone, on the same store
+            assert gc.isenabled() == collecting and gc.get_freeze_count() == 0
         finally:
             with store.engine.begin() as conn:
                 conn.execute(text("ALTER TABLE events_moved RENAME TO events"))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import itertools
 import os
 import secrets
 import shutil
@@ -42,7 +43,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 import orjson
 
 from ledger import limits
-from ledger.chain import GENESIS_HASH, Row, envelope_bytes
+from ledger.chain import GENESIS_HASH, Row, chained, envelope_bytes
 from ledger.checkpoint import (
     event_document,
     note_file_bytes_max,
@@ -679,23 +680,28 @@ def _export_line(position: int, stream: str, version: int, kind: str, schema: in
 
 
 def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
-    """Streams positions 1..size into ``file``, re-checking the chain as it goes."""
+    """Streams positions 1..size into ``file``, re-checking the chain as it goes.
+
+    Reads the driver's rows a position window at a time (``ledger.verify``'s reader) and
+    chains them as verify does (``ledger.chain.chained``), rather than a RecordedEvent and
+    an envelope per event.
+    """
+    from ledger.verify import _pages
+
     digest, compact = hashlib.sha256(), CompactRange()
     previous, count, total = bytes(32), 0, 0
-    for event in store.read_all(1, to_position=size):
+    rows = itertools.chain.from_iterable(_pages(store, 1, size))
+    for row, computed in chained(bytes(32), rows):
+        previous = computed
         count += 1
-        envelope = envelope_bytes(event.position, event.stream, event.version, event.type,
-                                  event.schema_version, event.payload_bytes, event.recorded_at,
-                                  event.actor)
-        previous = hashlib.sha256(previous + envelope).digest()
-        if event.position != count or previous.hex() != event.entry_hash:
+        position, stream, version, kind, schema, payload, recorded_at, actor, entry = row
+        if position != count or previous.hex() != entry:
             raise IntegrityError(
                 f"the ledger fails its hash chain at position {count}; run `arena-ledger "
                 "verify` and repair it before exporting", reason="chain_broken", position=count,
             )
-        line = _export_line(event.position, event.stream, event.version, event.type,
-                            event.schema_version, event.payload_bytes, event.recorded_at,
-                            event.actor, event.entry_hash)
+        line = _export_line(position, stream, version, kind, schema, bytes(payload),
+                            recorded_at, actor, entry)
         file.write(line)
         digest.update(line)
         total += len(line)

@@ -165,6 +165,27 @@ def test_export_refuses_an_existing_target_and_a_position_past_the_head(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.parametrize("tamper", ["payload", "entry_hash"])
+def test_export_refuses_a_ledger_whose_chain_is_broken_and_writes_nothing(
+    store: EventStore, draft: Draft, tmp_path: Path, tamper: str
+) -> None:
+    from tampering import triggers_bypassed
+
+    fill(store, draft, 12)
+    with triggers_bypassed(store) as conn:
+        if tamper == "payload":  # content changed, its stored hash kept
+            conn.execute(text("UPDATE events SET payload = :p WHERE position = 7"),
+                         {"p": b'{"tampered":true}'})
+        else:  # the hash changed, the content kept
+            conn.execute(text("UPDATE events SET entry_hash = :h WHERE position = 7"),
+                         {"h": "00" * 32})
+    with pytest.raises(IntegrityError, match="fails its hash chain at position 7") as caught:
+        export_bundle(store, tmp_path / "tampered")
+    assert caught.value.context["position"] == 7
+    assert not (tmp_path / "tampered").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
 # ------------------------------------------------------------------------- verify, import
 
 

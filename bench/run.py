@@ -390,11 +390,16 @@ def blocks_lines(blocks: Sequence[SummaryBlock], when: str, host: str) -> list[s
     for block in blocks:
         lines += block.lines
         if block.when != when:
-            elsewhere = ""
-            if block.host != host:
-                elsewhere = f" on {block.host}" if block.host else ", machine not recorded"
-            lines += [f"(From the run of {block.when}{elsewhere}.)", ""]
+            lines += [f"(From the {_earlier_run(block.when, block.host, host)}.)", ""]
     return lines
+
+
+def _earlier_run(when: str, host: str, this_host: str) -> str:
+    """Names an earlier run a figure comes from: "run of WHEN", plus its machine when that
+    was another one than ``this_host`` (or was not recorded)."""
+    if host == this_host:
+        return f"run of {when}"
+    return f"run of {when} on {host}" if host else f"run of {when}, machine not recorded"
 
 
 def _store_rate(figures: Mapping[str, Any], backend: str, operation: str, label: str,
@@ -686,10 +691,7 @@ def targets_table(rows: Sequence[TargetRow], when: str, host: str = "") -> str:
     for row in rows:
         source = row.source
         if row.when != when:
-            elsewhere = ""
-            if row.host != host:
-                elsewhere = f" on {row.host}" if row.host else ", machine not recorded"
-            source = f"{row.source} (run of {row.when}{elsewhere})"
+            source = f"{row.source} ({_earlier_run(row.when, row.host, host)})"
         result = row.result()
         if row.ok is None and row.required_events:
             result = f"n/a (needs {row.required_events:,})"

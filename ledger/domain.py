@@ -545,20 +545,18 @@ class ArenaLedger:
         """
         from ledger.settle import rewards
 
-        return rewards(self.fold, self._commissioned(arena_id))
+        fold = self.fold
+        _require_commissioned(fold, arena_id)
+        return rewards(fold, arena_id)
 
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
         """Returns fee totals per arena and overall, credits apart (NotFound for an
         ``arena_id`` that was never commissioned)."""
         from ledger.settle import fee_summary
 
-        return fee_summary(self.fold, self._commissioned(arena_id))
-
-    def _commissioned(self, arena_id: str | None) -> str | None:
-        """Returns ``arena_id`` (None: every arena); NotFound when no such arena exists."""
-        if arena_id is not None and self.fold.arena(arena_id) is None:
-            raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
-        return arena_id
+        fold = self.fold
+        _require_commissioned(fold, arena_id)
+        return fee_summary(fold, arena_id)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -638,8 +636,8 @@ class ArenaLedger:
             )
         fold = self.fold
         if arena_id:
+            _require_commissioned(fold, arena_id)
             arenas = [arena_id]
-            self._commissioned(arena_id)
         else:
             arenas = [a.arena_id for a in fold.arenas()]
         rows = []
@@ -654,8 +652,18 @@ class ArenaLedger:
 
     def controls(self, arena_id: str) -> list[dict[str, Any]]:
         """Returns the arena's controls with expected and observed outcomes."""
-        self._commissioned(arena_id)
-        return [_row_dict(row) for row in self.fold.controls(arena_id)]
+        fold = self.fold
+        _require_commissioned(fold, arena_id)
+        return [_row_dict(row) for row in fold.controls(arena_id)]
+
+
+def _require_commissioned(fold: LedgerFold, arena_id: str | None) -> None:
+    """Raises NotFound when ``arena_id`` (None: every arena) names no arena of ``fold``.
+
+    Takes the fold the caller already caught up (``ArenaLedger.fold`` reads the head again).
+    """
+    if arena_id is not None and fold.arena(arena_id) is None:
+        raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
 
 
 def _row_dict(row: Any) -> dict[str, Any]:

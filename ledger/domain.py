@@ -99,9 +99,9 @@ class DomainGuard:
 
         Reads them up to the head as raw rows, decoded without a RecordedEvent per event
         (``ledger.replay.decoded_rows``; through ``conn``, inside its transaction, when
-        given), with the cyclic collector paused for a long catch-up (a fresh process's
-        first, over the whole ledger). On the 1M-event benchmark ledger: 9.4 s, where a
-        RecordedEvent and ``CATALOGUE.decode`` per event, the collector on, took 18.4 s.
+        given), with the cyclic collector paused. On the 1M-event benchmark ledger: 9.4 s,
+        where a RecordedEvent and ``CATALOGUE.decode`` per event, the collector on, took
+        18.4 s.
         """
         from ledger.replay import decoded_rows
 

@@ -138,10 +138,6 @@ def parse_payload(data: bytes) -> Any:
     return loads(data)
 
 
-def _no_freeze() -> None:
-    """Freezes nothing (``run`` called without a paused collector)."""
-
-
 _orjson_loads = orjson.loads
 _orjson_dumps = orjson.dumps
 _SORT_KEYS = orjson.OPT_SORT_KEYS
@@ -185,9 +181,9 @@ def decoded_rows(
     its transaction, when given), the payload parsed as ``RecordedEvent.payload`` parses it
     (orjson) and the event what ``CATALOGUE.decode`` returns for it (``decoder``), without a
     RecordedEvent per event. The bytes are trusted: neither the hash chain nor the
-    canonical form is checked (replay checks both). A read of more than
-    ``ticks_between_freezes`` positions runs with the cyclic collector paused
-    (``ledger.collector``). A database failure raises the LedgerError the store raises for
+    canonical form is checked (replay checks both). The read runs with the cyclic collector
+    paused (``ledger.collector``; pausing costs a few calls, so a guard's read of one new
+    event pays it too). A database failure raises the LedgerError the store raises for
     it. The guard's catch-up and ``stats`` fold the ledger through this.
     """
     from ledger.store import _DATABASE_ERRORS, _store_error
@@ -198,11 +194,6 @@ def decoded_rows(
     decode, parse = decoder(), _orjson_loads
     rows = chain.from_iterable(_pages(store, first, last, conn))
     try:
-        if last - first < ticks_between_freezes:
-            for row in rows:
-                payload = parse(row[5])
-                yield row, payload, decode(row[3], row[4], payload)
-            return
         with CollectorPaused() as paused:
             for row in rows:
                 payload = parse(row[5])
@@ -258,7 +249,7 @@ class _Replayer:
         self,
         rows: Iterable[Row],
         progress: Callable[[int], None] | None,
-        freeze: Callable[[], None] = _no_freeze,
+        freeze: Callable[[], None],
     ) -> None:
         """Replays ``rows`` in order until the end or the first divergence; calls ``freeze``
         every ``ticks_between_freezes`` positions."""

@@ -689,10 +689,9 @@ def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
     from ledger.verify import _pages
 
     digest, compact = hashlib.sha256(), CompactRange()
-    previous, count, total = bytes(32), 0, 0
+    previous, count, total = b"", 0, 0  # previous: the last entry hash (unused when empty)
     rows = itertools.chain.from_iterable(_pages(store, 1, size))
-    for row, computed in chained(bytes(32), rows):
-        previous = computed
+    for row, previous in chained(bytes(32), rows):
         count += 1
         position, stream, version, kind, schema, payload, recorded_at, actor, entry = row
         if position != count or previous.hex() != entry:

@@ -184,11 +184,9 @@ def _read(store: EventStore) -> int:
 
 
 def _raw_rows(store: EventStore) -> Iterator[Any]:
-    from itertools import chain
+    from ledger.verify import raw_rows  # replay_store's reader
 
-    from ledger.verify import _pages  # replay_store's reader
-
-    return chain.from_iterable(_pages(store, 1, store.head().position))
+    return raw_rows(store, 1, store.head().position)
 
 
 def _read_raw(store: EventStore) -> int:
@@ -284,10 +282,8 @@ def _rss_curve(store: EventStore) -> list[tuple[int, int, int]]:
     generated ledger completed NO_DECISIONs stay live, requeueable until their SLA, so the
     live count itself grows.)
     """
-    from itertools import chain
-
     from ledger.replay import ReplayReport, _Replayer
-    from ledger.verify import _pages
+    from ledger.verify import raw_rows
 
     samples: list[tuple[int, int, int]] = []
     gc.collect()
@@ -298,7 +294,7 @@ def _rss_curve(store: EventStore) -> list[tuple[int, int, int]]:
             live = replayer.fold.live_submissions()
             samples.append((position, _status_kib("VmRSS"), live))
 
-    replayer.replay(chain.from_iterable(_pages(store, 1, store.head().position)), sample)
+    replayer.replay(raw_rows(store, 1, store.head().position), sample)
     return samples
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import binascii
 import hashlib
-import itertools
 import os
 import secrets
 import shutil
@@ -686,12 +685,11 @@ def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
     chains them as verify does (``ledger.chain.chained``), rather than a RecordedEvent and
     an envelope per event.
     """
-    from ledger.verify import _pages
+    from ledger.verify import raw_rows
 
     digest, compact = hashlib.sha256(), CompactRange()
     previous, count, total = b"", 0, 0  # previous: the last entry hash (unused when empty)
-    rows = itertools.chain.from_iterable(_pages(store, 1, size))
-    for row, previous in chained(bytes(32), rows):
+    for row, previous in chained(bytes(32), raw_rows(store, 1, size)):
         count += 1
         position, stream, version, kind, schema, payload, recorded_at, actor, entry = row
         if position != count or previous.hex() != entry:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,8 +176,8 @@ def decoded_rows(
 ) -> Iterator[tuple[tuple[Any, ...], Any, Event]]:
     """Yields (row, payload, event) for positions ``first`` to ``last`` of ``store``.
 
-    The row is the driver's (``ledger.verify``'s windowed reader; through ``conn``, inside
-    its transaction, when given), the payload parsed as ``RecordedEvent.payload`` parses it
+    The row is the driver's (``ledger.verify.raw_rows``; through ``conn``, inside its
+    transaction, when given), the payload parsed as ``RecordedEvent.payload`` parses it
     (orjson) and the event what ``CATALOGUE.decode`` returns for it (``decoder``), without a
     RecordedEvent per event. The bytes are trusted: neither the hash chain nor the
     canonical form is checked (replay checks both). The read runs with the cyclic collector
@@ -186,22 +185,17 @@ def decoded_rows(
     event pays it too). A database failure raises the LedgerError the store raises for
     it. The guard's catch-up and ``stats`` fold the ledger through this.
     """
-    from ledger.store import _DATABASE_ERRORS, _store_error
-    from ledger.verify import _pages
+    from ledger.verify import raw_rows
 
     if last < first:
         return
     decode, parse = decoder(), _orjson_loads
-    rows = chain.from_iterable(_pages(store, first, last, conn))
-    try:
-        with CollectorPaused() as paused:
-            for row in rows:
-                payload = parse(row[5])
-                yield row, payload, decode(row[3], row[4], payload)
-                if row[0] % ticks_between_freezes == 0:
-                    paused.tick()
-    except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
-        raise _store_error(exc, store.url) from None
+    with CollectorPaused() as paused:
+        for row in raw_rows(store, first, last, conn):
+            payload = parse(row[5])
+            yield row, payload, decode(row[3], row[4], payload)
+            if row[0] % ticks_between_freezes == 0:
+                paused.tick()
 
 
 #: What the replay loop looks up once per event by its type (``_Replayer._kinds``).
@@ -524,22 +518,18 @@ def replay_store(
     """Replays the store from position 1 to ``as_of`` (default: the head), from raw pages.
 
     The same replay as ``replay_events(store.read_all(1, to_position=...))``, reading the
-    driver's rows a position window at a time (``ledger.verify``'s reader) instead of
+    driver's rows a position window at a time (``ledger.verify.raw_rows``) instead of
     building a RecordedEvent per event. A database failure while reading raises the
     LedgerError the store raises for it (e.g. SchemaNotInitialised, StoreUnavailable).
     """
-    from ledger.store import _DATABASE_ERRORS, _store_error
-    from ledger.verify import _pages  # the windowed raw-cursor reader verify_chain uses
+    from ledger.verify import raw_rows  # the windowed raw-cursor reader verify_chain uses
 
     head = store.head().position
     last = head if as_of is None else min(as_of, head)
-    try:
-        return replay_rows(
-            chain.from_iterable(_pages(store, 1, last)), expect=expect, progress=progress,
-            archive_finished=archive_finished,
-        )
-    except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
-        raise _store_error(exc, store.url) from None
+    return replay_rows(
+        raw_rows(store, 1, last), expect=expect, progress=progress,
+        archive_finished=archive_finished,
+    )
 
 
 def replay_bundle(

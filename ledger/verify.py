@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ledger.store import EventStore
 
-__all__ = ["verify_chain"]
+__all__ = ["raw_rows", "verify_chain"]
 
 _SQL = (
     "SELECT position, stream, version, type, schema_version, payload, recorded_at, actor, "
@@ -68,8 +68,7 @@ def verify_chain(
     previous = bytes.fromhex(previous_hex)
     expected_position = start
     checked = 0
-    pages = itertools.chain.from_iterable(_pages(store, start, last))
-    for row, computed in chained(previous, pages):
+    for row, computed in chained(previous, raw_rows(store, start, last)):
         position, stored = row[0], row[8]
         if position != expected_position:
             return _bad(
@@ -131,6 +130,22 @@ def verify_chain(
     return VerifyReport(True, checked, start, last, previous.hex())
 
 
+def raw_rows(
+    store: EventStore, first: int, last: int, conn: Connection | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """Yields the driver's rows for positions ``first`` to ``last``, in position order.
+
+    Each row is (position, stream, version, type, schema_version, payload, recorded_at,
+    actor, entry_hash) as the store keeps them (``ledger.chain.Row``; the payload is a
+    memoryview on PostgreSQL). Verify, export, replay, the guard's catch-up and ``stats``
+    all read the ledger through this. A database failure raises the LedgerError the store
+    raises for it (``SchemaNotInitialised``, ``StoreUnavailable``, ...), never the driver's
+    exception. Rows are not checked: a missing position is simply absent, and the caller's
+    position check names the gap.
+    """
+    return itertools.chain.from_iterable(_pages(store, first, last, conn))
+
+
 def _pages(
     store: EventStore, start: int, last: int, conn: Connection | None = None
 ) -> Iterator[list[tuple[Any, ...]]]:
@@ -142,22 +157,30 @@ def _pages(
     scan of everything left plus a top-N sort, so each page cost O(ledger). A window bounds
     every plan to one page. The DBAPI cursor returns plain tuples (no SQLAlchemy Row per
     event); on PostgreSQL it asks for binary results, so bytea and integers arrive without
-    text decoding. A short window is yielded as it is: the caller's position check names
-    any gap.
+    text decoding. A whole page is fetched at once (``raw_rows`` chains the pages in C, no
+    Python frame per row), and a failure is mapped to the store's error here, where every
+    database call of the read happens.
     """
+    from ledger.store import _DATABASE_ERRORS, _store_error
+
     sql = _SQL.format(p="%s" if store.backend == "postgresql" else "?")
     page = limits.read_page_events
-    with contextlib.ExitStack() as stack:
-        if conn is None:
-            conn = stack.enter_context(store.engine.connect())
-        driver: Any = conn.connection.driver_connection
-        cursor = driver.cursor(binary=True) if store.backend == "postgresql" else driver.cursor()
-        try:
-            for lo in range(start, last + 1, page):
-                cursor.execute(sql, (lo, min(lo + page - 1, last)))
-                yield cursor.fetchall()
-        finally:
-            cursor.close()
+    try:
+        with contextlib.ExitStack() as stack:
+            if conn is None:
+                conn = stack.enter_context(store.engine.connect())
+            driver: Any = conn.connection.driver_connection
+            cursor = (
+                driver.cursor(binary=True) if store.backend == "postgresql" else driver.cursor()
+            )
+            try:
+                for lo in range(start, last + 1, page):
+                    cursor.execute(sql, (lo, min(lo + page - 1, last)))
+                    yield cursor.fetchall()
+            finally:
+                cursor.close()
+    except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
+        raise _store_error(exc, store.url) from None
 
 
 def _bad(

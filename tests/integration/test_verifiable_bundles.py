@@ -186,6 +186,30 @@ def test_export_refuses_a_ledger_whose_chain_is_broken_and_writes_nothing(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_export_names_a_database_failure_while_reading_and_writes_nothing(
+    store: EventStore, draft: Draft, tmp_path: Path
+) -> None:
+    """The events table fails under the reader (the head, read first, still answers): the
+    store's error, not the driver's traceback, and no bundle or partial directory."""
+    from ledger.errors import SchemaNotInitialised
+
+    fill(store, draft, 12)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    with store.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE events RENAME TO events_moved"))
+    try:
+        assert store.head().position == 12
+        with pytest.raises(SchemaNotInitialised, match="run `arena-ledger init`"):
+            export_bundle(store, exports / "out")
+    finally:
+        with store.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE events_moved RENAME TO events"))
+    assert list(exports.iterdir()) == []
+    report = export_bundle(store, exports / "out")  # and the same store exports once fixed
+    assert report.events == 12
+
+
 # ------------------------------------------------------------------------- verify, import
 
 

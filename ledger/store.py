@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DatabaseError, SQLAlchemyError
 
 from ledger import limits
 from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
@@ -223,8 +223,8 @@ class EventStore:
         try:
             with self.engine.connect() as conn:
                 return bool(inspect(conn).has_table("ledger_head"))
-        except OperationalError as exc:
-            raise StoreUnavailable(f"cannot open the database: {exc.orig}", url=self.url) from None
+        except DatabaseError as exc:
+            raise cannot_open(exc, self.url) from None
 
     def require_initialised(self) -> None:
         """Raises SchemaNotInitialised with a hint when the tables are missing."""
@@ -835,6 +835,16 @@ def _driver_errors() -> tuple[type[Exception], ...]:
 #: driver's (both talk to the driver directly on their hot paths).
 _DRIVER_ERRORS: tuple[type[Exception], ...] = _driver_errors()
 _DATABASE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, *_DRIVER_ERRORS)
+
+
+def cannot_open(exc: DatabaseError, url: str) -> StoreUnavailable:
+    """Returns the error for a database that does not open: a server that does not answer, a
+    file that cannot be created, or (SQLite) a file that is not a database. The message
+    names the database (password hidden) and the driver's reason."""
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+    return StoreUnavailable(
+        f"cannot open the database {_safe(url)}: {reason}", url=_safe(url), reason=reason
+    )
 
 
 def _store_error(exc: Exception, url: str) -> LedgerError:

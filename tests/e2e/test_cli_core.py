@@ -211,6 +211,31 @@ def test_an_uninitialised_database_exits_5_with_one_line(cli: Any) -> None:
     assert current.stdout.strip() == "base (not initialised)"  # --sql changed nothing
 
 
+def test_a_database_that_does_not_open_exits_5_naming_it_and_changes_nothing(
+    cli: Any, tmp_path: Any
+) -> None:
+    """init and the db commands connect through Alembic, not the store: a file that is not
+    a database, a directory that does not exist and a server that does not answer are each
+    one error line naming the database (its password hidden), never a driver traceback."""
+    text = tmp_path / "notes.txt"
+    text.write_bytes(b"not a ledger\n" * 100)
+    urls = {
+        f"sqlite:///{text}": "file is not a database",
+        f"sqlite:///{tmp_path / 'missing' / 'l.db'}": "unable to open database file",
+        "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/test": "connection",
+    }
+    commands = [("init",), ("db", "upgrade"), ("db", "current"), ("db", "check"),
+                ("db", "downgrade", "base"), ("head",)]
+    for url, reason in urls.items():
+        done = type(cli)(cli.root, url).many([(args, 5) for args in commands])
+        for args, result in zip(commands, done, strict=True):
+            line = cli.error_line(result.stderr, "store_unavailable")
+            assert f"cannot open the database {url.replace('hunter2', '***')}: " in line, line
+            assert reason in line and "hunter2" not in line, (args, line)
+    assert text.read_bytes() == b"not a ledger\n" * 100
+    assert not (tmp_path / "missing").exists()
+
+
 HELP_DRIVER = r"""
 import contextlib, io, json, re, sys
 import typer.main

@@ -185,6 +185,27 @@ def test_a_write_lock_held_past_the_busy_timeout_is_a_clean_refusal(
         assert audit_ledger(store).head == before.position + len(drafts)
 
 
+def test_a_migration_that_meets_a_held_write_lock_is_a_clean_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection opens (WAL lets it), then the first DDL waits past the busy timeout:
+    the store's StoreUnavailable, not SQLAlchemy's OperationalError, and nothing migrated."""
+    url = _sqlite_url(tmp_path)
+    monkeypatch.setattr(ledger.store, "sqlite_busy_timeout_ms", 200)
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            migrate.upgrade(url)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert migrate.current(url) is None
+    migrate.upgrade(url)
+    assert migrate.current(url) == migrate.heads()[0]
+
+
 # -------------------------------------------------------------------------- PostgreSQL
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
@@ -29,17 +30,28 @@ app = typer.Typer(
 app.add_typer(db_app, name="db")
 
 
+class LogLevel(StrEnum):
+    """The levels --log-level accepts (any case): a usage error names them otherwise."""
+
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
 @app.callback()
 def _global(
     db: str = typer.Option(
         state.db_url, "--db", envvar="ARENA_LEDGER_DB", help="Database URL (sqlite:///… or "
         "postgresql+psycopg://…)."
     ),
-    log_level: str = typer.Option("WARNING", "--log-level", help="Log level for structured logs "
-                                  "on stderr (DEBUG, INFO, WARNING)."),
+    log_level: LogLevel = typer.Option(
+        LogLevel.WARNING, "--log-level", case_sensitive=False,
+        help="Log level for structured logs on stderr.",
+    ),
 ) -> None:
     state.db_url = db
-    configure_logging(log_level)
+    configure_logging(log_level.value)
 
 
 @app.command()

@@ -236,6 +236,18 @@ def test_a_database_that_does_not_open_exits_5_naming_it_and_changes_nothing(
     assert not (tmp_path / "missing").exists()
 
 
+def test_an_unknown_log_level_is_a_usage_error_naming_the_levels(cli: Any) -> None:
+    bad = cli("--log-level", "LOUD", "head", expect=2)
+    assert "--log-level" in bad.stderr and "'LOUD'" in bad.stderr
+    assert all(level in bad.stderr for level in ("'debug'", "'info'", "'warning'", "'error'"))
+    assert bad.stdout == ""
+    # Any case of a known level is taken (the uninitialised database then exits 5).
+    quiet = cli("--log-level", "error", "head", expect=5)
+    cli.error_line(quiet.stderr, "store_not_initialised")
+    loud = cli("--log-level", "Debug", "init")
+    assert "ledger ready" in loud.stdout
+
+
 HELP_DRIVER = r"""
 import contextlib, io, json, re, sys
 import typer.main

@@ -146,6 +146,11 @@ def _on_sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+#: The URL schemes the store runs on: Python's sqlite3 and psycopg 3 (a bare
+#: ``postgresql://`` means psycopg 3 here, not SQLAlchemy's default psycopg2).
+_DRIVERS = {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg"}
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """Creates a SQLAlchemy engine configured for the ledger's backend (WAL, busy timeout)."""
     try:
@@ -153,6 +158,13 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     except ArgumentError as exc:
         raise InvalidInput(f"database URL {url!r} is not valid: {exc}", url=url) from None
     backend = parsed.get_backend_name()
+    if parsed.drivername not in _DRIVERS and backend in ("sqlite", "postgresql"):
+        raise InvalidInput(
+            f"database driver {parsed.drivername!r} is not supported: the ledger talks to "
+            "SQLite through Python's sqlite3 (sqlite:///PATH) and to PostgreSQL through "
+            "psycopg 3 (postgresql://… or postgresql+psycopg://…)",
+            url=_safe(url),
+        )
     if backend == "sqlite":
         url = _read_only_media_url(parsed.database) or url
         engine = create_engine(url, **kwargs)
@@ -187,6 +199,18 @@ def _read_only_media_url(path: str | None) -> str | None:
     return f"sqlite:///file:{quote(os.path.abspath(path))}?mode=ro&immutable=1&uri=true"
 
 
+def _missing_sqlite_file(engine: Engine) -> str | None:
+    """Returns the path of the SQLite file ``engine`` opens when that file does not exist;
+    None for PostgreSQL, an in-memory database, a ``file:`` URI or a file that exists."""
+    url = engine.url
+    path = url.database
+    if url.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return None
+    if path.startswith("file:") or os.path.exists(path):
+        return None
+    return path
+
+
 class EventStore:
     """Appends and reads hash-chained events; one implementation for SQLite and PostgreSQL."""
 
@@ -219,7 +243,14 @@ class EventStore:
         self.close()
 
     def is_initialised(self) -> bool:
-        """Tells whether the ledger's tables exist in the database."""
+        """Tells whether the ledger's tables exist in the database.
+
+        A SQLite file that does not exist is not opened (SQLite would create it, and a
+        mistyped ``--db`` would leave an empty database file behind): the answer is False.
+        """
+        missing = _missing_sqlite_file(self.engine)
+        if missing is not None:
+            return False
         try:
             with self.engine.connect() as conn:
                 return bool(inspect(conn).has_table("ledger_head"))
@@ -229,6 +260,13 @@ class EventStore:
     def require_initialised(self) -> None:
         """Raises SchemaNotInitialised with a hint when the tables are missing."""
         if not self.is_initialised():
+            missing = _missing_sqlite_file(self.engine)
+            if missing is not None:
+                raise SchemaNotInitialised(
+                    f"there is no ledger at {missing} (no such file); check --db, or run "
+                    "`arena-ledger init` to create one there",
+                    url=_safe(self.url),
+                )
             raise SchemaNotInitialised(
                 "the ledger's tables do not exist; run `arena-ledger init` (or `db upgrade`)",
                 url=self.url,

@@ -219,14 +219,16 @@ def test_a_database_that_does_not_open_exits_5_naming_it_and_changes_nothing(
     one error line naming the database (its password hidden), never a driver traceback."""
     text = tmp_path / "notes.txt"
     text.write_bytes(b"not a ledger\n" * 100)
+    every = [("init",), ("db", "upgrade"), ("db", "current"), ("db", "check"),
+             ("db", "downgrade", "base"), ("head",)]
     urls = {
-        f"sqlite:///{text}": "file is not a database",
-        f"sqlite:///{tmp_path / 'missing' / 'l.db'}": "unable to open database file",
-        "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/test": "connection",
+        f"sqlite:///{text}": ("file is not a database", every),
+        # Only the commands that create a ledger try to open a path that does not exist.
+        f"sqlite:///{tmp_path / 'missing' / 'l.db'}": (
+            "unable to open database file", [("init",), ("db", "upgrade")]),
+        "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/test": ("connection", every),
     }
-    commands = [("init",), ("db", "upgrade"), ("db", "current"), ("db", "check"),
-                ("db", "downgrade", "base"), ("head",)]
-    for url, reason in urls.items():
+    for url, (reason, commands) in urls.items():
         done = type(cli)(cli.root, url).many([(args, 5) for args in commands])
         for args, result in zip(commands, done, strict=True):
             line = cli.error_line(result.stderr, "store_unavailable")
@@ -234,6 +236,44 @@ def test_a_database_that_does_not_open_exits_5_naming_it_and_changes_nothing(
             assert reason in line and "hunter2" not in line, (args, line)
     assert text.read_bytes() == b"not a ledger\n" * 100
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_missing_sqlite_file_is_named_and_never_created_except_by_init(
+    cli: Any, tmp_path: Any
+) -> None:
+    """SQLite creates a file it is asked to open: a mistyped --db used to leave an empty
+    database behind, even for a read. Reads, db current/check/downgrade and writes now
+    refuse without creating it; init (db upgrade) is what creates a ledger."""
+    path = tmp_path / "typo.db"
+    other = type(cli)(cli.root, f"sqlite:///{path}")
+    refusals = [("head",), ("events",), ("verify",), ("replay",), ("stats",),
+                ("submissions",), ("db", "check"), ("db", "downgrade", "base"),
+                ("db", "backup", tmp_path / "b.db")]
+    for args, result in zip(refusals, other.many([(a, 5) for a in refusals]), strict=True):
+        line = cli.error_line(result.stderr, "store_not_initialised")
+        assert f"there is no ledger at {path}" in line, (args, line)
+    current = other("db", "current")
+    assert current.stdout.strip() == "base (not initialised)"
+    appended = other("append", "-", expect=5, stdin=json.dumps({
+        "stream": "credit-x", "type": "CreditGranted",
+        "payload": {"credit_id": "x", "hotkey": "5M", "amount_rao": 1, "note": ""}}))
+    cli.error_line(appended.stderr, "store_not_initialised")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert "ledger ready" in other("init").stdout
+    assert path.is_file()
+
+
+def test_an_unsupported_driver_is_refused_by_name(cli: Any, tmp_path: Any) -> None:
+    for url in ("postgresql+psycopg2://postgres:pw@127.0.0.1:5432/test",
+                "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
+                f"sqlite+aiosqlite:///{tmp_path / 'a.db'}"):
+        for args in (("head",), ("init",)):
+            done = type(cli)(cli.root, url)(*args, expect=1)
+            line = cli.error_line(done.stderr, "invalid_input")
+            driver = url.split(":", 1)[0]
+            assert f"database driver '{driver}' is not supported" in line, line
+            assert "psycopg 3" in line and ":pw@" not in line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unknown_log_level_is_a_usage_error_naming_the_levels(cli: Any) -> None:

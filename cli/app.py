@@ -13,6 +13,7 @@ from cli.common import EXIT_CODES, INT_MAX, console, emit_json, emit_jsonl, hand
 from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
 from ledger import migrate
+from ledger.catalogue import check_stream_name
 from ledger.errors import InvalidInput, LedgerError
 from ledger.log import configure_logging
 from ledger.model import AppendResult, RecordedEvent
@@ -173,6 +174,8 @@ def events(
     """Lists recorded events in position order, with filters."""
     if types:
         _check_types(types)
+    if stream is not None:  # a malformed name (e.g. "Arena-x") would list "0 events"
+        check_stream_name(stream, "--stream")
     recorded_from = None if since is None else _recorded_at(since, "--since")
     recorded_to = None if until is None else _recorded_at(until, "--until")
     upper = as_of if as_of is not None else to_position

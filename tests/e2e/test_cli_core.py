@@ -101,12 +101,15 @@ def test_repeating_a_keyed_append_returns_the_original_positions(session: Sessio
 
 def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
     cli = session.cli
-    head, verify, everything, typed_after, stream, as_of, table, misspelt = cli.many([
-        (("head", "--json"), 0), (("verify",), 0), (("events", "--json"), 0),
-        (("events", "--type", "CreditGranted", "--from-position", "3", "--json"), 0),
-        (("events", "--stream", "credit-cr-6", "--json"), 0),
-        (("events", "--as-of", "2", "--json"), 0), (("events",), 0),
-        (("events", "--type", "CreditGranted", "--type", "CreditGrant", "--json"), 1)])
+    head, verify, everything, typed_after, stream, as_of, table, misspelt, malformed, unknown = (
+        cli.many([
+            (("head", "--json"), 0), (("verify",), 0), (("events", "--json"), 0),
+            (("events", "--type", "CreditGranted", "--from-position", "3", "--json"), 0),
+            (("events", "--stream", "credit-cr-6", "--json"), 0),
+            (("events", "--as-of", "2", "--json"), 0), (("events",), 0),
+            (("events", "--type", "CreditGranted", "--type", "CreditGrant", "--json"), 1),
+            (("events", "--stream", "Credit-cr-6", "--json"), 1),
+            (("events", "--stream", "credit-cr-99", "--json"), 0)]))
     events = cli.lines(everything.stdout)
     # Only the good batch and the keyed one were written: bad and conflicting input left nothing.
     assert [(e["position"], e["stream"], e["version"], e["type"]) for e in events] == [
@@ -134,6 +137,11 @@ def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
                            "'CreditGrant'; the types are "), line
     assert "CreditGranted, CreditSpent" in line
     assert misspelt.stdout == ""
+    # So is a stream name no ledger can hold; a well-formed one with no events lists none.
+    line = cli.error_line(malformed.stderr, "schema_invalid")
+    assert line == ("error[schema_invalid] [path --stream]: --stream 'Credit-cr-6' is not a "
+                    "valid stream name (category-id, lowercase)"), line
+    assert malformed.stdout == "" and unknown.stdout == ""
 
 
 def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ledger.errors import LedgerError
 from ledger.limits import json_integer_abs_max
-from ledger.store import DEFAULT_URL, EventStore
+from ledger.store import _DATABASE_ERRORS, DEFAULT_URL, EventStore, _store_error
 
 __all__ = [
     "EXIT_CODES",
@@ -97,6 +97,10 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
         except LedgerError as error:
             fail(error)
+        except _DATABASE_ERRORS as exc:
+            # The library maps the database's errors where it talks to it; one it did not
+            # (a role without privileges, say) is still the store's one line, not a traceback.
+            fail(_store_error(exc, state.db_url))
         except KeyboardInterrupt:
             err_console.print("interrupted")
             raise typer.Exit(130) from None

@@ -125,7 +125,7 @@ def downgrade(url: str, revision: str, *, sql: bool = False) -> str:
 
 def current(url: str) -> str | None:
     """Returns the revision the database is at, or None when it has none."""
-    from ledger.store import _missing_sqlite_file, make_engine
+    from ledger.store import _missing_sqlite_file, _store_error, make_engine
 
     engine = make_engine(url)
     if _missing_sqlite_file(engine) is not None:
@@ -134,6 +134,8 @@ def current(url: str) -> str | None:
     try:
         with _open(engine, url) as conn:
             return MigrationContext.configure(conn).get_current_revision()
+    except SQLAlchemyError as exc:  # e.g. a role that may not read alembic_version
+        raise _store_error(exc, url) from None
     finally:
         engine.dispose()
 

@@ -631,10 +631,13 @@ class EventStore:
     def merkle_root(self, size: int | None = None) -> tuple[int, bytes]:
         """Returns (size, root hash) of the Merkle tree at ``size`` (the head when None)."""
         if size is None:
-            with self.engine.connect() as conn:
-                row = conn.execute(
-                    text("SELECT position, frontier FROM ledger_head WHERE id = 1")
-                ).first()
+            try:
+                with self.engine.connect() as conn:
+                    row = conn.execute(
+                        text("SELECT position, frontier FROM ledger_head WHERE id = 1")
+                    ).first()
+            except SQLAlchemyError as exc:
+                raise _store_error(exc, self.url) from None
             if row is None:
                 raise StoreError("the ledger_head row is missing; the database is damaged")
             return int(row[0]), frontier_root(bytes(row[1]))

@@ -284,6 +284,47 @@ def test_an_unsupported_driver_is_refused_by_name(cli: Any, tmp_path: Any) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.postgres
+def test_a_role_without_privileges_gets_one_error_line_from_every_command(
+    cli: Any, pg_database: str
+) -> None:
+    """A PostgreSQL role that may connect but not read the ledger's tables: every command is
+    the store's one line (exit 5) naming the refusal, never the driver's traceback; the
+    migration commands read alembic_version, stats the Merkle head, the rest ledger_head."""
+    import uuid
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from ledger import migrate
+
+    migrate.upgrade(pg_database)
+    role = f"al_noread_{uuid.uuid4().hex[:8]}"
+    admin_url = make_url(pg_database).set(drivername="postgresql", database="postgres")
+    admin = admin_url.render_as_string(hide_password=False)
+    owner = make_url(pg_database).set(drivername="postgresql").render_as_string(
+        hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    # It sees the schema (a recreated public schema grants nobody USAGE), not the tables.
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute(f'GRANT USAGE ON SCHEMA public TO "{role}"')
+    try:
+        url = make_url(pg_database).set(username=role).render_as_string(hide_password=False)
+        commands = [("head",), ("events",), ("verify",), ("replay",), ("stats",),
+                    ("checkpoints",), ("db", "current"), ("db", "upgrade"), ("db", "check"),
+                    ("settle", "--block", "10")]
+        done = type(cli)(cli.root, url).many([(args, 5) for args in commands])
+        for args, result in zip(commands, done, strict=True):
+            line = cli.error_line(result.stderr, "store_error")
+            assert "permission denied for table" in line, (args, line)
+    finally:
+        with psycopg.connect(owner, autocommit=True) as conn:
+            conn.execute(f'REVOKE USAGE ON SCHEMA public FROM "{role}"')
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP ROLE "{role}"')
+
+
 def test_an_unknown_log_level_is_a_usage_error_naming_the_levels(cli: Any) -> None:
     bad = cli("--log-level", "LOUD", "head", expect=2)
     assert "--log-level" in bad.stderr and "'LOUD'" in bad.stderr

@@ -1,0 +1,57 @@
+"""Checks the CLI's last line of defence: every error a command lets out is one stderr line.
+
+The library maps the database's errors where it talks to the database; ``handle_errors``
+also maps one it missed, so a path nobody foresaw still ends as the store's one line and
+its exit code, not a traceback.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import psycopg
+import pytest
+import typer
+from sqlalchemy.exc import OperationalError
+
+from cli.common import handle_errors, state
+from ledger.errors import InvalidInput
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "exit_code", "text"),
+    [
+        (sqlite3.OperationalError("database is locked"), "store_unavailable", 5,
+         "the database is unavailable: database is locked"),
+        (OperationalError("SELECT 1", {}, sqlite3.OperationalError("disk I/O error")),
+         "store_unavailable", 5, "the database is unavailable: disk I/O error"),
+        (psycopg.errors.InsufficientPrivilege("permission denied for table events"),
+         "store_error", 5, "database error: permission denied for table events"),
+        (InvalidInput("bad thing", path="--x"), "invalid_input", 1, "[path --x]: bad thing"),
+    ],
+)
+def test_a_command_error_is_one_line_and_its_exit_code(
+    raised: Exception, code: str, exit_code: int, text: str,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(state, "db_url", "postgresql+psycopg://u:secret@db.internal/x")
+
+    @handle_errors
+    def command() -> None:
+        raise raised
+
+    with pytest.raises(typer.Exit) as exited:
+        command()
+    assert exited.value.exit_code == exit_code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error[{code}]"), err
+    assert text in err and "secret" not in err and "Traceback" not in err
+
+
+def test_anything_else_is_left_to_surface_as_the_bug_it_is() -> None:
+    @handle_errors
+    def command() -> None:
+        raise KeyError("a bug, not an expected error")
+
+    with pytest.raises(KeyError):
+        command()

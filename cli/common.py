@@ -46,8 +46,17 @@ EXIT_CODES = {
     6: "engine fault",
 }
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+class _Console(Console):
+    """rich's Console, except that a reader that stops early (``arena-ledger events | head``)
+    ends a table the way ``handle_errors`` ends JSON output, exit 0, not rich's exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = _Console(soft_wrap=True)
+err_console = _Console(stderr=True, soft_wrap=True)
 P = ParamSpec("P")
 R = TypeVar("R")
 

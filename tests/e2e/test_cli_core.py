@@ -325,6 +325,28 @@ def test_a_role_without_privileges_gets_one_error_line_from_every_command(
             conn.execute(f'DROP ROLE "{role}"')
 
 
+@pytest.mark.parametrize("args", [("events",), ("events", "--json")])
+def test_a_reader_that_stops_early_ends_the_command_quietly_with_exit_0(
+    cli: Any, script: Any, args: tuple[str, ...]
+) -> None:
+    """``arena-ledger events | head``: the pipe closes while the command still writes; a
+    table (rich) and JSON Lines alike end with exit 0 and nothing on stderr."""
+    cli("init")
+    grants = [{"stream": f"credit-c{i}", "type": "CreditGranted", "payload": {
+        "credit_id": f"c{i}", "hotkey": "5Miner", "amount_rao": i + 1, "note": "x" * 100}}
+        for i in range(3000)]
+    cli("append", "-", stdin="".join(json.dumps(g) + "\n" for g in grants))
+    reader = subprocess.Popen(  # far more output than a pipe buffers (64 KiB)
+        [str(script), *args], cwd=cli.root, env=cli.env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout is not None and reader.stderr is not None
+    assert len(reader.stdout.read(100)) == 100
+    reader.stdout.close()
+    stderr = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) == 0, stderr
+    assert stderr == ""
+
+
 def test_an_unknown_log_level_is_a_usage_error_naming_the_levels(cli: Any) -> None:
     bad = cli("--log-level", "LOUD", "head", expect=2)
     assert "--log-level" in bad.stderr and "'LOUD'" in bad.stderr

@@ -44,6 +44,7 @@ from ledger.events import (
     SubmissionResolved,
     WindowMeasured,
 )
+from ledger.fields import require_hotkey
 from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion
 from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
 
@@ -634,6 +635,8 @@ class ArenaLedger:
                 f"unknown submission status {status!r}; the statuses are {', '.join(STATES)}",
                 path="status",
             )
+        if hotkey is not None:
+            require_hotkey(hotkey)  # a hotkey no submission can carry would list nothing
         fold = self.fold
         if arena_id:
             _require_commissioned(fold, arena_id)

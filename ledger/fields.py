@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, StringConstraints
 
 from ledger.codec import is_fixed6
+from ledger.errors import InvalidInput
 
 __all__ = [
     "DECIMAL_PATTERN",
@@ -53,6 +54,12 @@ def is_digest(text: str) -> bool:
 def is_hotkey(text: str) -> bool:
     """Tells whether ``text`` is 1–64 printable non-space ASCII characters."""
     return _HOTKEY.fullmatch(text) is not None
+
+
+def require_hotkey(text: str, path: str = "hotkey") -> None:
+    """Raises InvalidInput naming ``path`` unless ``text`` is a hotkey (``is_hotkey``)."""
+    if not is_hotkey(text):
+        raise InvalidInput("a hotkey is 1-64 printable non-space ASCII characters", path=path)
 
 
 def _check_fixed6(text: str) -> str:

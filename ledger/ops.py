@@ -37,7 +37,7 @@ from ledger.errors import (
     StoreError,
 )
 from ledger.events import AttemptClaimed, AttemptDecided
-from ledger.fields import is_hotkey
+from ledger.fields import require_hotkey
 from ledger.model import Head, RecordedEvent, VerifyReport
 from ledger.store import EventStore
 
@@ -639,9 +639,7 @@ def history(url: str, hotkey: str) -> list[dict[str, Any]]:
     with ``machines.reasons.describe``), the fee, the attempts and the positions of the
     submission's first and latest events (for ``prove inclusion``).
     """
-    if not is_hotkey(hotkey):
-        raise InvalidInput("a hotkey is 1-64 printable non-space ASCII characters",
-                           path="hotkey")
+    require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
     from ledger.domain import ArenaLedger
 
     with ArenaLedger(url, actor="history") as ledger:

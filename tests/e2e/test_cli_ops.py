@@ -103,9 +103,16 @@ def test_history_json_lists_a_hotkey_in_arrival_order(ops_cli: tuple[Any, dict[s
 
 def test_history_refuses_a_bad_hotkey_and_needs_one(ops_cli: tuple[Any, dict[str, str]]) -> None:
     cli, _ = ops_cli
-    bad, missing = cli.many([(("history", "--hotkey", "two words"), 1), (("history",), 2)])
+    bad, missing, long_one, listed = cli.many([
+        (("history", "--hotkey", "two words"), 1), (("history",), 2),
+        (("submissions", "--hotkey", "5" * 65), 1), (("submissions", "--hotkey", "5" * 64), 0)])
     cli.error_line(bad.stderr, "invalid_input")
     assert "--hotkey" in missing.stderr
+    # submissions --hotkey takes the same check: no submission can carry a 65-character one.
+    assert cli.error_line(long_one.stderr, "invalid_input") == (
+        "error[invalid_input] [path hotkey]: a hotkey is 1-64 printable non-space ASCII "
+        "characters")
+    assert long_one.stdout == "" and "submission" in listed.stdout
 
 
 def test_stats_and_backup_need_a_ledger(cli: Any) -> None:

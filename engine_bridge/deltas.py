@@ -174,12 +174,20 @@ def load_file_delta(path: str | Path, entry_point: str | None = None) -> DeltaSp
     parsed, never executed, here; it must define that function at top level.
     """
     source = Path(path).resolve()
-    data = source.read_bytes()
+    if source.is_dir():
+        raise InvalidInput(f"delta file {source} is a directory, not a file", path=str(path))
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput(f"delta file {source} does not exist", path=str(path)) from None
+    except OSError as exc:
+        raise InvalidInput(f"delta file {source} cannot be read: {exc.strerror}",
+                           path=str(path)) from None
     try:
         tree = ast.parse(data, filename=str(source))
-    except SyntaxError as exc:
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
         raise InvalidInput(f"delta file {source} is not valid Python: {exc}",
-                           path=str(source)) from exc
+                           path=str(source)) from None
     name = entry_point or _declared_entry_point(tree) or DEFAULT_ENTRY_POINT
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     if name not in defined:

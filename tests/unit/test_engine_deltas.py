@@ -103,3 +103,18 @@ def test_file_delta_defaults_to_build_mlp_and_needs_the_function(tmp_path: Path)
     broken.write_text("def build_mlp(:\n")
     with pytest.raises(InvalidInput):
         load_file_delta(broken)
+
+
+def test_a_delta_file_that_cannot_be_read_or_parsed_is_named(tmp_path: Path) -> None:
+    nul = tmp_path / "nul.py"
+    nul.write_bytes(b"def build_mlp(stock):\n    return stock\x00\n")
+    cases = {
+        tmp_path / "missing.py": "does not exist",
+        tmp_path: "is a directory, not a file",
+        nul: "is not valid Python: source code string cannot contain null bytes",
+    }
+    for path, problem in cases.items():
+        with pytest.raises(InvalidInput) as caught:
+            load_file_delta(path)
+        assert caught.value.message == f"delta file {path.resolve()} {problem}"
+        assert caught.value.context["path"] == str(path)

@@ -14,7 +14,7 @@ from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
 from ledger import migrate
 from ledger.catalogue import check_stream_name
-from ledger.errors import InvalidInput, LedgerError
+from ledger.errors import InvalidInput, LedgerError, require_file
 from ledger.log import configure_logging
 from ledger.model import AppendResult, RecordedEvent
 
@@ -89,10 +89,8 @@ def _batch_key(batch: list[DraftLine]) -> str | None:
 def _open_input(path: str) -> IO[bytes]:
     if path == "-":
         return sys.stdin.buffer
-    file = Path(path)
-    if not file.is_file():
-        raise InvalidInput(f"input file {path} does not exist", path=path)
-    return file.open("rb")
+    require_file(path, "input file")
+    return Path(path).open("rb")
 
 
 @app.command()

@@ -12,7 +12,7 @@ from rich.table import Table
 from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from ledger.codec import loads
 from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput
+from ledger.errors import InvalidInput, require_file
 
 __all__ = ["register"]
 
@@ -23,8 +23,8 @@ def _ledger() -> ArenaLedger:
 
 def _read_json(path: str) -> Any:
     file = Path(path)
-    if path != "-" and not file.is_file():
-        raise InvalidInput(f"file {path} does not exist", path=path)
+    if path != "-":
+        require_file(file, "file")
     data = typer.get_binary_stream("stdin").read() if path == "-" else file.read_bytes()
     return loads(data, where=path)
 

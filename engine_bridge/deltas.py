@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine_bridge.decimals import is_canonical_decimal
 from engine_bridge.limits import SLOW_DELTA_REPEATS_MAX, WINDOWS_MAX
 from ledger.codec import digest
-from ledger.errors import IntegrityError, InvalidInput, NotFound
+from ledger.errors import IntegrityError, InvalidInput, NotFound, require_file
 
 if TYPE_CHECKING:
     from torch import nn
@@ -174,12 +174,9 @@ def load_file_delta(path: str | Path, entry_point: str | None = None) -> DeltaSp
     parsed, never executed, here; it must define that function at top level.
     """
     source = Path(path).resolve()
-    if source.is_dir():
-        raise InvalidInput(f"delta file {source} is a directory, not a file", path=str(path))
+    require_file(path, "delta file")
     try:
         data = source.read_bytes()
-    except FileNotFoundError:
-        raise InvalidInput(f"delta file {source} does not exist", path=str(path)) from None
     except OSError as exc:
         raise InvalidInput(f"delta file {source} cannot be read: {exc.strerror}",
                            path=str(path)) from None

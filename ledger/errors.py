@@ -26,6 +26,7 @@ attributes. The CLI maps each subtree to a documented exit code.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "UnknownEventType",
+    "require_file",
 ]
 
 
@@ -186,3 +188,12 @@ class EngineFault(LedgerError):
 
     def __init__(self, message: str, *, fault_code: str, stage: str, **context: Any) -> None:
         super().__init__(message, fault_code=fault_code, stage=stage, **context)
+
+
+def require_file(path: str | os.PathLike[str], what: str) -> None:
+    """Raises InvalidInput naming ``what`` and ``path`` unless ``path`` is a file: one that
+    does not exist and a directory are told apart."""
+    if os.path.isfile(path):
+        return
+    problem = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
+    raise InvalidInput(f"{what} {os.fspath(path)} {problem}", path=os.fspath(path))

@@ -35,6 +35,7 @@ from ledger.errors import (
     LedgerError,
     SchemaNotInitialised,
     StoreError,
+    require_file,
 )
 from ledger.events import AttemptClaimed, AttemptDecided
 from ledger.fields import require_hotkey
@@ -199,8 +200,7 @@ def restore(url: str, path: str | Path) -> RestoreReport:
     PostgreSQL the verification follows ``pg_restore`` (IntegrityError either way).
     """
     source = Path(path)
-    if not source.is_file():
-        raise InvalidInput(f"backup file {source} does not exist", path=str(source))
+    require_file(source, "backup file")
     with EventStore(url) as store:
         if store.backend == "sqlite":
             return _restore_sqlite(store, source)

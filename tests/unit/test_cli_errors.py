@@ -8,6 +8,7 @@ its exit code, not a traceback.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,7 +16,7 @@ import typer
 from sqlalchemy.exc import OperationalError
 
 from cli.common import handle_errors, state
-from ledger.errors import InvalidInput
+from ledger.errors import InvalidInput, require_file
 
 
 @pytest.mark.parametrize(
@@ -55,3 +56,14 @@ def test_anything_else_is_left_to_surface_as_the_bug_it_is() -> None:
 
     with pytest.raises(KeyError):
         command()
+
+
+def test_a_path_that_is_not_a_file_is_told_apart(tmp_path: Path) -> None:
+    (tmp_path / "f.json").write_text("{}")
+    require_file(tmp_path / "f.json", "input file")  # a file: no error
+    for path, problem in ((tmp_path / "nope.json", "does not exist"),
+                          (tmp_path, "is a directory, not a file")):
+        with pytest.raises(InvalidInput) as caught:
+            require_file(path, "input file")
+        assert caught.value.message == f"input file {path} {problem}"
+        assert caught.value.context == {"path": str(path)}

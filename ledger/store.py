@@ -9,6 +9,7 @@ new head, the idempotency key — commits in one transaction or not at all.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import operator
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
@@ -209,6 +210,23 @@ def _missing_sqlite_file(engine: Engine) -> str | None:
     if path.startswith("file:") or os.path.exists(path):
         return None
     return path
+
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _store_errors(method: _M) -> _M:
+    """Raises the store's LedgerError (``_store_error``) for a database error of ``method``,
+    never the driver's or SQLAlchemy's; for methods that return, not generators."""
+
+    @functools.wraps(method)
+    def mapped(self: EventStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except _DATABASE_ERRORS as exc:
+            raise _store_error(exc, self.url) from None
+
+    return cast(_M, mapped)
 
 
 class EventStore:
@@ -504,6 +522,7 @@ class EventStore:
             raise StoreError("the ledger_head row is missing; the database is damaged")
         return Head(int(row[0]), str(row[1]))
 
+    @_store_errors
     def stream_version(self, stream: str, conn: Connection | None = None) -> int:
         """Returns the stream's current version (0 when it does not exist)."""
         sql = text("SELECT MAX(version) FROM events WHERE stream = :s")
@@ -628,22 +647,21 @@ class EventStore:
         except SQLAlchemyError as exc:
             raise _store_error(exc, self.url) from None
 
+    @_store_errors
     def merkle_root(self, size: int | None = None) -> tuple[int, bytes]:
         """Returns (size, root hash) of the Merkle tree at ``size`` (the head when None)."""
         if size is None:
-            try:
-                with self.engine.connect() as conn:
-                    row = conn.execute(
-                        text("SELECT position, frontier FROM ledger_head WHERE id = 1")
-                    ).first()
-            except SQLAlchemyError as exc:
-                raise _store_error(exc, self.url) from None
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    text("SELECT position, frontier FROM ledger_head WHERE id = 1")
+                ).first()
             if row is None:
                 raise StoreError("the ledger_head row is missing; the database is damaged")
             return int(row[0]), frontier_root(bytes(row[1]))
         with self.tree() as tree:
             return size, tree.root(size)
 
+    @_store_errors
     def add_checkpoint(
         self, tree_size: int, root_hash: str, origin: str, key_name: str, note: str
     ) -> int:
@@ -669,6 +687,7 @@ class EventStore:
                 else int(conn.execute(text("SELECT MAX(id) FROM checkpoints")).scalar() or 0)
             )
 
+    @_store_errors
     def checkpoints(self, limit: int = 20) -> list[dict[str, Any]]:
         """Returns stored checkpoints, newest first."""
         with self.engine.connect() as conn:
@@ -704,6 +723,7 @@ class EventStore:
         )
         return report
 
+    @_store_errors
     def entry_hash_at(self, position: int) -> str:
         """Returns the recorded entry hash at ``position`` (genesis hash for 0)."""
         if position == 0:

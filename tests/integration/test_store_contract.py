@@ -503,6 +503,13 @@ def test_an_unmigrated_database_raises_schema_not_initialised(
             lambda: bare.append([draft("arena-a", 1)]),
             lambda: list(bare.read_all()),
             bare.verify,
+            lambda: list(bare.read_stream("arena-a")),
+            lambda: bare.stream_version("arena-a"),
+            lambda: bare.get(1),
+            lambda: bare.entry_hash_at(1),
+            bare.merkle_root,
+            bare.checkpoints,
+            lambda: bare.add_checkpoint(1, "00" * 32, "origin", "key", "note"),
         ):
             with pytest.raises(SchemaNotInitialised) as caught:
                 call()

@@ -39,11 +39,16 @@ def run_migrations_online() -> None:
 
 
 def _run(connection: object) -> None:
+    # transactional_ddl: SQLite's DDL is transactional too, but alembic assumes not and
+    # commits after each revision. One transaction for the whole upgrade (BEGIN IMMEDIATE,
+    # ledger.migrate) means an interrupted upgrade leaves the previous revision, and two
+    # upgrades at once take turns instead of one acting on a version the other moved past.
     context.configure(
         connection=connection,  # type: ignore[arg-type]
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",  # type: ignore[attr-defined]
         compare_type=True,
+        transactional_ddl=True,
     )
     with context.begin_transaction():
         context.run_migrations()

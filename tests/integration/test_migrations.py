@@ -91,6 +91,61 @@ def test_current_is_none_before_and_the_head_after_an_upgrade(store_url: str) ->
         assert store.head().position == 0
 
 
+def _upgrade_worker(url: str, barrier: Any, results: Any) -> None:
+    """Upgrades ``url`` to the head once the others are ready; puts "ok" or the error."""
+    try:
+        barrier.wait(timeout=60)
+        migrate.upgrade(url)
+        results.put(("ok", migrate.current(url)))
+    except Exception as exc:  # reported to the test, which names it
+        results.put((type(exc).__name__, str(exc)))
+
+
+def test_concurrent_upgrades_of_a_new_database_all_succeed_and_migrate_once(
+    store_url: str,
+) -> None:
+    """Several `init`s at once (validators started together), each its own process: on
+    PostgreSQL they take turns under an advisory lock, on SQLite under its write lock. Each
+    ends at the head, none fails on a table another is creating, and there is no drift."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")  # alembic's context is one per process
+    runners = 4
+    barrier, results = spawn.Barrier(runners), spawn.Queue()
+    processes = [spawn.Process(target=_upgrade_worker, args=(store_url, barrier, results))
+                 for _ in range(runners)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    assert outcomes == [("ok", migrate.heads()[0])] * runners, outcomes
+    assert migrate.check(store_url) == ""  # every table once, as the code declares it
+
+
+def test_a_sqlite_upgrade_that_fails_midway_leaves_the_revision_it_started_from(
+    tmp_path: Path,
+) -> None:
+    """The whole upgrade is one transaction on SQLite too (env.py's transactional_ddl): a
+    revision that fails rolls back the ones before it in the same run, so the database is
+    never left between revisions. Here 0003 cannot create its rebuilt table."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    migrate.upgrade(url, "0001_initial")
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE events_rebuilt (x INTEGER)"))
+    with pytest.raises(StoreError, match="events_rebuilt"):
+        migrate.upgrade(url)
+    assert migrate.current(url) == "0001_initial"
+    tables = set(inspect(engine).get_table_names())
+    assert "merkle_nodes" not in tables and "checkpoints" not in tables  # 0002 rolled back
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE events_rebuilt"))
+    engine.dispose()
+    migrate.upgrade(url)
+    assert migrate.current(url) == migrate.heads()[0]
+
+
 def test_upgrade_downgrade_to_base_and_upgrade_again(store_url: str) -> None:
     migrate.upgrade(store_url)
     _append_some(store_url)

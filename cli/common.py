@@ -46,6 +46,7 @@ EXIT_CODES = {
     6: "engine fault",
 }
 
+
 class _Console(Console):
     """rich's Console, except that a reader that stops early (``arena-ledger events | head``)
     ends a table the way ``handle_errors`` ends JSON output, exit 0, not rich's exit 1."""

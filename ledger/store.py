@@ -212,6 +212,16 @@ def _missing_sqlite_file(engine: Engine) -> str | None:
     return path
 
 
+def no_ledger_file(path: str, url: str) -> SchemaNotInitialised:
+    """Returns the error for a SQLite ``path`` that does not exist (never opened: SQLite
+    would create it, and a mistyped ``--db`` would leave an empty database behind)."""
+    return SchemaNotInitialised(
+        f"there is no ledger at {path} (no such file); check --db, or run `arena-ledger "
+        "init` to create one there",
+        url=_safe(url),
+    )
+
+
 _M = TypeVar("_M", bound=Callable[..., Any])
 
 
@@ -266,8 +276,7 @@ class EventStore:
         A SQLite file that does not exist is not opened (SQLite would create it, and a
         mistyped ``--db`` would leave an empty database file behind): the answer is False.
         """
-        missing = _missing_sqlite_file(self.engine)
-        if missing is not None:
+        if _missing_sqlite_file(self.engine) is not None:
             return False
         try:
             with self.engine.connect() as conn:
@@ -277,14 +286,10 @@ class EventStore:
 
     def require_initialised(self) -> None:
         """Raises SchemaNotInitialised with a hint when the tables are missing."""
+        missing = _missing_sqlite_file(self.engine)
+        if missing is not None:
+            raise no_ledger_file(missing, self.url)
         if not self.is_initialised():
-            missing = _missing_sqlite_file(self.engine)
-            if missing is not None:
-                raise SchemaNotInitialised(
-                    f"there is no ledger at {missing} (no such file); check --db, or run "
-                    "`arena-ledger init` to create one there",
-                    url=_safe(self.url),
-                )
             raise SchemaNotInitialised(
                 "the ledger's tables do not exist; run `arena-ledger init` (or `db upgrade`)",
                 url=self.url,
@@ -506,18 +511,16 @@ class EventStore:
 
     # -- read ------------------------------------------------------------------------------
 
+    @_store_errors
     def head(self, conn: Connection | None = None) -> Head:
         """Returns the last position (0 when empty) and its entry hash; read through
         ``conn``, inside its transaction, when given."""
         sql = text("SELECT position, entry_hash FROM ledger_head WHERE id = 1")
-        try:
-            if conn is not None:
-                row = conn.execute(sql).first()
-            else:
-                with self.engine.connect() as own:
-                    row = own.execute(sql).first()
-        except SQLAlchemyError as exc:
-            raise _store_error(exc, self.url) from None
+        if conn is not None:
+            row = conn.execute(sql).first()
+        else:
+            with self.engine.connect() as own:
+                row = own.execute(sql).first()
         if row is None:
             raise StoreError("the ledger_head row is missing; the database is damaged")
         return Head(int(row[0]), str(row[1]))
@@ -703,15 +706,13 @@ class EventStore:
 
     # -- verify ----------------------------------------------------------------------------
 
+    @_store_errors
     def verify(self, from_position: int = 1, to_position: int | None = None) -> VerifyReport:
         """Streams the ledger, recomputes every entry hash, and names the first bad position."""
         from ledger.verify import verify_chain
 
         started = time.perf_counter()
-        try:
-            report = verify_chain(self, from_position, to_position)
-        except _DATABASE_ERRORS as exc:
-            raise _store_error(exc, self.url) from None
+        report = verify_chain(self, from_position, to_position)
         _log.info(
             "verify",
             ok=report.ok,

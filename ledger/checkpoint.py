@@ -82,6 +82,17 @@ _EVENT_FIELDS: Final = frozenset(
     {"position", "stream", "version", "type", "schema_version", "payload_b64", "recorded_at",
      "actor"}
 )
+#: The fields of each kind of proof document; any other is refused by name (a verifier that
+#: skipped unknown fields would pass on claims nobody checked, under a valid signature).
+_DOCUMENT_FIELDS: Final = {
+    "inclusion": frozenset(
+        {"format", "kind", "tree_size", "root_hash", "leaf_index", "entry_hash", "leaf_hash",
+         "proof", "previous_hash", "event"}
+    ),
+    "consistency": frozenset(
+        {"format", "kind", "from_size", "from_root", "to_size", "to_root", "proof"}
+    ),
+}
 
 
 # ----------------------------------------------------------------------------- key files
@@ -337,17 +348,34 @@ def parse_proof_document(data: bytes | str, where: str = "proof") -> dict[str, A
     document = loads(data, where=where)
     if not isinstance(document, dict):
         raise InvalidInput(f"{where} must be a JSON object", path="$")
+    _kind_of(document, where)
+    return document
+
+
+def _kind_of(document: Mapping[str, Any], where: str = "proof") -> str:
+    """Returns the document's kind after checking its format, kind and top-level fields.
+
+    InvalidInput names the first fault: another format, a kind other than "inclusion" or
+    "consistency", or a field that kind of document does not have.
+    """
     if document.get("format") != PROOF_FORMAT:
         raise InvalidInput(
             f"{where} has format {document.get('format')!r}; this version reads {PROOF_FORMAT!r}",
             path="$.format",
         )
-    if document.get("kind") not in ("inclusion", "consistency"):
+    kind = document.get("kind")
+    if kind not in _DOCUMENT_FIELDS:
         raise InvalidInput(
-            f"{where} kind must be \"inclusion\" or \"consistency\", not {document.get('kind')!r}",
+            f"{where} kind must be \"inclusion\" or \"consistency\", not {kind!r}",
             path="$.kind",
         )
-    return document
+    extra = sorted(set(document) - _DOCUMENT_FIELDS[kind])
+    if extra:
+        raise InvalidInput(
+            f"{where} has field {extra[0]!r}, which {kind} proofs do not have",
+            path=f"$.{extra[0]}",
+        )
+    return str(kind)
 
 
 # ------------------------------------------------------------------- field readers
@@ -467,12 +495,15 @@ def verify_proof(
     Inclusion: the event's fields must hash (with ``previous_hash``) to ``entry_hash``, the
     proof must lead from its leaf to ``root_hash``, and a checkpoint must state exactly that
     tree size and root. Consistency: the proof must join both roots, and every checkpoint
-    given must be one of its two ends, root included. Any failure raises IntegrityError.
+    given must be one of its two ends, root included. Any failure raises IntegrityError; a
+    document of another format or kind, or with a field its kind does not have, or a field
+    missing or mistyped, raises InvalidInput naming the field's path.
     """
     if not notes:
         raise InvalidInput("verifying a proof needs at least one signed checkpoint")
+    kind = _kind_of(document)
     checkpoints = [open_checkpoint(note, verifier, origin) for note in notes]
-    if document.get("kind") == "inclusion":
+    if kind == "inclusion":
         return _verify_inclusion(document, checkpoints)
     return _verify_consistency(document, checkpoints)
 

@@ -324,6 +324,11 @@ def test_an_oversized_proof_document_is_refused() -> None:
         (lambda d: d.update(root_hash="AB" * 32), "$.root_hash"),
         (lambda d: d.update(proof=["00" * 31]), "$.proof[0]"),
         (lambda d: d["event"].update(extra=1), "$.event.extra"),
+        (lambda d: d.update(verified=True), "$.verified"),
+        (lambda d: d.update(from_size=2), "$.from_size"),
+        (lambda d: d.update(format="arena-ledger.proof.v0"), "$.format"),
+        (lambda d: d.pop("format"), "$.format"),
+        (lambda d: d.update(kind="exclusion"), "$.kind"),
         (lambda d: d["event"].update(payload_b64="%%%"), "$.event.payload_b64"),
     ],
 )
@@ -335,6 +340,29 @@ def test_a_missing_or_mistyped_field_names_its_path(
     with pytest.raises(InvalidInput) as caught:
         verify_proof(document, [ledger.checkpoint(signer, 13)], signer.verifier())
     assert caught.value.context["path"] == path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda d: d.update(note="trust me"), "$.note"),
+        (lambda d: d.update(leaf_index=0), "$.leaf_index"),
+        (lambda d: d.update(kind=None), "$.kind"),
+    ],
+)
+def test_a_consistency_proof_with_a_field_it_does_not_have_names_it(
+    ledger: MemoryLedger, signer: Signer, mutate: Callable[[dict[str, Any]], Any], path: str
+) -> None:
+    # A verifier that skipped fields it does not know would let a proof carry claims nobody
+    # checked (a "note", an inclusion's leaf_index) under a valid signature.
+    document = copy.deepcopy(consistency_document(ledger, 5, 13))  # type: ignore[arg-type]
+    mutate(document)
+    with pytest.raises(InvalidInput) as caught:
+        verify_proof(document, [ledger.checkpoint(signer, 13)], signer.verifier())
+    assert caught.value.context["path"] == path
+    with pytest.raises(InvalidInput) as parsed:
+        parse_proof_document(orjson.dumps(document))
+    assert parsed.value.context["path"] == path
 
 
 def test_verifying_needs_a_checkpoint(ledger: MemoryLedger, signer: Signer) -> None:

@@ -226,6 +226,21 @@ def test_fees_sum_payments_per_arena_and_report_credits_apart() -> None:
     }
 
 
+def test_an_arena_paid_only_by_credits_has_no_revenue() -> None:
+    # "cache" is named and "mlp" only appears in the records: neither consumed a payment.
+    records = FeeRecords(
+        credits=[CreditRecord("cache", "credit-9", 300), CreditRecord("mlp", "credit-8", 200)]
+    )
+    credits_only = {"consumed_rao": 0, "released_rao": 0, "net_rao": 0}
+    assert summarize_fees(["cache"], records).to_dict() == {
+        "arenas": {
+            "cache": {**credits_only, "credits_spent_rao": 300},
+            "mlp": {**credits_only, "credits_spent_rao": 200},
+        },
+        "total": {**credits_only, "credits_spent_rao": 500},
+    }
+
+
 def test_fees_list_arenas_without_records_with_zeros() -> None:
     summary = summarize_fees(["quiet"], FeeRecords())
     assert summary.to_dict()["arenas"] == {
@@ -344,6 +359,29 @@ def test_claim_credit_is_never_negative() -> None:
     assert claim_credit(999_000, 0, 10, 1000) == 0
 
 
+def test_a_pass_at_exactly_stock_speed_earns_no_credit() -> None:
+    # A zero pass line (z = 0, g = 0) lets a PASS record speedup "1.000000": its gain is
+    # zero, so it earns nothing and cannot take a pool from the burn hotkey.
+    assert claim_credit(1_000_000, 50, 50, 1000) == 0
+    assert claim_credit(1_000_001, 50, 50, 1000) == 1  # the smallest gain there is
+    assert claim_credit(0, 50, 50, 1000) == 0  # the lowest speedup_ppm accepted
+    assert compute_weights([_claim("a", "k", 0)], {"a": 400_000}, "burn") == {"burn": 1_000_000}
+
+
+@pytest.mark.parametrize(
+    ("speedup_ppm", "half_life", "accepted"),
+    [(2**63, 1, True), (2**63 + 1, 1, False), (-1, 1, False), (1_000_000, 0, False)],
+)
+def test_claim_credit_inputs_take_their_whole_range_and_nothing_beyond(
+    speedup_ppm: int, half_life: int, accepted: bool
+) -> None:
+    if accepted:
+        assert claim_credit(speedup_ppm, 0, 0, half_life) == speedup_ppm - 1_000_000
+        return
+    with pytest.raises(InvalidInput, match=r"must be an integer in \["):
+        claim_credit(speedup_ppm, 0, 0, half_life)
+
+
 def test_settlement_before_claim_block_is_refused() -> None:
     with pytest.raises(InvalidInput, match="before claim block 130") as info:
         compute_settlement(world(129))
@@ -373,6 +411,20 @@ def test_largest_remainder_prefers_larger_remainder_over_hotkey_order() -> None:
 
 def test_largest_remainder_with_no_credit_is_empty() -> None:
     assert largest_remainder(500, {"a": 0}) == {}
+
+
+def test_a_single_unit_of_credit_takes_the_whole_pool_and_zero_credit_is_not_listed() -> None:
+    assert largest_remainder(600_000, {"a": 1}) == {"a": 600_000}
+    assert largest_remainder(600_000, {"b": 0, "a": 1, "c": 0}) == {"a": 600_000}
+    # The largest credit a claim can carry (speedup_ppm up to 2**63) is taken as it is.
+    assert largest_remainder(7, {"a": 2**63, "b": 2**63}) == {"a": 4, "b": 3}
+    with pytest.raises(InvalidInput, match="credit of a"):
+        largest_remainder(7, {"a": 2**63 + 1})
+
+
+def test_a_weight_of_one_ppm_is_kept() -> None:
+    weights = compute_weights([_claim("a", "k", 5)], {"a": 1}, "burn")
+    assert weights == {"burn": 999_999, "k": 1}
 
 
 def _claim(arena: str, hotkey: str, credit: int) -> Claim:
@@ -596,6 +648,19 @@ def test_duplicates_are_refused() -> None:
         SettlementInput(1, 1, POLICY, [ArenaInput("a", 1, "0.015"), ArenaInput("a", 1, "0.015")])
     with pytest.raises(InvalidInput, match="pay-1 is recorded twice"):
         FeeRecords(payments=[PaymentRecord("a", "pay-1", 1), PaymentRecord("b", "pay-1", 2)])
+
+
+def test_inputs_take_their_whole_range() -> None:
+    # The bounds themselves are accepted: no share, the whole emission, the shortest
+    # half-life, the largest block an event can carry.
+    assert ArenaInput("a", 0, "0").emission_share_ppm == 0
+    assert ArenaInput("a", 1_000_000, "0").emission_share_ppm == 1_000_000
+    assert EmissionPolicy(1, "burn", "v").half_life_blocks == 1
+    assert replace(sub("x", "k", 1, "FAILED"), block=2**53 - 1).block == 2**53 - 1
+    with pytest.raises(InvalidInput, match=r"block must be an integer in \[0, 9007199254740991\]"):
+        replace(sub("x", "k", 1, "FAILED"), block=2**53)
+    with pytest.raises(InvalidInput, match="half_life_blocks"):
+        EmissionPolicy(0, "burn", "v")
 
 
 def test_bad_margin_and_share_are_refused() -> None:

@@ -14,16 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import (
     ROUND_HALF_EVEN,
-    Clamped,
     Context,
     Decimal,
     DivisionByZero,
-    Inexact,
     InvalidOperation,
     Overflow,
-    Rounded,
-    getcontext,
-    localcontext,
 )
 from typing import NamedTuple
 
@@ -222,20 +217,12 @@ def ratio(candidate_cost_ns: int, stock_cost_ns: int) -> Decimal:
 
 
 def fixed(value: Decimal) -> str:
-    """Spells a result with exactly 6 places via ``ledger.codec.fixed6``, in ``CONTEXT``.
+    """Spells a result with exactly 6 places: ``ledger.codec.fixed6``.
 
-    ``fixed6`` quantizes in the thread's current context; running it inside ours keeps a
-    caller's low-precision or trapping context from changing (or failing) the recorded
-    digits. Entering a context costs more than the quantization, so it is skipped when the
-    current context is already wide enough and traps nothing a quantization can signal.
+    ``fixed6`` quantizes in a 34-digit half-even context of its own, never the thread's,
+    so a caller's low-precision or trapping context changes (or fails) no recorded digit.
     """
-    current = getcontext()
-    traps = current.traps
-    wide_enough = current.prec >= value.adjusted() + 7  # digits of the quantized result
-    if wide_enough and not (traps[Inexact] or traps[Rounded] or traps[Clamped]):
-        return fixed6(value)
-    with localcontext(_C):
-        return fixed6(value)
+    return fixed6(value)
 
 
 def ln(value: Decimal) -> Decimal:

@@ -58,6 +58,10 @@ def test_arithmetic_ignores_the_callers_decimal_context() -> None:
         ctx.prec = 5
         ctx.rounding = decimal.ROUND_DOWN
         assert _worked_look() == expected
+    with decimal.localcontext() as ctx:
+        ctx.prec = 3
+        ctx.traps[decimal.Inexact] = ctx.traps[decimal.Rounded] = True
+        assert _worked_look() == expected
 
 
 def test_orientation_split_follows_floor_of_half() -> None:
@@ -145,6 +149,41 @@ def test_audit_outcome_aggregates_nodes() -> None:
 def test_node_tally_sums_ranks() -> None:
     tally = NodeTally().add(samples.audit(rank=0, calls=5)).add(samples.audit(rank=1, calls=4))
     assert tally == NodeTally(9, 0, 0, 0, "0.999995")
+
+
+def test_node_tally_sums_every_count_and_keeps_the_lowest_score() -> None:
+    # explain shows these sums: each count is added over the ranks, none cancels another.
+    ranks = [
+        samples.audit(rank=0, calls=8, violations=1, near_misses=2, uncomparable=1),
+        samples.audit(rank=1, calls=8, violations=1, near_misses=1, uncomparable=1),
+        samples.audit(rank=2, calls=8, violations=2, near_misses=0, uncomparable=0),
+    ]
+    scores = ["0.9", "0.80", "0.95"]  # the lowest in the middle
+    tally = NodeTally()
+    for graded, score in zip(ranks, scores, strict=True):
+        tally = tally.add(graded.model_copy(update={"min_score": score}))
+    assert tally == NodeTally(24, 4, 3, 2, "0.80")
+
+
+def test_a_speedup_exactly_on_the_pass_line_passes() -> None:
+    # DOMAIN §6: S - 1 >= L passes, the line included. With z = 0 and g = 0 the line is
+    # exactly 0, and equal costs in both orientations give S = exp(0) = 1 exactly.
+    params = compile_policy(samples.policy(z={"3": "0", "4": "1.5"}))
+    one = Decimal(1)
+    seen = look(params, 3, one, ln(one), one)
+    assert (seen.speedup, seen.pass_line, seen.outcome) == (one, 0, "pass")
+    below = look(params, 3, one, ln(one), ratio(1_000_000_001, 1_000_000_000))
+    assert below.outcome == "continue"
+
+
+@pytest.mark.parametrize("text", ["1.1", "0.975", "2", "1.000000001"])
+def test_ln_is_correctly_rounded_to_34_digits(text: str) -> None:
+    # DOMAIN §6: precision 34, ln correctly rounded. The reference is the same logarithm
+    # at 60 digits, rounded half-even to 34 significant digits; each value here differs at
+    # 35 digits, so a wider context would not pass.
+    wide = decimal.Context(prec=60).ln(Decimal(text))
+    assert ln(Decimal(text)) == decimal.Context(prec=34, rounding=decimal.ROUND_HALF_EVEN).plus(wide)
+    assert ln(Decimal(text)) != decimal.Context(prec=35).plus(wide)
 
 
 def test_quality_drift_beats_regression() -> None:

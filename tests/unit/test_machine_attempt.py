@@ -127,6 +127,21 @@ def test_window_refusals(event: Event, code: str) -> None:
     assert _refused(state, event).code == code
 
 
+@pytest.mark.parametrize(
+    ("orientation", "candidate_tokens", "code"),
+    [(1, None, "window_orientation_wrong"), (2, 7, "output_tokens_differ")],
+)
+def test_the_last_window_is_refused_for_what_is_wrong_with_it(
+    orientation: int, candidate_tokens: int | None, code: str
+) -> None:
+    # Window W is within the limit: a fault in it is named, not taken for "past the limit".
+    state = _measured(_claimed(), FLAT[:3])
+    assert state.speed is None and state.last_window == 3
+    tokens = {} if candidate_tokens is None else {"candidate_tokens": candidate_tokens}
+    last = samples.window(4, orientation, BILLION, BILLION, **tokens)
+    assert _refused(state, last).code == code
+
+
 def test_first_window_must_be_one() -> None:
     assert _refused(_claimed(), samples.window(2, 1, BILLION, BILLION)).code == "window_gap"
 
@@ -187,6 +202,27 @@ def test_audit_sums_ranks_and_refuses_repeats() -> None:
     assert _refused(state, samples.audit(rank=2, calls=1, violations=2)).code == (
         "audit_counts_inconsistent"
     )
+
+
+@pytest.mark.parametrize(
+    ("counts", "consistent"),
+    [
+        ({"violations": 8}, True),  # every call a violation: as many as there were calls
+        ({"violations": 4, "near_misses": 3, "uncomparable": 1}, True),
+        ({"violations": 1, "near_misses": 8}, False),
+        ({"near_misses": 8, "uncomparable": 1}, False),
+        ({"violations": 8, "uncomparable": 1}, False),
+    ],
+)
+def test_audit_counts_may_reach_the_calls_but_not_exceed_them(
+    counts: dict[str, int], consistent: bool
+) -> None:
+    state = _measured(_claimed(), WORKED)
+    graded = samples.audit(calls=8, **counts)
+    if consistent:
+        assert _ok(state, graded).audit is not None
+    else:
+        assert _refused(state, graded).code == "audit_counts_inconsistent"
 
 
 def test_audit_near_misses_above_rate_fail() -> None:
@@ -337,6 +373,8 @@ def test_decided_must_equal_the_derivation() -> None:
     assert _refused(state, wrong_line).detail.startswith("pass_line:")
     early = samples.decided(derived, block=5)
     assert _refused(state, early).code == "decided_before_claim"
+    at_claim = samples.decided(derived, block=state.claimed_block)  # the same block will do
+    assert _ok(state, at_claim).decided_block == state.claimed_block
 
 
 def test_decided_before_evidence_is_refused() -> None:
@@ -344,12 +382,17 @@ def test_decided_before_evidence_is_refused() -> None:
     fake = samples.decided(Decision("FAIL", "futility", "COMPLETE", None, None, 2))
     assert _refused(state, fake).code == "decision_not_derived"
     assert _refused(_claimed(), fake).code == "decision_not_derived"
+    # The detail says what the decision waits for (replay reports it as the recomputed value).
+    assert _refused(state, fake).detail == "speed undecided after window 2 of 4"
+    audited = _ok(_measured(_claimed(), WORKED), samples.audit())
+    assert _refused(audited, fake).detail == "audit passes so far: append QualityGraded"
 
 
 def test_stream_opening_rules() -> None:
     state = _claimed()
     claim = samples.claimed("a" * 64, "c" * 64)
     assert _refused(state, claim).code == "stream_already_started"
+    assert A.decide(state, claim) == A.step(state, claim)  # no claim context is needed
     refusal = A.step(None, samples.window(1, 1, 1, 1))
     assert isinstance(refusal, Refusal) and refusal.code == "stream_not_started"
 

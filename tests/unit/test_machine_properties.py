@@ -293,6 +293,11 @@ def test_folding_is_deterministic_and_all_at_once_equals_one_by_one(
     fold, records = _run(ops)
     at_once = LedgerFold()
     at_once.consume(records)
+    # consume returns how many of its records were refused; in two calls, each its own.
+    split, half = LedgerFold(), len(records) // 2
+    refused = split.consume(records[:half]) + split.consume(records[half:])
+    assert refused == len(split.refusals) == len(fold.refusals)
+    assert split.events == at_once.events == len(records)
     again = LedgerFold()
     for position, stream, _, event in records:
         again.apply(position, stream, event)

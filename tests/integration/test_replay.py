@@ -221,6 +221,45 @@ def test_a_decision_forged_around_the_guard_is_caught_at_its_position(
     assert report.verdicts_checked == 7  # a1..a5, b2, then the forged one
 
 
+def test_a_resolution_forged_around_the_guard_is_caught_at_its_position(
+    store_url: str,
+) -> None:
+    # The attempt's decision is honest (PASS); the submission's resolution says FAIL.
+    ledger = open_ledger(store_url)
+    try:
+        build_before_policy(ledger)
+        a6 = intake(ledger, ARENA_A, CAROL, "a6", 1_060, FEE_A)
+        evaluate(ledger, a6, "att-a6", 970_000_000, conclude=False)
+        derived = ledger.fold.derive_decision("att-a6")
+        assert derived is not None and derived.verdict == "PASS"
+        decided = AttemptDecided.model_validate({
+            **derived._asdict(), "decided_block": 1_200, "rules_version": "paired-windows.v1",
+        })
+        resolved = SubmissionResolved(attempt_id="att-a6", verdict="FAIL",
+                                      reason="speed_threshold_not_met", disposition="COMPLETE")
+        batch = [EventDraft.of("attempt-att-a6", decided),
+                 EventDraft.of(f"submission-{a6}", resolved)]
+        head = ledger.store.head().position
+        with pytest.raises(Refused):  # the guarded path refuses the same batch
+            ledger.store.append(batch)
+        assert ledger.store.head().position == head
+    finally:
+        ledger.close()
+    with EventStore(store_url) as unguarded:
+        position = unguarded.append(batch).first
+    assert position == head + 1
+
+    report = replay(store_url)
+
+    divergence = report.divergence
+    assert divergence is not None
+    assert (divergence.position, divergence.stream, divergence.type) == (
+        position + 1, f"submission-{a6}", "SubmissionResolved")
+    assert (divergence.field, divergence.recorded, divergence.recomputed, divergence.code) == (
+        "verdict", "FAIL", "PASS", "decision_mismatch")
+    assert (report.ok, report.verdicts_checked, report.resolutions_checked) == (False, 7, 7)
+
+
 def test_a_tampered_payload_byte_is_a_hash_mismatch_at_its_position(
     settled: tuple[ArenaLedger, Settled], store_url: str
 ) -> None:

@@ -223,7 +223,8 @@ def test_the_tracker_equals_a_full_recomputation_at_every_point(
 FEE = 1_000_000_000
 
 
-def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing() -> None:
+@pytest.mark.parametrize("archived", [False, True])
+def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing(archived: bool) -> None:
     # DOMAIN §7: a reward group is (arena, incumbent_digest) as it stood at the arrival; a
     # control run is never rewarded and blocks nothing. Checked through the full
     # recomputation and through a tracker that takes finished submissions as they are
@@ -234,39 +235,35 @@ def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing() -> N
 
     faster = ((1_000_000_000, 950_000_000),) * 3  # S = 1/0.95: well past the margin
     passed = (samples.audit(), samples.quality())
-    for archive in (None, MemoryArchive()):
-        fold = LedgerFold(archive=archive)
-        tracker = SettlementTracker(fold)
-        apply = fold.apply
+    fold = LedgerFold(archive=MemoryArchive() if archived else None)
+    tracker = SettlementTracker(fold)
+    apply = fold.apply
 
-        def noted(position: int, stream: str, event: Any, payload: Any = None) -> Any:
-            tracker.note(stream, event)  # before the fold applies it, as a replay does
-            return apply(position, stream, event, payload)
+    def noted(position: int, stream: str, event: Any, payload: Any = None) -> Any:
+        tracker.note(stream, event)  # before the fold applies it, as a replay does
+        return apply(position, stream, event, payload)
 
-        fold.apply = noted  # type: ignore[method-assign]
-        sc = Scenario(fold)
-        sc.commission("mlp-arena")
-        first = sc.arrive(payment_ref="pay-1", paid_rao=FEE, hotkey="5Alice", content="a")
-        sc.evaluate(first, "att-1", samples.WORKED_EXAMPLE_COSTS, *passed)
-        control = sc.arrive(
-            payment_ref="pay-2", paid_rao=FEE, hotkey=CONTROL_HOTKEY, content="c", block=1_001
-        )
-        sc.evaluate(control, "att-c", faster, *passed)
-        advanced = IncumbentAdvanced(
-            incumbent_digest=samples.hex64("incumbent-1"), block=1_002, reason="a better kernel"
-        )
-        sc.append("arena-mlp-arena", advanced)
-        # The same speedup as the first PASS: lost_potential in its group, rewarded in a new one.
-        second = sc.arrive(payment_ref="pay-3", paid_rao=FEE, hotkey="5Bob", content="b",
-                           block=1_003)
-        sc.evaluate(second, "att-2", samples.WORKED_EXAMPLE_COSTS, *passed)
-        expected = [
-            (first, samples.hex64("incumbent-0"), "5Alice"),
-            (second, samples.hex64("incumbent-1"), "5Bob"),
-        ]
-        claims = compute(fold, POLICY, 2_000).claims
-        assert [(c.submission_id, c.incumbent_digest, c.hotkey) for c in claims] == expected
-        tracked = tracker.payload(POLICY, 2_000)["claims"]
-        assert [(c["submission_id"], c["incumbent_digest"], c["hotkey"]) for c in tracked] == (
-            expected
-        )
+    fold.apply = noted  # type: ignore[method-assign]
+    sc = Scenario(fold)
+    sc.commission("mlp-arena")
+    first = sc.arrive(payment_ref="pay-1", paid_rao=FEE, hotkey="5Alice", content="a")
+    sc.evaluate(first, "att-1", samples.WORKED_EXAMPLE_COSTS, *passed)
+    control = sc.arrive(
+        payment_ref="pay-2", paid_rao=FEE, hotkey=CONTROL_HOTKEY, content="c", block=1_001
+    )
+    sc.evaluate(control, "att-c", faster, *passed)
+    advanced = IncumbentAdvanced(
+        incumbent_digest=samples.hex64("incumbent-1"), block=1_002, reason="a better kernel"
+    )
+    sc.append("arena-mlp-arena", advanced)
+    # The same speedup as the first PASS: lost_potential in its group, rewarded in a new one.
+    second = sc.arrive(payment_ref="pay-3", paid_rao=FEE, hotkey="5Bob", content="b", block=1_003)
+    sc.evaluate(second, "att-2", samples.WORKED_EXAMPLE_COSTS, *passed)
+    expected = [
+        (first, samples.hex64("incumbent-0"), "5Alice"),
+        (second, samples.hex64("incumbent-1"), "5Bob"),
+    ]
+    claims = compute(fold, POLICY, 2_000).claims
+    assert [(c.submission_id, c.incumbent_digest, c.hotkey) for c in claims] == expected
+    tracked = tracker.payload(POLICY, 2_000)["claims"]
+    assert [(c["submission_id"], c["incumbent_digest"], c["hotkey"]) for c in tracked] == expected

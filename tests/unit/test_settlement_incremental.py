@@ -235,16 +235,7 @@ def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing(archiv
 
     faster = ((1_000_000_000, 950_000_000),) * 3  # S = 1/0.95: well past the margin
     passed = (samples.audit(), samples.quality())
-    fold = LedgerFold(archive=MemoryArchive() if archived else None)
-    tracker = SettlementTracker(fold)
-    apply = fold.apply
-
-    def noted(position: int, stream: str, event: Any, payload: Any = None) -> Any:
-        tracker.note(stream, event)  # before the fold applies it, as a replay does
-        return apply(position, stream, event, payload)
-
-    fold.apply = noted  # type: ignore[method-assign]
-    sc = Scenario(fold)
+    sc = Scenario()
     sc.commission("mlp-arena")
     first = sc.arrive(payment_ref="pay-1", paid_rao=FEE, hotkey="5Alice", content="a")
     sc.evaluate(first, "att-1", samples.WORKED_EXAMPLE_COSTS, *passed)
@@ -259,6 +250,12 @@ def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing(archiv
     # The same speedup as the first PASS: lost_potential in its group, rewarded in a new one.
     second = sc.arrive(payment_ref="pay-3", paid_rao=FEE, hotkey="5Bob", content="b", block=1_003)
     sc.evaluate(second, "att-2", samples.WORKED_EXAMPLE_COSTS, *passed)
+    # The same events again, into the fold under test with its tracker beside it.
+    fold = LedgerFold(archive=MemoryArchive() if archived else None)
+    tracker = SettlementTracker(fold)
+    for position, stream, _, event in sc.records:
+        tracker.note(stream, event)  # before the fold applies it, as a replay does
+        assert fold.apply(position, stream, event) is None
     expected = [
         (first, samples.hex64("incumbent-0"), "5Alice"),
         (second, samples.hex64("incumbent-1"), "5Bob"),

@@ -180,34 +180,48 @@ def test_a_settlement_forged_around_the_guard_is_caught_at_its_position(
     assert replay(store_url, as_of=HEAD).ok
 
 
-def test_a_decision_forged_around_the_guard_is_caught_at_its_position(
-    store_url: str,
-) -> None:
+def _forge_a6(
+    store_url: str, decision: dict[str, Any], resolution: dict[str, str]
+) -> tuple[int, str, str]:
+    """Evaluates a6 (Carol, every window at 0.97: PASS "1.030928") up to its decision on the
+    ledger before its policy, then appends AttemptDecided (the derived decision, with
+    ``decision`` over it) and SubmissionResolved (``resolution``) around the guard, once the
+    guarded path has refused that batch. Returns the first position written, a6's id and
+    the guard's reason."""
     ledger = open_ledger(store_url)
     try:
         build_before_policy(ledger)
         a6 = intake(ledger, ARENA_A, CAROL, "a6", 1_060, FEE_A)
         evaluate(ledger, a6, "att-a6", 970_000_000, conclude=False)  # derives 1/0.97
         derived = ledger.fold.derive_decision("att-a6")
-        assert derived is not None and derived.speedup == "1.030928"
-        forged = AttemptDecided.model_validate({
-            **derived._asdict(), "speedup": "1.040000", "decided_block": 1_200,
-            "rules_version": "paired-windows.v1",
+        assert derived is not None and (derived.verdict, derived.speedup) == ("PASS", "1.030928")
+        decided = AttemptDecided.model_validate({
+            **derived._asdict(), "decided_block": 1_200, "rules_version": "paired-windows.v1",
+            **decision,
         })
-        resolved = SubmissionResolved(attempt_id="att-a6", verdict="PASS", reason="",
-                                      disposition="COMPLETE")
-        batch = [EventDraft.of("attempt-att-a6", forged),
+        resolved = SubmissionResolved(attempt_id="att-a6", **resolution)
+        batch = [EventDraft.of("attempt-att-a6", decided),
                  EventDraft.of(f"submission-{a6}", resolved)]
         head = ledger.store.head().position
         with pytest.raises(Refused) as refused:  # the guarded path refuses the same batch
             ledger.store.append(batch)
-        assert refused.value.context["reason"] == "decision_mismatch"
         assert ledger.store.head().position == head
     finally:
         ledger.close()
     with EventStore(store_url) as unguarded:
         position = unguarded.append(batch).first
     assert position == head + 1
+    return position, a6, str(refused.value.context["reason"])
+
+
+def test_a_decision_forged_around_the_guard_is_caught_at_its_position(
+    store_url: str,
+) -> None:
+    position, _, refused = _forge_a6(
+        store_url, {"speedup": "1.040000"},
+        {"verdict": "PASS", "reason": "", "disposition": "COMPLETE"},
+    )
+    assert refused == "decision_mismatch"
 
     report = replay(store_url)
 
@@ -225,29 +239,10 @@ def test_a_resolution_forged_around_the_guard_is_caught_at_its_position(
     store_url: str,
 ) -> None:
     # The attempt's decision is honest (PASS); the submission's resolution says FAIL.
-    ledger = open_ledger(store_url)
-    try:
-        build_before_policy(ledger)
-        a6 = intake(ledger, ARENA_A, CAROL, "a6", 1_060, FEE_A)
-        evaluate(ledger, a6, "att-a6", 970_000_000, conclude=False)
-        derived = ledger.fold.derive_decision("att-a6")
-        assert derived is not None and derived.verdict == "PASS"
-        decided = AttemptDecided.model_validate({
-            **derived._asdict(), "decided_block": 1_200, "rules_version": "paired-windows.v1",
-        })
-        resolved = SubmissionResolved(attempt_id="att-a6", verdict="FAIL",
-                                      reason="speed_threshold_not_met", disposition="COMPLETE")
-        batch = [EventDraft.of("attempt-att-a6", decided),
-                 EventDraft.of(f"submission-{a6}", resolved)]
-        head = ledger.store.head().position
-        with pytest.raises(Refused):  # the guarded path refuses the same batch
-            ledger.store.append(batch)
-        assert ledger.store.head().position == head
-    finally:
-        ledger.close()
-    with EventStore(store_url) as unguarded:
-        position = unguarded.append(batch).first
-    assert position == head + 1
+    position, a6, _ = _forge_a6(
+        store_url, {},
+        {"verdict": "FAIL", "reason": "speed_threshold_not_met", "disposition": "COMPLETE"},
+    )
 
     report = replay(store_url)
 

@@ -364,7 +364,7 @@ def _kind_of(document: Mapping[str, Any], where: str = "proof") -> str:
             path="$.format",
         )
     kind = document.get("kind")
-    if kind not in _DOCUMENT_FIELDS:
+    if type(kind) is not str or kind not in _DOCUMENT_FIELDS:  # a list or object: unhashable
         raise InvalidInput(
             f"{where} kind must be \"inclusion\" or \"consistency\", not {kind!r}",
             path="$.kind",
@@ -375,7 +375,7 @@ def _kind_of(document: Mapping[str, Any], where: str = "proof") -> str:
             f"{where} has field {extra[0]!r}, which {kind} proofs do not have",
             path=f"$.{extra[0]}",
         )
-    return str(kind)
+    return kind
 
 
 # ------------------------------------------------------------------- field readers

@@ -303,6 +303,8 @@ def test_changing_any_single_character_of_a_checkpoint_note_fails(
         (b"[]", "JSON object"),
         (b'{"format": "arena-ledger.proof.v0", "kind": "inclusion"}', "format"),
         (b'{"format": "arena-ledger.proof.v1", "kind": "exclusion"}', "kind"),
+        (b'{"format": "arena-ledger.proof.v1", "kind": ["inclusion"]}', "kind"),
+        (b'{"format": "arena-ledger.proof.v1", "kind": {}}', "kind"),
         (b'{"format": "arena-ledger.proof.v1", "format": "x", "kind": "inclusion"}', "duplicate"),
     ],
 )

@@ -296,6 +296,11 @@ def test_trivial_consistency_cases_are_decided_strictly() -> None:
     assert not verify_consistency(1, 1, root, root, [EMPTY_ROOT])
     assert not verify_consistency(2, 1, root, root, [])
     assert not verify_consistency(1, 2, root, root, [])
+    # Sizes reach 2**64 - 1 (a uint64, as checkpoints carry them) and no further, and even
+    # the trivial cases need roots that are hashes.
+    assert verify_consistency(0, 2**64 - 1, EMPTY_ROOT, SOME_HASH, [])
+    assert not verify_consistency(0, 2**64, EMPTY_ROOT, SOME_HASH, [])
+    assert not verify_consistency(1, 1, SOME_HASH[:31], SOME_HASH[:31], [])
 
 
 @pytest.mark.parametrize(
@@ -411,6 +416,11 @@ def test_proof_builders_refuse_out_of_range_arguments() -> None:
         tree.root(9)
     with pytest.raises(InvalidInput, match="leaf index"):
         inclusion_proof_from_leaves(0, [])
+    # The bounds themselves are sizes: both ends prove with an empty path.
+    assert consistency_proof_from_leaves(0, LEAVES) == []
+    assert consistency_proof_from_leaves(8, LEAVES) == []
+    with pytest.raises(InvalidInput, match=re.escape("old size -1 is outside 0..8")):
+        consistency_proof_from_leaves(-1, LEAVES)
     with pytest.raises(NotFound, match="no complete Merkle node at level 3 index 1"):
         tree.get_node(3, 1)
 

@@ -181,13 +181,13 @@ def test_a_settlement_forged_around_the_guard_is_caught_at_its_position(
 
 
 def _forge_a6(
-    store_url: str, decision: dict[str, Any], resolution: dict[str, str]
+    store_url: str, decision: dict[str, Any] | None, resolution: dict[str, str]
 ) -> tuple[int, str, str]:
     """Evaluates a6 (Carol, every window at 0.97: PASS "1.030928") up to its decision on the
     ledger before its policy, then appends AttemptDecided (the derived decision, with
-    ``decision`` over it) and SubmissionResolved (``resolution``) around the guard, once the
-    guarded path has refused that batch. Returns the first position written, a6's id and
-    the guard's reason."""
+    ``decision`` over it; none when ``decision`` is None) and SubmissionResolved
+    (``resolution``) around the guard, once the guarded path has refused that batch.
+    Returns the first position written, a6's id and the guard's reason."""
     ledger = open_ledger(store_url)
     try:
         build_before_policy(ledger)
@@ -195,13 +195,14 @@ def _forge_a6(
         evaluate(ledger, a6, "att-a6", 970_000_000, conclude=False)  # derives 1/0.97
         derived = ledger.fold.derive_decision("att-a6")
         assert derived is not None and (derived.verdict, derived.speedup) == ("PASS", "1.030928")
-        decided = AttemptDecided.model_validate({
-            **derived._asdict(), "decided_block": 1_200, "rules_version": "paired-windows.v1",
-            **decision,
-        })
         resolved = SubmissionResolved(attempt_id="att-a6", **resolution)
-        batch = [EventDraft.of("attempt-att-a6", decided),
-                 EventDraft.of(f"submission-{a6}", resolved)]
+        batch = [EventDraft.of(f"submission-{a6}", resolved)]
+        if decision is not None:
+            decided = AttemptDecided.model_validate({
+                **derived._asdict(), "decided_block": 1_200,
+                "rules_version": "paired-windows.v1", **decision,
+            })
+            batch.insert(0, EventDraft.of("attempt-att-a6", decided))
         head = ledger.store.head().position
         with pytest.raises(Refused) as refused:  # the guarded path refuses the same batch
             ledger.store.append(batch)
@@ -253,6 +254,25 @@ def test_a_resolution_forged_around_the_guard_is_caught_at_its_position(
     assert (divergence.field, divergence.recorded, divergence.recomputed, divergence.code) == (
         "verdict", "FAIL", "PASS", "decision_mismatch")
     assert (report.ok, report.verdicts_checked, report.resolutions_checked) == (False, 7, 7)
+
+
+def test_a_resolution_of_an_undecided_attempt_is_caught_at_its_position(
+    store_url: str,
+) -> None:
+    position, a6, refused = _forge_a6(
+        store_url, None, {"verdict": "PASS", "reason": "", "disposition": "COMPLETE"}
+    )
+    assert refused == "attempt_not_decided"
+
+    report = replay(store_url)
+
+    divergence = report.divergence
+    assert divergence is not None
+    assert (divergence.position, divergence.stream, divergence.type) == (
+        position, f"submission-{a6}", "SubmissionResolved")
+    assert (divergence.field, divergence.recorded, divergence.recomputed, divergence.code) == (
+        "verdict", "PASS", None, "decision_not_derivable")
+    assert (report.ok, report.resolutions_checked) == (False, 7)
 
 
 def test_a_tampered_payload_byte_is_a_hash_mismatch_at_its_position(

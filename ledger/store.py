@@ -610,10 +610,7 @@ class EventStore:
         sql = text(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY {key} LIMIT {page}")
         cursor = start
         while True:
-            try:
-                rows = self._fetch(sql, {**params, "lo": cursor}, conn)
-            except SQLAlchemyError as exc:
-                raise _store_error(exc, self.url) from None
+            rows = self._fetch(sql, {**params, "lo": cursor}, conn)
             for row in rows:
                 yield RecordedEvent(
                     int(row[0]),
@@ -630,6 +627,7 @@ class EventStore:
                 return
             cursor = int(rows[-1][0 if key == "position" else 2]) + 1
 
+    @_store_errors
     def _fetch(self, sql: Any, params: dict[str, Any], conn: Connection | None) -> list[Any]:
         if conn is not None:
             return list(conn.execute(sql, params))

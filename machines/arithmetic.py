@@ -216,13 +216,10 @@ def ratio(candidate_cost_ns: int, stock_cost_ns: int) -> Decimal:
     return _C.divide(Decimal(candidate_cost_ns), Decimal(stock_cost_ns))
 
 
-def fixed(value: Decimal) -> str:
-    """Spells a result with exactly 6 places: ``ledger.codec.fixed6``.
-
-    ``fixed6`` quantizes in a 34-digit half-even context of its own, never the thread's,
-    so a caller's low-precision or trapping context changes (or fails) no recorded digit.
-    """
-    return fixed6(value)
+#: Spells a result with exactly 6 places. ``fixed6`` quantizes in a 34-digit half-even
+#: context of its own, never the thread's, so a caller's low-precision or trapping context
+#: changes (or fails) no recorded digit.
+fixed = fixed6
 
 
 def ln(value: Decimal) -> Decimal:

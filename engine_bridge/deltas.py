@@ -174,12 +174,12 @@ def load_file_delta(path: str | Path, entry_point: str | None = None) -> DeltaSp
     parsed, never executed, here; it must define that function at top level.
     """
     source = Path(path).resolve()
-    require_file(path, "delta file")
+    require_file(source, "delta file")
     try:
         data = source.read_bytes()
     except OSError as exc:
         raise InvalidInput(f"delta file {source} cannot be read: {exc.strerror}",
-                           path=str(path)) from None
+                           path=str(source)) from None
     try:
         tree = ast.parse(data, filename=str(source))
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source

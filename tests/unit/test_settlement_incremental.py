@@ -17,11 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_machine_properties import PRELUDE, _World, op  # same directory, prepend import mode
 
+from ledger.domain import CONTROL_HOTKEY
 from ledger.errors import LedgerError
-from ledger.events import EmissionPolicySet
+from ledger.events import EmissionPolicySet, IncumbentAdvanced
 from ledger.settle import SettlementTracker, compute
 from machines import samples
 from machines.projection import LedgerFold
+from machines.scenario import Scenario
 from machines.settlement import (
     SUBMISSION_STATUSES,
     ArenaInput,
@@ -229,10 +231,6 @@ def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing(archiv
     # control run is never rewarded and blocks nothing. Checked through the full
     # recomputation and through a tracker that takes finished submissions as they are
     # archived (``_finished_input``), on a fold that keeps them and on one that archives.
-    from ledger.domain import CONTROL_HOTKEY
-    from ledger.events import IncumbentAdvanced
-    from machines.scenario import Scenario
-
     faster = ((1_000_000_000, 950_000_000),) * 3  # S = 1/0.95: well past the margin
     passed = (samples.audit(), samples.quality())
     sc = Scenario()

@@ -24,6 +24,7 @@ from ledger.codec import (
     is_fixed6,
     loads,
     normalise,
+    plain_canonical_bytes,
 )
 from ledger.errors import CanonicalFormError, InvalidInput, LedgerError, LimitExceeded
 from ledger.fields import DecimalStr
@@ -120,6 +121,23 @@ def test_values_without_a_canonical_form_are_refused_with_their_path(
     assert path in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ({"x": 1.5}, "float at $.x is not allowed; use an integer or a decimal string"),
+        ({"x": Decimal("1.5")}, "Decimal at $.x must be written as a canonical decimal string"),
+        ({"x": b"raw"}, "value of type bytes at $.x has no JSON form"),
+        ({"x": {1, 2}}, "value of type set at $.x has no JSON form"),
+        ({"x": MAX_INT + 1}, "integer at $.x is outside ±(2**53 - 1)"),
+    ],
+)
+def test_each_refusal_names_its_problem(document: Any, problem: str) -> None:
+    # A float, a Decimal and a byte string are three different mistakes with three fixes.
+    with pytest.raises(CanonicalFormError) as caught:
+        canonical_bytes(document)
+    assert caught.value.message == problem
+
+
 def _nested(levels: int) -> Any:
     value: Any = 0
     for _ in range(levels):
@@ -133,6 +151,29 @@ def test_nesting_is_limited_to_json_depth_max() -> None:
         canonical_bytes({"a": _nested(limits.json_depth_max)})
     assert caught.value.path.startswith("$.a[0]")  # type: ignore[attr-defined]
     assert caught.value.code == "limit_exceeded"
+
+
+def _nested_tuples(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = (value,)
+    return value
+
+
+def test_the_full_walk_limits_nesting_as_the_fast_path_does() -> None:
+    # Tuples are not plain: these documents go through normalise, not plain_canonical_bytes.
+    deepest = _nested_tuples(limits.json_depth_max)
+    assert plain_canonical_bytes(deepest) is None
+    assert canonical_bytes(deepest) == canonical_bytes(_nested(limits.json_depth_max))
+    assert canonical_bytes({"a": _nested_tuples(limits.json_depth_max - 1)}).count(b"[") == (
+        limits.json_depth_max - 1
+    )
+    for too_deep in ({"a": _nested_tuples(limits.json_depth_max)},
+                     _nested_tuples(limits.json_depth_max + 1)):
+        with pytest.raises(LimitExceeded):
+            canonical_bytes(too_deep)
+    with pytest.raises(LimitExceeded):
+        normalise({"a": {"b": _nested_tuples(limits.json_depth_max - 1)}})
 
 
 @pytest.mark.parametrize("document", [{"a": "\ud800"}, {"\ud800": None}, ["x\udfff"]])
@@ -161,6 +202,39 @@ def test_a_str_subclass_encodes_as_the_string_or_is_refused() -> None:
 def test_binary_values_are_refused(raw: Any) -> None:
     with pytest.raises(CanonicalFormError):
         canonical_bytes({"b": raw})
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"a": 1.5},
+        {"a": (1, 2)},
+        {"é": 1},
+        {"a": {"b": "c"}, "ü": None},
+        {"a": MAX_INT + 1},
+        {"a": [-(MAX_INT + 1)]},
+        {"a": Decimal("1")},
+        {"a": _nested(limits.json_depth_max)},
+        [1, 2],
+        {1: "one"},
+    ],
+)
+def test_only_plain_documents_take_the_fast_path(document: Any) -> None:
+    # plain_canonical_bytes serves every append; what it declines goes through normalise.
+    assert plain_canonical_bytes(document) is None
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {},
+        {"b": [1, {"z": None, "a": True}], "a": "x", "c": {"y": False, "x": -3}},
+        {"n": [MAX_INT, -MAX_INT, 0], "s": "é\u2028\"", "t": True, "f": False},
+        {"a": _nested(limits.json_depth_max - 1)},
+    ],
+)
+def test_plain_documents_take_the_fast_path_with_the_canonical_bytes(document: Any) -> None:
+    assert plain_canonical_bytes(document) == rfc8785.dumps(document)
 
 
 # -- RFC 8785 agreement (property) -----------------------------------------------------------

@@ -18,6 +18,7 @@ from tampering import triggers_bypassed
 from ledger.errors import InvalidInput
 from ledger.model import EventDraft, VerifyReport
 from ledger.store import EventStore
+from ledger.verify import verify_chain
 
 Draft = Callable[..., EventDraft]
 
@@ -104,6 +105,17 @@ def test_a_range_past_the_head_or_backwards_is_bad_input_not_a_broken_chain(
     assert ledger.verify(1, 500).checked == 5  # a range ending past the head stops there
 
 
+def test_a_range_starting_past_a_one_event_head_is_bad_input(
+    store: EventStore, draft: Draft
+) -> None:
+    # "From 1" is always a valid start, even on an empty ledger; past the head is not.
+    assert store.verify(1).ok and store.verify(1).checked == 0
+    store.append([draft("arena-t", 1)])
+    assert store.verify(1).checked == 1
+    with pytest.raises(InvalidInput, match="past the head"):
+        store.verify(2)
+
+
 def test_appends_still_work_after_a_refused_change(ledger: EventStore, draft: Draft) -> None:
     with pytest.raises(DBAPIError), ledger.engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM events WHERE position = 5")
@@ -187,11 +199,63 @@ def test_a_head_that_disagrees_with_the_last_event_is_found(ledger: EventStore) 
     _assert_bad(ledger.verify(), 5, "head_mismatch")
 
 
+def test_a_head_that_disagrees_is_found_by_a_range_starting_at_the_head(
+    ledger: EventStore,
+) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"), {"h": "e" * 64})
+    _assert_bad(ledger.verify(5), 5, "head_mismatch")
+
+
 def test_events_past_the_head_are_found(ledger: EventStore) -> None:
     with ledger.engine.begin() as conn:
         conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
                           "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
     _assert_bad(ledger.verify(), 5, "head_mismatch")
+
+
+def test_a_deleted_last_event_is_a_gap_at_its_position(ledger: EventStore) -> None:
+    # Only the very last row gone: the chain up to it is intact and the head still says 5.
+    with triggers_bypassed(ledger) as conn:
+        conn.execute(text("DELETE FROM events WHERE position = 5"))
+    report = ledger.verify()
+    _assert_bad(report, 5, "gap")
+    assert report.checked == 4
+    assert report.problem == "events end at position 4 but the head says 5"
+
+
+def test_a_range_whose_previous_row_was_deleted_names_that_row(ledger: EventStore) -> None:
+    # A range starting at 4 chains from the stored hash of 3; with 3 gone there is none.
+    with triggers_bypassed(ledger) as conn:
+        conn.execute(text("DELETE FROM events WHERE position = 3"))
+    report = ledger.verify(4)
+    _assert_bad(report, 3, "gap")
+    assert report.checked == 0
+    assert report.problem == "position 3 (the one before the range) is missing"
+
+
+def test_a_range_of_one_position_is_verified(ledger: EventStore) -> None:
+    for position in (1, 3, 5):
+        report = ledger.verify(position, position)
+        assert report.ok and report.checked == 1, report
+        assert (report.from_position, report.to_position) == (position, position)
+
+
+def test_a_range_that_ends_before_the_head_is_not_judged_on_rows_past_it(
+    ledger: EventStore,
+) -> None:
+    with ledger.engine.begin() as conn:  # as in the test above: row 5 lies past the head
+        conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
+                          "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
+    assert ledger.verify(1, 4).ok and ledger.verify(2, 4).checked == 3
+    _assert_bad(ledger.verify(), 5, "head_mismatch")
+
+
+def test_verify_chain_checks_from_the_first_position_by_default(ledger: EventStore) -> None:
+    report = verify_chain(ledger)
+    assert report.ok and report.checked == 5
+    assert (report.from_position, report.to_position) == (1, 5)
+    assert report.head_hash == ledger.head().entry_hash
 
 
 def test_verify_on_a_ledger_whose_events_table_was_dropped_is_a_clean_error(

@@ -28,11 +28,13 @@ from ledger.checkpoint import (
     consistency_document,
     default_origin,
     inclusion_document,
+    key_file_bytes_max,
     load_signer,
     load_verifier,
     open_checkpoint,
     parse_proof_document,
     proof_document_bytes_max,
+    proof_hashes_max,
     public_key_path,
     verify_proof,
     write_key_files,
@@ -145,16 +147,87 @@ INCLUSION_TAMPERING = {
 }
 
 
-@pytest.mark.parametrize("mutate", INCLUSION_TAMPERING.values(), ids=INCLUSION_TAMPERING.keys())
+#: The check each change above is caught by: the event's own hash before the tree, a claimed
+#: position before either, so the reason names what was changed.
+INCLUSION_REASONS = {
+    "payload": "entry_hash_mismatch",
+    "actor": "entry_hash_mismatch",
+    "recorded_at": "entry_hash_mismatch",
+    "stream": "entry_hash_mismatch",
+    "version": "entry_hash_mismatch",
+    "position": "position_mismatch",
+    "previous_hash": "entry_hash_mismatch",
+    "entry_hash": "entry_hash_mismatch",
+    "leaf_hash": "leaf_mismatch",
+    "proof hash": "proof_invalid",
+    "proof order": "proof_invalid",
+    "proof shortened": "proof_invalid",
+    "root_hash": "proof_invalid",
+    # The same path leads to the same root at sizes 12 and 13 for this leaf (the last
+    # sibling is whatever hash it is): only the signed checkpoint's size catches this one.
+    "tree_size": "size_mismatch",
+    "leaf_index": "position_mismatch",
+}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [(INCLUSION_TAMPERING[name], INCLUSION_REASONS[name]) for name in INCLUSION_TAMPERING],
+    ids=INCLUSION_TAMPERING.keys(),
+)
 def test_any_change_to_an_inclusion_proof_fails_with_an_integrity_error(
-    ledger: MemoryLedger, signer: Signer, mutate: Callable[[dict[str, Any]], None]
+    ledger: MemoryLedger, signer: Signer, mutate: Callable[[dict[str, Any]], None], reason: str
 ) -> None:
     note = ledger.checkpoint(signer, 13)
     document = copy.deepcopy(inclusion_document(ledger, 6))  # type: ignore[arg-type]
     verify_proof(document, [note], signer.verifier())
     mutate(document)
-    with pytest.raises(IntegrityError):
+    with pytest.raises(IntegrityError) as caught:
         verify_proof(document, [note], signer.verifier())
+    assert caught.value.context["reason"] == reason
+
+
+def test_a_position_mismatch_names_both_positions(ledger: MemoryLedger, signer: Signer) -> None:
+    document = copy.deepcopy(inclusion_document(ledger, 6))  # type: ignore[arg-type]
+    document["leaf_index"] = 6
+    with pytest.raises(IntegrityError) as caught:
+        verify_proof(document, [ledger.checkpoint(signer, 13)], signer.verifier())
+    assert caught.value.message == (
+        "the event is at position 6 but the proof is for leaf index 6 (position 7)"
+    )
+
+
+def test_the_first_event_must_chain_from_the_genesis_hash(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    document = copy.deepcopy(inclusion_document(ledger, 1))  # type: ignore[arg-type]
+    assert document["previous_hash"] == GENESIS_HASH
+    document["previous_hash"] = _flip_hex(document["previous_hash"])
+    with pytest.raises(IntegrityError, match="must be the genesis hash") as caught:
+        verify_proof(document, [ledger.checkpoint(signer, 13)], signer.verifier())
+    assert caught.value.context["reason"] == "entry_hash_mismatch"
+
+
+def test_the_largest_tree_size_is_in_range(ledger: MemoryLedger, signer: Signer) -> None:
+    document = copy.deepcopy(inclusion_document(ledger, 6))  # type: ignore[arg-type]
+    document["tree_size"] = merkle.TREE_SIZE_MAX  # read as a size, then found not to hold
+    with pytest.raises(IntegrityError):
+        verify_proof(document, [ledger.checkpoint(signer, 13)], signer.verifier())
+
+
+def test_a_proof_lists_at_most_proof_hashes_max_hashes(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    note = ledger.checkpoint(signer, 13)
+    document = copy.deepcopy(inclusion_document(ledger, 6))  # type: ignore[arg-type]
+    document["proof"] = [document["proof"][0]] * proof_hashes_max
+    with pytest.raises(IntegrityError) as caught:  # read, checked, and simply wrong
+        verify_proof(document, [note], signer.verifier())
+    assert caught.value.context["reason"] == "proof_invalid"
+    document["proof"].append(document["proof"][0])
+    with pytest.raises(LimitExceeded, match=f"at most {proof_hashes_max}") as limited:
+        verify_proof(document, [note], signer.verifier())
+    assert limited.value.context["path"] == "$.proof"
 
 
 def test_an_inclusion_proof_must_be_at_the_checkpoint_size(
@@ -318,6 +391,14 @@ def test_an_oversized_proof_document_is_refused() -> None:
         parse_proof_document(b" " * (proof_document_bytes_max + 1))
 
 
+def test_a_proof_document_of_exactly_the_limit_is_read(ledger: MemoryLedger) -> None:
+    raw = orjson.dumps(inclusion_document(ledger, 4))  # type: ignore[arg-type]
+    padded = raw + b" " * (proof_document_bytes_max - len(raw))
+    assert parse_proof_document(padded) == orjson.loads(raw)
+    with pytest.raises(LimitExceeded, match=f"the limit is {proof_document_bytes_max}"):
+        parse_proof_document(padded + b" ")
+
+
 @pytest.mark.parametrize(
     ("mutate", "path"),
     [
@@ -325,6 +406,8 @@ def test_an_oversized_proof_document_is_refused() -> None:
         (lambda d: d.update(tree_size="13"), "$.tree_size"),
         (lambda d: d.update(root_hash="AB" * 32), "$.root_hash"),
         (lambda d: d.update(proof=["00" * 31]), "$.proof[0]"),
+        (lambda d: d.update(proof=["00" * 32, 5]), "$.proof[1]"),
+        (lambda d: d.update(proof=[None]), "$.proof[0]"),
         (lambda d: d["event"].update(extra=1), "$.event.extra"),
         (lambda d: d.update(verified=True), "$.verified"),
         (lambda d: d.update(from_size=2), "$.from_size"),
@@ -332,6 +415,9 @@ def test_an_oversized_proof_document_is_refused() -> None:
         (lambda d: d.pop("format"), "$.format"),
         (lambda d: d.update(kind="exclusion"), "$.kind"),
         (lambda d: d["event"].update(payload_b64="%%%"), "$.event.payload_b64"),
+        (lambda d: d.update(tree_size=-1), "$.tree_size"),
+        (lambda d: d.update(tree_size=merkle.TREE_SIZE_MAX + 1), "$.tree_size"),
+        (lambda d: d.update(leaf_index=-1), "$.leaf_index"),
     ],
 )
 def test_a_missing_or_mistyped_field_names_its_path(
@@ -367,6 +453,22 @@ def test_a_consistency_proof_with_a_field_it_does_not_have_names_it(
     assert parsed.value.context["path"] == path
 
 
+@pytest.mark.parametrize(
+    ("from_size", "to_size", "message"),
+    [
+        (5, 14, "tree size 14 is beyond the ledger's head 13"),
+        (-1, 13, "from size -1 must be between 0 and to size 13"),
+        (9, 8, "from size 9 must be between 0 and to size 8"),
+    ],
+)
+def test_a_consistency_document_is_refused_outside_the_ledger(
+    ledger: MemoryLedger, from_size: int, to_size: int, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        consistency_document(ledger, from_size, to_size)  # type: ignore[arg-type]
+    assert caught.value.message == message
+
+
 def test_verifying_needs_a_checkpoint(ledger: MemoryLedger, signer: Signer) -> None:
     with pytest.raises(InvalidInput, match="at least one"):
         verify_proof(inclusion_document(ledger, 1), [], signer.verifier())  # type: ignore[arg-type]
@@ -383,6 +485,7 @@ def test_key_generation_writes_a_private_0600_file_and_a_public_one(tmp_path: Pa
     files = write_key_files("ops.example", tmp_path / "log.key")
     assert files.public_path == tmp_path / "log.key.pub" == public_key_path(files.private_path)
     assert _mode(files.private_path) == 0o600
+    assert _mode(files.public_path) == 0o644  # a verifier key is for handing out
     assert files.private_path.read_text().startswith("PRIVATE+KEY+ops.example+")
     assert files.public_path.read_text().strip() == files.verifier_key
     signer, verifier = load_signer(files.private_path), load_verifier(files.public_path)
@@ -436,6 +539,25 @@ def test_key_files_are_not_interchangeable_and_errors_never_quote_secrets(tmp_pa
         load_signer_copy.write_text(files.public_path.read_text())
         load_signer_copy.chmod(0o600)
         load_signer(load_signer_copy)
+
+
+def test_key_generation_into_a_missing_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=r"directory .*nowhere does not exist"):
+        write_key_files("ops.example", tmp_path / "nowhere" / "log.key")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_oversized_key_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    files = write_key_files("ops.example", tmp_path / "log.key")
+    for path, load in ((files.public_path, load_verifier), (files.private_path, load_signer)):
+        with path.open("a") as handle:  # the key, then padding up to one byte past the limit
+            handle.write("\n" * (key_file_bytes_max + 1 - path.stat().st_size))
+        with pytest.raises(LimitExceeded, match=f"the limit is {key_file_bytes_max}") as caught:
+            load(path)
+        assert caught.value.context["path"] == str(path)
+        os.truncate(path, key_file_bytes_max)  # exactly at the limit: read as before
+    assert load_verifier(files.public_path).key_string() == files.verifier_key
+    assert load_signer(files.private_path).verifier().key_string() == files.verifier_key
 
 
 def test_an_invalid_key_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -187,7 +187,7 @@ def read_manifest(bundle: Path) -> Manifest:
         raise InvalidInput(f"bundle {bundle} is not a directory", path=str(bundle))
     raw = read_text_file(bundle / MANIFEST_FILE, "bundle manifest", manifest_bytes_max)
     try:
-        document = loads(raw, where=MANIFEST_FILE)
+        document = loads(raw, where="the file")  # _manifest_error names manifest.json
     except InvalidInput as exc:
         raise _manifest_error(exc.message) from None
     if not isinstance(document, dict):

@@ -404,6 +404,48 @@ def test_a_manifest_that_disagrees_with_its_checkpoint_is_refused(
     assert_empty(target)
 
 
+@pytest.mark.parametrize(
+    ("change", "path", "problem"),
+    [
+        ({"events": -1}, "$.events", "events must be a non-negative integer"),
+        ({"events": "12"}, "$.events", "events must be a non-negative integer"),
+        ({"events": True}, "$.events", "events must be a non-negative integer"),
+        ({"events_bytes": -5}, "$.events_bytes", "events_bytes must be a non-negative integer"),
+        ({"head_hash": "AB" * 32}, "$.head_hash", "head_hash must be 64 lowercase hex digits"),
+        ({"merkle_root": "ab" * 31}, "$.merkle_root", "merkle_root must be 64 lowercase hex"),
+        ({"events_sha256": 7}, "$.events_sha256", "events_sha256 must be 64 lowercase hex"),
+        ({"events_sha256": "zz" * 32}, "$.events_sha256", "events_sha256 must be 64 lowercase"),
+        ({"signed": True}, "$.signed", "unexpected or missing field 'signed'"),
+    ],
+)
+def test_a_damaged_manifest_field_is_named(
+    exported: Path, tmp_path: Path, change: dict[str, Any], path: str, problem: str
+) -> None:
+    bad = copy_bundle(exported, tmp_path)
+    manifest = orjson.loads((bad / MANIFEST_FILE).read_bytes())
+    manifest.update(change)
+    (bad / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
+    with pytest.raises(IntegrityError, match=problem) as caught:
+        read_manifest(bad)
+    assert caught.value.context == {"reason": "bad_manifest", "path": path}
+    assert caught.value.message.startswith(f"{MANIFEST_FILE}: ")
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [(b"[]", "manifest.json: must be a JSON object"),
+     (b"{", "manifest.json: the file is not valid JSON: Expecting property name")],
+)
+def test_a_manifest_that_is_no_json_object_is_refused(
+    exported: Path, tmp_path: Path, raw: bytes, problem: str
+) -> None:
+    bad = copy_bundle(exported, tmp_path)
+    (bad / MANIFEST_FILE).write_bytes(raw)
+    with pytest.raises(IntegrityError, match=problem) as caught:
+        read_manifest(bad)
+    assert caught.value.context == {"reason": "bad_manifest", "path": "$"}
+
+
 # ------------------------------------------------------------------- all or nothing
 
 

@@ -26,6 +26,7 @@ from ledger.bundle import (
     CHECKPOINT_FILE,
     EVENTS_FILE,
     MANIFEST_FILE,
+    bundle_line_bytes_max,
     export_bundle,
     import_bundle,
     read_manifest,
@@ -33,7 +34,14 @@ from ledger.bundle import (
 )
 from ledger.chain import envelope_bytes, next_entry_hash
 from ledger.checkpoint import consistency_document, sign_tree, verify_proof
-from ledger.errors import IntegrityError, InvalidInput, SignatureInvalid, StoreError
+from ledger.errors import (
+    IntegrityError,
+    InvalidInput,
+    LimitExceeded,
+    SignatureInvalid,
+    StoreError,
+)
+from ledger.limits import payload_bytes_max
 from ledger.merkle import root_from_leaves
 from ledger.model import EventDraft
 from ledger.note import Signer
@@ -301,6 +309,73 @@ def test_a_tampered_events_file_is_refused_naming_the_first_bad_line(
         assert caught.value.message.startswith(f"{EVENTS_FILE} {where}:")
         assert caught.value.context["line"] == int(where.split()[1])
     assert_empty(target)
+
+
+def _set_field(name: str, value: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda line: line.update({name: value})
+
+
+MALFORMED_LINES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "missing": (lambda line: line.pop("actor"), "has an unexpected or missing field 'actor'"),
+    "extra": (_set_field("checked", True), "has an unexpected or missing field 'checked'"),
+    "position text": (_set_field("position", "3"), "position must be a positive integer"),
+    "version 0": (_set_field("version", 0), "version must be a positive integer"),
+    "schema bool": (_set_field("schema_version", True), "schema_version must be a positive"),
+    "empty stream": (_set_field("stream", ""), "stream must be a string of 1..128 characters"),
+    "long time": (_set_field("recorded_at", "9" * 33), "recorded_at must be a string of 1..32"),
+    "actor number": (_set_field("actor", 5), "actor must be a string of 1.."),
+    "type null": (_set_field("type", None), "type must be a string of 1.."),
+    "base64": (_set_field("payload_b64", "%%%%"), "payload_b64 is not valid base64"),
+    "position": (_set_field("position", 4), "holds position 4; position 3 was expected"),
+    "payload size": (
+        _set_field("payload_b64", base64.b64encode(b"x" * (payload_bytes_max + 1)).decode()),
+        f"payload is over {payload_bytes_max} bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED_LINES.values(), ids=MALFORMED_LINES.keys())
+def test_a_malformed_line_is_refused_with_what_is_wrong_with_it(
+    exported: Path, signer: Signer, tmp_path: Path,
+    case: tuple[Callable[[dict[str, Any]], Any], str],
+) -> None:
+    change, problem = case
+    bad = copy_bundle(exported, tmp_path)
+    lines = lines_of(bad)
+    line = orjson.loads(lines[2])
+    change(line)
+    lines[2] = orjson.dumps(line) + b"\n"
+    write_lines(bad, lines)
+    with pytest.raises(IntegrityError) as caught:
+        verify_bundle(bad, signer.verifier())
+    assert caught.value.message.startswith(f"{EVENTS_FILE} line 3: {problem}")
+    assert caught.value.context == {"line": 3, "reason": "bad_line"}
+
+
+def test_a_line_over_the_size_limit_is_refused_before_it_is_parsed(
+    exported: Path, signer: Signer, tmp_path: Path
+) -> None:
+    bad = copy_bundle(exported, tmp_path)
+    lines = lines_of(bad)
+    # Line 3 padded with insignificant spaces to exactly the limit (its newline aside): its
+    # fields and entry hash are unchanged, so only the file's digest tells it was edited.
+    at_limit = lines[2][:-2] + b" " * (bundle_line_bytes_max + 1 - len(lines[2])) + b"}\n"
+    assert len(at_limit) == bundle_line_bytes_max + 1
+    write_lines(bad, [*lines[:2], at_limit, *lines[3:]])
+    with pytest.raises(IntegrityError, match=r"events\.jsonl sha256 is \w+ but manifest"):
+        verify_bundle(bad, signer.verifier())
+    write_lines(bad, [*lines[:2], b" " + at_limit, *lines[3:]])
+    with pytest.raises(LimitExceeded, match=f"line 3 is over {bundle_line_bytes_max} bytes"):
+        verify_bundle(bad, signer.verifier())
+
+
+def test_a_line_that_is_not_an_object_is_named(
+    exported: Path, signer: Signer, tmp_path: Path
+) -> None:
+    bad = copy_bundle(exported, tmp_path)
+    write_lines(bad, [*lines_of(bad)[:2], b"[1, 2]\n", *lines_of(bad)[3:]])
+    with pytest.raises(IntegrityError, match=f"{EVENTS_FILE} line 3: is not a JSON object"):
+        verify_bundle(bad, signer.verifier())
 
 
 def _rewrite(bundle: Path, change: Callable[[list[dict[str, Any]]], None]) -> None:

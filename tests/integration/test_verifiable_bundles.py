@@ -331,6 +331,10 @@ MALFORMED_LINES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
         _set_field("payload_b64", base64.b64encode(b"x" * (payload_bytes_max + 1)).decode()),
         f"payload is over {payload_bytes_max} bytes",
     ),
+    "payload at the limit": (  # read, then found not to be what was hashed
+        _set_field("payload_b64", base64.b64encode(b"x" * payload_bytes_max).decode()),
+        "entry_hash does not match the event's content",
+    ),
 }
 
 

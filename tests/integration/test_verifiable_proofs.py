@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from tampering import triggers_bypassed
 
 from ledger import merkle, migrate
 from ledger.bundle import export_bundle, import_bundle
@@ -181,3 +183,46 @@ def test_a_proof_reads_its_nodes_in_a_fixed_number_of_queries(
             assert len(statements) <= 4, statements  # two per proof, whatever the size
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
+
+
+def test_a_tree_size_outside_the_ledger_is_bad_input(store: EventStore, draft: Draft) -> None:
+    _fill(store, draft, 1, 9)
+    with store.tree() as tree:
+        assert tree.root(None) == tree.root(9) == merkle.root_from_leaves(_entries(store))
+        assert tree.root(0) == merkle.EMPTY_ROOT and tree.consistency_proof(0, 0) == []
+        for size in (-1, 10, True, "9"):
+            for ask in (tree.root, lambda s: tree.inclusion_proof(0, s),
+                        lambda s: tree.consistency_proof(0, s)):
+                with pytest.raises(InvalidInput, match=r"tree size .* is outside 0\.\.9"):
+                    ask(size)
+
+
+def test_a_proof_over_a_deleted_event_is_not_found_rather_than_a_wrong_hash(
+    store: EventStore, draft: Draft
+) -> None:
+    # Position 8's path at size 12 holds the node over positions 1-4, recomputed from their
+    # entry hashes (it is below stored_level_min); with position 3 gone it cannot be.
+    _fill(store, draft, 1, 12)
+    leaves = _entries(store)
+    with triggers_bypassed(store) as conn:
+        conn.execute(text("DELETE FROM events WHERE position = 3"))
+    with store.tree() as tree:
+        # A tree of two leaves still proves: its path is clear of position 3.
+        assert tree.inclusion_proof(0, 2) == merkle.inclusion_proof_from_leaves(0, leaves[:2])
+        with pytest.raises(NotFound, match=r"events 1\.\. are missing for Merkle node \(2, 0\)"):
+            tree.inclusion_proof(7, 12)
+
+
+def test_a_proof_over_a_deleted_stored_node_says_the_store_is_damaged(
+    store: EventStore, draft: Draft
+) -> None:
+    # Position 21's path at size 40 holds node (4, 0), over positions 1-16, which is stored.
+    _fill(store, draft, 1, 40)
+    with triggers_bypassed(store) as conn:
+        conn.execute(text("DELETE FROM merkle_nodes WHERE level = 4 AND idx = 0"))
+    with store.tree() as tree:
+        assert tree.inclusion_proof(39, 40) == merkle.inclusion_proof_from_leaves(
+            39, _entries(store)
+        )  # a path that does not need it
+        with pytest.raises(NotFound, match=r"Merkle node \(4, 0\) is not stored; the store is"):
+            tree.inclusion_proof(20, 40)

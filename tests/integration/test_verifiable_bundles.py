@@ -235,6 +235,18 @@ def test_a_bundle_verifies_offline_and_imports_identically(
     assert target.checkpoints()[0]["note"] == (exported / CHECKPOINT_FILE).read_text()
 
 
+def test_an_empty_ledger_exports_verifies_and_imports(
+    store: EventStore, target: EventStore, signer: Signer, tmp_path: Path
+) -> None:
+    # A validator may publish before its first event; zero is a count, not damage.
+    export_bundle(store, tmp_path / "empty", signer=signer)
+    assert read_manifest(tmp_path / "empty").events == 0
+    offline = verify_bundle(tmp_path / "empty", signer.verifier())
+    assert (offline.events, offline.signature_checked) == (0, True)
+    assert import_bundle(target, tmp_path / "empty", signer.verifier()).events == 0
+    assert target.head().position == 0 and target.verify().ok
+
+
 def test_an_imported_ledger_keeps_growing_consistently_with_the_bundle_checkpoint(
     target: EventStore, exported: Path, draft: Draft, signer: Signer
 ) -> None:

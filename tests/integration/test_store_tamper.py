@@ -258,6 +258,23 @@ def test_verify_chain_checks_from_the_first_position_by_default(ledger: EventSto
     assert report.head_hash == ledger.head().entry_hash
 
 
+def test_a_damaged_merkle_frontier_stops_the_next_append(
+    ledger: EventStore, draft: Draft
+) -> None:
+    # Five events: a frontier of two subtree roots (4 + 1). One dropped would make every
+    # later root, proof and checkpoint wrong; the append refuses and writes nothing.
+    with ledger.engine.begin() as conn:  # ledger_head is updated by every append: no trigger
+        frontier = bytes(
+            conn.execute(text("SELECT frontier FROM ledger_head WHERE id = 1")).scalar_one()
+        )
+        assert len(frontier) == 2 * 32
+        conn.execute(text("UPDATE ledger_head SET frontier = :f WHERE id = 1"),
+                     {"f": frontier[:32]})
+    with pytest.raises(InvalidInput, match="Merkle frontier does not match the ledger size"):
+        ledger.append([draft("arena-t", 4)])
+    assert ledger.head().position == 5
+
+
 def test_verify_on_a_ledger_whose_events_table_was_dropped_is_a_clean_error(
     ledger: EventStore,
 ) -> None:

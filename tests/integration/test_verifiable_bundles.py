@@ -522,6 +522,14 @@ def test_a_damaged_manifest_field_is_named(
     assert caught.value.message.startswith(f"{MANIFEST_FILE}: ")
 
 
+def test_a_bundle_path_that_is_not_a_directory_is_named(signer: Signer, tmp_path: Path) -> None:
+    (tmp_path / "bundle.tar").write_bytes(b"not a directory")
+    for path in (tmp_path / "bundle.tar", tmp_path / "missing"):
+        with pytest.raises(InvalidInput, match=f"bundle {path} is not a directory") as caught:
+            verify_bundle(path, signer.verifier())
+        assert caught.value.context["path"] == str(path)
+
+
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [(b"[]", "manifest.json: must be a JSON object"),

@@ -41,7 +41,12 @@ from ledger.errors import (
     SignatureInvalid,
     StoreError,
 )
-from ledger.limits import payload_bytes_max
+from ledger.limits import (
+    actor_chars_max,
+    payload_bytes_max,
+    stream_name_chars_max,
+    type_name_chars_max,
+)
 from ledger.merkle import root_from_leaves
 from ledger.model import EventDraft
 from ledger.note import Signer
@@ -343,6 +348,21 @@ MALFORMED_LINES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
         _set_field("payload_b64", base64.b64encode(b"x" * (payload_bytes_max + 1)).decode()),
         f"payload is over {payload_bytes_max} bytes",
     ),
+    "empty type": (_set_field("type", ""), f"type must be a string of 1..{type_name_chars_max}"),
+    "empty time": (_set_field("recorded_at", ""), "recorded_at must be a string of 1..32"),
+    "empty actor": (_set_field("actor", ""), f"actor must be a string of 1..{actor_chars_max}"),
+    "long stream": (
+        _set_field("stream", "s" * (stream_name_chars_max + 1)),
+        f"stream must be a string of 1..{stream_name_chars_max} characters",
+    ),
+    # Each text field at its longest is well formed: read, then found not to be what was
+    # hashed (an exported line with a 128-character stream must import).
+    "stream at the limit": (
+        _set_field("stream", "s" * stream_name_chars_max), "entry_hash does not match"
+    ),
+    "type at the limit": (_set_field("type", "T" * type_name_chars_max), "entry_hash does not"),
+    "time at the limit": (_set_field("recorded_at", "9" * 32), "entry_hash does not match"),
+    "actor at the limit": (_set_field("actor", "a" * actor_chars_max), "entry_hash does not"),
     "payload at the limit": (  # read, then found not to be what was hashed
         _set_field("payload_b64", base64.b64encode(b"x" * payload_bytes_max).decode()),
         "entry_hash does not match the event's content",

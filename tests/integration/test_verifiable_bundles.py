@@ -527,6 +527,8 @@ def test_a_manifest_that_disagrees_with_its_checkpoint_is_refused(
         ({"events_sha256": 7}, "$.events_sha256", "events_sha256 must be 64 lowercase hex"),
         ({"events_sha256": "zz" * 32}, "$.events_sha256", "events_sha256 must be 64 lowercase"),
         ({"signed": True}, "$.signed", "unexpected or missing field 'signed'"),
+        ({"tree_size": 11}, "$.tree_size", "field 'tree_size' is inconsistent with the others"),
+        ({"last_position": 13}, "$.last_position", "field 'last_position' is inconsistent"),
     ],
 )
 def test_a_damaged_manifest_field_is_named(

@@ -355,8 +355,12 @@ MALFORMED_LINES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
         _set_field("stream", "s" * (stream_name_chars_max + 1)),
         f"stream must be a string of 1..{stream_name_chars_max} characters",
     ),
-    # Each text field at its longest is well formed: read, then found not to be what was
-    # hashed (an exported line with a 128-character stream must import).
+    # Each text field at its shortest and longest is well formed: read, then found not to
+    # be what was hashed (an exported line with a 128-character stream must import).
+    "one-character fields": (
+        lambda line: line.update(stream="s", type="T", recorded_at="9", actor="a"),
+        "entry_hash does not match",
+    ),
     "stream at the limit": (
         _set_field("stream", "s" * stream_name_chars_max), "entry_hash does not match"
     ),

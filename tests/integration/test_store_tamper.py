@@ -175,36 +175,33 @@ def test_two_swapped_payloads_are_found_at_the_first_of_them(ledger: EventStore)
     _assert_bad(ledger.verify(), 2, "hash_mismatch")
 
 
-def test_a_deleted_row_is_a_gap_at_its_position(ledger: EventStore) -> None:
-    with triggers_bypassed(ledger) as conn:
-        conn.execute(text("DELETE FROM events WHERE position = 3"))
-    report = ledger.verify()
-    _assert_bad(report, 3, "gap")
-    assert report.checked == 2
-
-
-def test_a_truncated_tail_names_the_first_missing_position(ledger: EventStore) -> None:
+@pytest.mark.parametrize(
+    ("deleted", "gap", "problem"),
+    [
+        ("position = 3", 3, "position 3 is missing (next stored is 4)"),  # a row
+        ("position >= 4", 4, "events end at position 3 but the head says 5"),  # the tail
+        # Only the very last row: the chain up to it is intact and the head still says 5.
+        ("position = 5", 5, "events end at position 4 but the head says 5"),
+    ],
+)
+def test_deleted_rows_are_a_gap_at_the_first_missing_position(
+    ledger: EventStore, deleted: str, gap: int, problem: str
+) -> None:
     head = ledger.head()
     with triggers_bypassed(ledger) as conn:
-        conn.execute(text("DELETE FROM events WHERE position >= 4"))
+        conn.execute(text(f"DELETE FROM events WHERE {deleted}"))
     assert ledger.head() == head  # the head still says 5
     report = ledger.verify()
-    _assert_bad(report, 4, "gap")
-    assert report.checked == 3
+    _assert_bad(report, gap, "gap")
+    assert report.checked == gap - 1
+    assert report.problem == problem
 
 
 def test_a_head_that_disagrees_with_the_last_event_is_found(ledger: EventStore) -> None:
     with ledger.engine.begin() as conn:  # ledger_head is updated by every append: no trigger
         conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"), {"h": "e" * 64})
     _assert_bad(ledger.verify(), 5, "head_mismatch")
-
-
-def test_a_head_that_disagrees_is_found_by_a_range_starting_at_the_head(
-    ledger: EventStore,
-) -> None:
-    with ledger.engine.begin() as conn:
-        conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"), {"h": "e" * 64})
-    _assert_bad(ledger.verify(5), 5, "head_mismatch")
+    _assert_bad(ledger.verify(5), 5, "head_mismatch")  # also by a range starting at the head
 
 
 def test_events_past_the_head_are_found(ledger: EventStore) -> None:
@@ -212,16 +209,6 @@ def test_events_past_the_head_are_found(ledger: EventStore) -> None:
         conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
                           "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
     _assert_bad(ledger.verify(), 5, "head_mismatch")
-
-
-def test_a_deleted_last_event_is_a_gap_at_its_position(ledger: EventStore) -> None:
-    # Only the very last row gone: the chain up to it is intact and the head still says 5.
-    with triggers_bypassed(ledger) as conn:
-        conn.execute(text("DELETE FROM events WHERE position = 5"))
-    report = ledger.verify()
-    _assert_bad(report, 5, "gap")
-    assert report.checked == 4
-    assert report.problem == "events end at position 4 but the head says 5"
 
 
 def test_a_range_whose_previous_row_was_deleted_names_that_row(ledger: EventStore) -> None:

@@ -163,8 +163,8 @@ INCLUSION_REASONS = {
     "proof order": "proof_invalid",
     "proof shortened": "proof_invalid",
     "root_hash": "proof_invalid",
-    # The same path leads to the same root at sizes 12 and 13 for this leaf (the last
-    # sibling is whatever hash it is): only the signed checkpoint's size catches this one.
+    # For this leaf the RFC 9162 walk makes the same left/right choices at sizes 12 and 13,
+    # so the path still reaches the root of 13: only the signed checkpoint's size catches it.
     "tree_size": "size_mismatch",
     "leaf_index": "position_mismatch",
 }

@@ -48,9 +48,10 @@ def simple_draft(stream: str, n: int = 1, expected: ExpectedVersion = ANY) -> Ev
     raise ValueError(f"no simple event for category {category!r}")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def draft() -> Callable[..., EventDraft]:
-    """Returns ``simple_draft`` (stream, n=1, expected=ANY) -> EventDraft."""
+    """Returns ``simple_draft`` (stream, n=1, expected=ANY) -> EventDraft (a pure function:
+    one for the session, so module-scoped fixtures may build with it too)."""
     return simple_draft
 
 

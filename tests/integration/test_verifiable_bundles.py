@@ -104,6 +104,20 @@ def exported(store: EventStore, draft: Draft, signer: Signer, tmp_path: Path) ->
     return tmp_path / "bundle"
 
 
+@pytest.fixture(scope="module")
+def offline(draft: Draft, signer: Signer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Holds the same signed bundle, exported once from SQLite, for the checks of the bundle
+    files themselves: verify_bundle reads no database, so a second backend would only repeat
+    them. Tests copy it before changing anything."""
+    folder = tmp_path_factory.mktemp("offline")
+    url = f"sqlite:///{folder / 'ledger.db'}"
+    migrate.upgrade(url)
+    with EventStore(url) as store:
+        fill(store, draft, 12)
+        export_bundle(store, folder / "bundle", signer=signer)
+    return folder / "bundle"
+
+
 def rows(store: EventStore) -> list[tuple[Any, ...]]:
     with store.engine.connect() as conn:
         found = conn.execute(text("SELECT * FROM events ORDER BY position")).all()
@@ -376,11 +390,11 @@ MALFORMED_LINES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
 
 @pytest.mark.parametrize("case", MALFORMED_LINES.values(), ids=MALFORMED_LINES.keys())
 def test_a_malformed_line_is_refused_with_what_is_wrong_with_it(
-    exported: Path, signer: Signer, tmp_path: Path,
+    offline: Path, signer: Signer, tmp_path: Path,
     case: tuple[Callable[[dict[str, Any]], Any], str],
 ) -> None:
     change, problem = case
-    bad = copy_bundle(exported, tmp_path)
+    bad = copy_bundle(offline, tmp_path)
     lines = lines_of(bad)
     line = orjson.loads(lines[2])
     change(line)
@@ -393,9 +407,9 @@ def test_a_malformed_line_is_refused_with_what_is_wrong_with_it(
 
 
 def test_a_line_over_the_size_limit_is_refused_before_it_is_parsed(
-    exported: Path, signer: Signer, tmp_path: Path
+    offline: Path, signer: Signer, tmp_path: Path
 ) -> None:
-    bad = copy_bundle(exported, tmp_path)
+    bad = copy_bundle(offline, tmp_path)
     lines = lines_of(bad)
     # Line 3 padded with insignificant spaces to exactly the limit (its newline aside): its
     # fields and entry hash are unchanged, so only the file's digest tells it was edited.
@@ -410,9 +424,9 @@ def test_a_line_over_the_size_limit_is_refused_before_it_is_parsed(
 
 
 def test_a_line_that_is_not_an_object_is_named(
-    exported: Path, signer: Signer, tmp_path: Path
+    offline: Path, signer: Signer, tmp_path: Path
 ) -> None:
-    bad = copy_bundle(exported, tmp_path)
+    bad = copy_bundle(offline, tmp_path)
     write_lines(bad, [*lines_of(bad)[:2], b"[1, 2]\n", *lines_of(bad)[3:]])
     with pytest.raises(IntegrityError, match=f"{EVENTS_FILE} line 3: is not a JSON object"):
         verify_bundle(bad, signer.verifier())
@@ -536,9 +550,9 @@ def test_a_manifest_that_disagrees_with_its_checkpoint_is_refused(
     ],
 )
 def test_a_damaged_manifest_field_is_named(
-    exported: Path, tmp_path: Path, change: dict[str, Any], path: str, problem: str
+    offline: Path, tmp_path: Path, change: dict[str, Any], path: str, problem: str
 ) -> None:
-    bad = copy_bundle(exported, tmp_path)
+    bad = copy_bundle(offline, tmp_path)
     manifest = orjson.loads((bad / MANIFEST_FILE).read_bytes())
     manifest.update(change)
     (bad / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
@@ -562,9 +576,9 @@ def test_a_bundle_path_that_is_not_a_directory_is_named(signer: Signer, tmp_path
      (b"{", "manifest.json: the file is not valid JSON: Expecting property name")],
 )
 def test_a_manifest_that_is_no_json_object_is_refused(
-    exported: Path, tmp_path: Path, raw: bytes, problem: str
+    offline: Path, tmp_path: Path, raw: bytes, problem: str
 ) -> None:
-    bad = copy_bundle(exported, tmp_path)
+    bad = copy_bundle(offline, tmp_path)
     (bad / MANIFEST_FILE).write_bytes(raw)
     with pytest.raises(IntegrityError, match=problem) as caught:
         read_manifest(bad)

@@ -23,6 +23,7 @@ from ledger.checkpoint import (
     note_file_bytes_max,
     parse_proof_document,
     proof_document_bytes_max,
+    read_file_bytes,
     read_text_file,
     sign_tree,
     verify_proof,
@@ -144,7 +145,7 @@ def verify_proof_command(
     document = parse_proof_document(
         read_text_file(proof, "proof file", proof_document_bytes_max), where=str(proof)
     )
-    texts = [read_text_file(n, "checkpoint note", note_file_bytes_max) for n in notes]
+    texts = [read_file_bytes(n, "checkpoint note", note_file_bytes_max) for n in notes]
     verdict = verify_proof(document, texts, verifier, origin)
     if as_json:
         emit_json(verdict.to_json())

@@ -47,7 +47,7 @@ from ledger.checkpoint import (
     event_document,
     note_file_bytes_max,
     open_checkpoint,
-    read_text_file,
+    read_file_bytes,
     sign_tree,
 )
 from ledger.codec import loads
@@ -185,7 +185,8 @@ def read_manifest(bundle: Path) -> Manifest:
     """Reads and checks a bundle's manifest.json; a damaged one raises IntegrityError."""
     if not bundle.is_dir():
         raise InvalidInput(f"bundle {bundle} is not a directory", path=str(bundle))
-    raw = read_text_file(bundle / MANIFEST_FILE, "bundle manifest", manifest_bytes_max)
+    # Bytes, so that bytes that are not UTF-8 are damage named like any other (codec.loads).
+    raw = read_file_bytes(bundle / MANIFEST_FILE, "bundle manifest", manifest_bytes_max)
     try:
         document = loads(raw, where="the file")  # _manifest_error names manifest.json
     except InvalidInput as exc:
@@ -238,8 +239,9 @@ def _bundle_checkpoint(
             f"{MANIFEST_FILE} lists {CHECKPOINT_FILE} but bundle {bundle} does not hold it",
             reason="no_checkpoint",
         )
-    note = read_text_file(bundle / CHECKPOINT_FILE, "bundle checkpoint", note_file_bytes_max)
-    checkpoint = open_checkpoint(note, verifier, origin)
+    raw = read_file_bytes(bundle / CHECKPOINT_FILE, "bundle checkpoint", note_file_bytes_max)
+    checkpoint = open_checkpoint(raw, verifier, origin)  # not UTF-8: a malformed note
+    note = raw.decode("utf-8")  # it is: its signature checked out
     if checkpoint.size != manifest.events or checkpoint.root_hash.hex() != manifest.merkle_root:
         raise IntegrityError(
             f"the signed checkpoint (size {checkpoint.size}, root "

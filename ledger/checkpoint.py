@@ -53,6 +53,7 @@ __all__ = [
     "proof_document_bytes_max",
     "proof_hashes_max",
     "public_key_path",
+    "read_file_bytes",
     "read_text_file",
     "sign_tree",
     "verify_proof",
@@ -157,23 +158,34 @@ def _write_file(path: Path, content: str, mode: int, replace: bool) -> None:
         ) from None
 
 
-def read_text_file(path: Path, what: str, bytes_max: int) -> str:
-    """Returns a small UTF-8 file's text, refusing a missing, oversized or binary file."""
+def read_file_bytes(path: Path, what: str, bytes_max: int) -> bytes:
+    """Returns a small file's bytes, refusing a missing or oversized file (InvalidInput).
+
+    For a file whose content its parser judges (a bundle's manifest and checkpoint, a
+    checkpoint note): bytes that are not UTF-8 are then damage like any other, named by
+    the parser, rather than a separate input error.
+    """
     try:
         size = path.stat().st_size
         if size > bytes_max:
             raise LimitExceeded(
                 f"{what} {path} is {size} bytes; the limit is {bytes_max}", path=str(path)
             )
-        return path.read_bytes().decode("utf-8")
+        return path.read_bytes()
     except FileNotFoundError:
         raise InvalidInput(f"{what} {path} does not exist", path=str(path)) from None
     except IsADirectoryError:
         raise InvalidInput(f"{what} {path} is a directory, not a file", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{what} {path} is not UTF-8 text", path=str(path)) from None
     except OSError as exc:
         raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}", path=str(path)) from None
+
+
+def read_text_file(path: Path, what: str, bytes_max: int) -> str:
+    """Returns a small UTF-8 file's text, refusing a missing, oversized or binary file."""
+    try:
+        return read_file_bytes(path, what, bytes_max).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not UTF-8 text", path=str(path)) from None
 
 
 def load_signer(path: Path) -> Signer:
@@ -242,8 +254,11 @@ def sign_tree(
     return IssuedCheckpoint(row_id, tree_size, root.hex(), origin, signer.name, note)
 
 
-def open_checkpoint(note: str, verifier: Verifier, origin: str | None = None) -> Checkpoint:
-    """Returns the checkpoint in ``note`` once its signature and origin check out.
+def open_checkpoint(
+    note: str | bytes, verifier: Verifier, origin: str | None = None
+) -> Checkpoint:
+    """Returns the checkpoint in ``note`` (text, or the bytes of a note file: bytes that are
+    not UTF-8 are a malformed note, SignatureInvalid) once its signature and origin check out.
 
     The expected origin defaults to ``arena-ledger/<key name>``; a checkpoint of another
     origin fails (``IntegrityError``, reason ``origin_mismatch``).
@@ -486,7 +501,7 @@ class ProofVerdict:
 
 def verify_proof(
     document: Mapping[str, Any],
-    notes: Sequence[str],
+    notes: Sequence[str | bytes],
     verifier: Verifier,
     origin: str | None = None,
 ) -> ProofVerdict:

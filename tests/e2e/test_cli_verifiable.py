@@ -126,15 +126,19 @@ def test_a_checkpoint_fails_with_another_key_origin_or_one_changed_character(
         cwd=ledger.root)
     note = ledger.note6.read_text()
     (ledger.root / "changed.note").write_text(note.replace("\n6\n", "\n7\n"))
+    # A byte that is not UTF-8 is a damaged note like the rest (exit 4), not bad input.
+    (ledger.root / "binary.note").write_bytes(b"\xff" + note.encode()[1:])
     cases = [
         ("--checkpoint", ledger.note6, "--key", "other.key.pub"),
         ("--checkpoint", ledger.note6, "--key", ledger.pub, "--origin", "ledger.example/x"),
         ("--checkpoint", "changed.note", "--key", ledger.pub),
+        ("--checkpoint", "binary.note", "--key", ledger.pub),
     ]
     for extra in cases:
         done = cli("verify-proof", "inc6.json", *extra, db=offline(ledger.root),
                    cwd=ledger.root, expect=4)
         assert done.stderr.startswith(("error[signature_invalid]", "error[integrity_failure]"))
+    assert "not valid UTF-8 at byte 0" in done.stderr
     done = cli("verify-proof", "inc6.json", "--checkpoint", ledger.note6, "--key", "log.key",
                db=offline(ledger.root), cwd=ledger.root, expect=1)
     assert "private key" in done.stderr

@@ -503,6 +503,20 @@ def test_a_bad_signature_is_refused(
     assert_empty(target)
 
 
+def test_a_checkpoint_note_that_is_not_utf8_is_a_malformed_note(
+    target: EventStore, exported: Path, signer: Signer, tmp_path: Path
+) -> None:
+    bad = copy_bundle(exported, tmp_path)
+    note = (bad / CHECKPOINT_FILE).read_bytes()
+    (bad / CHECKPOINT_FILE).write_bytes(note[:3] + b"\xff" + note[4:])
+    # Damage like any other (SignatureInvalid, exit 4), not an input error (exit 1).
+    with pytest.raises(SignatureInvalid, match="malformed signed note: not valid UTF-8 at byte 3"
+                       ) as caught:
+        import_bundle(target, bad, signer.verifier())
+    assert caught.value.context["reason"] == "malformed"
+    assert_empty(target)
+
+
 def test_another_key_or_origin_is_refused(
     target: EventStore, exported: Path, signer: Signer
 ) -> None:
@@ -573,7 +587,8 @@ def test_a_bundle_path_that_is_not_a_directory_is_named(signer: Signer, tmp_path
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [(b"[]", "manifest.json: must be a JSON object"),
-     (b"{", "manifest.json: the file is not valid JSON: Expecting property name")],
+     (b"{", "manifest.json: the file is not valid JSON: Expecting property name"),
+     (b'{"events": "\xff"}', r"manifest.json: the file is not valid UTF-8 \(byte 12\)")],
 )
 def test_a_manifest_that_is_no_json_object_is_refused(
     offline: Path, tmp_path: Path, raw: bytes, problem: str

@@ -534,6 +534,12 @@ def test_key_files_are_not_interchangeable_and_errors_never_quote_secrets(tmp_pa
     assert secret not in caught.value.message
     with pytest.raises(InvalidInput, match="does not exist"):
         load_verifier(tmp_path / "missing.pub")
+    binary = tmp_path / "binary.pub"
+    binary.write_bytes(b"\xff" + files.public_path.read_bytes())
+    with pytest.raises(InvalidInput, match=f"public key file {binary} is not UTF-8 text"):
+        load_verifier(binary)
+    with pytest.raises(InvalidInput, match=f"public key file {tmp_path} is a directory"):
+        load_verifier(tmp_path)
     with pytest.raises(InvalidInput, match="signer key"):
         load_signer_copy = tmp_path / "pub-as-private"
         load_signer_copy.write_text(files.public_path.read_text())

@@ -6,64 +6,17 @@ recorded at, and the store's catalogue lifts them to the current version on read
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import pytest
+from upcast_widgets import WidgetV3, widget_catalogue  # tests/, through its conftest
 
-from ledger.catalogue import Catalogue
 from ledger.errors import SchemaError
-from ledger.events import Event
 from ledger.model import EventDraft
 from ledger.store import EventStore
 
 
-class WidgetV1(Event):
-    """Records a widget (v1: a name)."""
-
-    event_type: ClassVar[str] = "TestWidgetRecorded"
-    schema_version: ClassVar[int] = 1
-    category: ClassVar[str | None] = "arena"
-    name: str
-
-
-class WidgetV2(Event):
-    """Records a widget (v2: adds size)."""
-
-    event_type: ClassVar[str] = "TestWidgetRecorded"
-    schema_version: ClassVar[int] = 2
-    category: ClassVar[str | None] = "arena"
-    name: str
-    size: int
-
-
-class WidgetV3(Event):
-    """Records a widget (v3: name is renamed label)."""
-
-    event_type: ClassVar[str] = "TestWidgetRecorded"
-    schema_version: ClassVar[int] = 3
-    category: ClassVar[str | None] = "arena"
-    label: str
-    size: int
-
-
-def _v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
-    return {**payload, "size": len(payload["name"])}
-
-
-def _v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
-    lifted = {k: v for k, v in payload.items() if k != "name"}
-    lifted["label"] = payload["name"]
-    return lifted
-
-
 @pytest.fixture
 def widget_store(store: EventStore) -> EventStore:
-    catalogue = Catalogue()
-    for model in (WidgetV1, WidgetV2, WidgetV3):
-        catalogue.register(model)
-    catalogue.register_upcaster("TestWidgetRecorded", 1, _v1_to_v2)
-    catalogue.register_upcaster("TestWidgetRecorded", 2, _v2_to_v3)
-    with EventStore(store.url, catalogue=catalogue.seal()) as widgets:
+    with EventStore(store.url, catalogue=widget_catalogue().seal()) as widgets:
         yield widgets  # type: ignore[misc]
 
 

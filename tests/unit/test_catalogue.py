@@ -6,16 +6,23 @@ import copy
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from upcast_widgets import (  # tests/, on sys.path through its conftest
+    WidgetV1,
+    WidgetV2,
+    WidgetV3,
+    widget_catalogue,
+    widget_v1_to_v2,
+    widget_v2_to_v3,
+)
 
 from ledger import limits
 from ledger.catalogue import (
     CATALOGUE,
-    Catalogue,
     CatalogueError,
     check_stream_name,
     stream_category,
@@ -352,60 +359,7 @@ def test_an_event_in_another_categorys_stream_is_refused(event_type: str) -> Non
     assert caught.value.stream == wrong  # type: ignore[attr-defined]
 
 
-# -- upcasters (a test-only type with three versions) ----------------------------------------
-
-
-class WidgetV1(Event):
-    """Records a widget (v1: a name)."""
-
-    event_type: ClassVar[str] = "TestWidgetRecorded"
-    schema_version: ClassVar[int] = 1
-    category: ClassVar[str | None] = "arena"
-    name: str
-
-
-class WidgetV2(Event):
-    """Records a widget (v2: adds size)."""
-
-    event_type: ClassVar[str] = "TestWidgetRecorded"
-    schema_version: ClassVar[int] = 2
-    category: ClassVar[str | None] = "arena"
-    name: str
-    size: int
-
-
-class WidgetV3(Event):
-    """Records a widget (v3: name is renamed label)."""
-
-    event_type: ClassVar[str] = "TestWidgetRecorded"
-    schema_version: ClassVar[int] = 3
-    category: ClassVar[str | None] = "arena"
-    label: str
-    size: int
-
-
-def widget_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
-    """Adds ``size``; a v1 widget's size is the length of its name."""
-    return {**payload, "size": len(payload["name"])}
-
-
-def widget_v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
-    """Renames ``name`` to ``label``."""
-    lifted = {k: v for k, v in payload.items() if k != "name"}
-    lifted["label"] = payload["name"]
-    return lifted
-
-
-def widget_catalogue(
-    models: tuple[type[Event], ...] = (WidgetV1, WidgetV2, WidgetV3),
-    upcasters: tuple[tuple[int, Any], ...] = ((1, widget_v1_to_v2), (2, widget_v2_to_v3)),
-) -> Catalogue:
-    catalogue = Catalogue()
-    for model in models:
-        catalogue.register(model)
-    for from_version, upcaster in upcasters:
-        catalogue.register_upcaster("TestWidgetRecorded", from_version, upcaster)
-    return catalogue
+# -- upcasters (a test-only type with three versions: tests/upcast_widgets.py) --------------
 
 
 def test_reading_a_v1_payload_yields_the_v3_model() -> None:

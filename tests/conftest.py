@@ -5,7 +5,8 @@
 CREATE DATABASE, dropped ``WITH (FORCE)`` at the end; emptied before every test), so
 concurrent runs never collide. ``ARENA_LEDGER_PG_DB_PER_TEST=1`` creates and drops one
 database per test instead (slower: every DROP DATABASE forces a checkpoint). ``store`` runs the
-Alembic revisions on it and yields an ``EventStore``.
+Alembic revisions on it and yields an ``EventStore``; ``spare_store`` yields a second one, on
+another database of the same backend.
 
 PostgreSQL is a real server (never a mock). When it cannot be reached the postgres-param
 tests *fail* with a message saying so, unless ``ARENA_LEDGER_SKIP_POSTGRES=1`` is set, in
@@ -135,8 +136,9 @@ def _pg_admin_params() -> dict[str, str]:
 class _PgDatabases:
     """Hands every test an empty PostgreSQL database that no other run can see.
 
-    The session creates its own ``al_test_<uuid8>`` database and drops it ``WITH (FORCE)`` at
-    the end. Before each test the database is emptied (other sessions to it terminated, the
+    The session creates its own ``al_test_<uuid8>`` databases (one, and one more for each
+    further database a test holds at once: ``spare_store``) and drops them ``WITH (FORCE)``
+    at the end. Before each use a database is emptied (other sessions to it terminated, the
     ``public`` schema dropped and recreated), which leaves it exactly as a fresh database for
     the ledger: no tables, no functions, no ``alembic_version``. Why not one CREATE/DROP per
     test: PostgreSQL 15 forces a checkpoint on every ``DROP DATABASE`` (0.3-1.5 s on a busy
@@ -146,7 +148,9 @@ class _PgDatabases:
 
     def __init__(self, params: dict[str, str]) -> None:
         self._params = params
-        self._shared: str | None = None
+        #: Every database the session created, and those no test holds now.
+        self._created: list[str] = []
+        self._free: list[str] = []
 
     def _create(self) -> str:
         name = f"al_test_{uuid.uuid4().hex[:8]}"
@@ -170,13 +174,16 @@ class _PgDatabases:
             conn.execute("CREATE SCHEMA public")
 
     def take(self) -> str:
+        """Returns an empty database: one given back before (emptied now), else a new one."""
         if PG_DB_PER_TEST:
             return self._create()
-        if self._shared is None:
-            self._shared = self._create()
-        else:
-            self._empty(self._shared)
-        return self._shared
+        if self._free:
+            name = self._free.pop()
+            self._empty(name)
+            return name
+        name = self._create()
+        self._created.append(name)
+        return name
 
     def url(self, name: str) -> str:
         p = self._params
@@ -185,10 +192,12 @@ class _PgDatabases:
     def give_back(self, name: str) -> None:
         if PG_DB_PER_TEST:
             self._drop(name)
+        else:
+            self._free.append(name)
 
     def close(self) -> None:
-        if self._shared is not None:
-            self._drop(self._shared)
+        for name in self._created:
+            self._drop(name)
 
 
 @pytest.fixture(scope="session")
@@ -228,6 +237,30 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     return str(request.getfixturevalue("pg_database"))
+
+
+@pytest.fixture
+def spare_store(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[object]:
+    """Yields a second ``EventStore``, migrated and empty, on the same backend as ``store``
+    (an import target, a copy to compare with); closed afterwards."""
+    from ledger import migrate
+    from ledger.store import EventStore
+
+    if backend == "sqlite":
+        url, name, pool = f"sqlite:///{tmp_path / 'spare.db'}", None, None
+    else:
+        pool = request.getfixturevalue("_pg_databases")
+        name = pool.take()
+        url = pool.url(name)
+    try:
+        migrate.upgrade(url)
+        with EventStore(url) as spare:
+            yield spare
+    finally:
+        if pool is not None:
+            pool.give_back(name)
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import shutil
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,34 +51,12 @@ from ledger.note import Signer
 from ledger.store import EventStore
 
 Draft = Callable[..., EventDraft]
-PG_ADMIN_URL = os.environ.get(
-    "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 
 
 @pytest.fixture
-def target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[EventStore]:
-    """Yields a second, migrated, empty store on the same backend: the import target."""
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'target.db'}"
-        migrate.upgrade(url)
-        with EventStore(url) as spare:
-            yield spare
-        return
-    import psycopg
-
-    params = request.getfixturevalue("_pg_admin_params")
-    name = f"al_test_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://{params['user']}@{params['host']}:{params['port']}/{name}"
-    try:
-        migrate.upgrade(url)
-        with EventStore(url) as spare:
-            yield spare
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def target(spare_store: EventStore) -> EventStore:
+    """Is the import target: a second, migrated, empty store on the same backend."""
+    return spare_store
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,14 @@ import of the first one's prefix, then each ledger appends different events.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from tampering import triggers_bypassed
 
-from ledger import merkle, migrate
+from ledger import merkle
 from ledger.bundle import export_bundle, import_bundle
 from ledger.checkpoint import (
     consistency_document,
@@ -30,36 +28,6 @@ from ledger.note import Signer
 from ledger.store import EventStore
 
 Draft = Callable[..., EventDraft]
-PG_ADMIN_URL = os.environ.get(
-    "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-
-
-@pytest.fixture
-def spare_store(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[EventStore]:
-    """Yields a second, migrated, empty store on the same backend as ``store``."""
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'spare.db'}"
-        migrate.upgrade(url)
-        with EventStore(url) as spare:
-            yield spare
-        return
-    import psycopg
-
-    params = request.getfixturevalue("_pg_admin_params")
-    name = f"al_test_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://{params['user']}@{params['host']}:{params['port']}/{name}"
-    try:
-        migrate.upgrade(url)
-        with EventStore(url) as spare:
-            yield spare
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,7 @@ from bench._common import (  # noqa: E402  (after the path fix above)
     replace_doc_section,
     verdict,
 )
+from bench.store import stream_of, window_payload  # noqa: E402  (the store benchmark's events)
 from ledger import migrate  # noqa: E402
 from ledger.bundle import export_bundle, import_bundle, verify_bundle  # noqa: E402
 from ledger.checkpoint import (  # noqa: E402
@@ -67,37 +68,16 @@ proof_samples = 500
 checkpoint_samples = 5
 #: Seed for the random positions, so runs are comparable.
 seed = 20_261_129
-#: Events per attempt stream.
-windows_per_attempt = 10
-
 #: Targets.
 target_checkpoint_s = 1.0
 target_inclusion_ms = 10.0
 target_verify_rate = 150_000
 
 
-def window_payload(index: int) -> dict[str, Any]:
-    """Returns a WindowMeasured payload (~300 canonical bytes) for event ``index``."""
-    slot = index % windows_per_attempt
-    return {
-        "window": slot % 5 + 1,
-        "orientation": 1 + slot // 5,
-        "stock_cost_ns": 1_234_567_890_123 + index * 7,
-        "candidate_cost_ns": 1_198_765_432_101 + index * 5,
-        "stock_output_tokens": 4096,
-        "candidate_output_tokens": 4096 + index % 17,
-        "stock_decode_tps": f"1843.{index % 9_973:05d}7",
-        "candidate_decode_tps": f"1901.{(index + 1) % 9_973:05d}7",
-        "stock_ttft_ms": f"41.{(index + 2) % 9_973:05d}7",
-        "candidate_ttft_ms": f"39.{(index + 3) % 9_973:05d}7",
-    }
-
-
 def drafts(first: int, count: int) -> list[EventDraft]:
     """Builds ``count`` drafts for events ``first`` … ``first + count - 1``."""
     return [
-        EventDraft(f"attempt-bench.{i // windows_per_attempt:08d}", "WindowMeasured",
-                   window_payload(i))
+        EventDraft(stream_of(i), "WindowMeasured", window_payload(i))
         for i in range(first, first + count)
     ]
 

@@ -739,6 +739,42 @@ def test_a_new_sqlite_ledger_uses_large_pages_and_an_old_one_keeps_its_own(tmp_p
     assert page_size(old) == 4096
 
 
+def test_every_sqlite_connection_waits_for_the_lock_in_wal_mode_with_full_sync(
+    tmp_path: Any,
+) -> None:
+    """The pragmas each connection gets (``_on_sqlite_connect``): a writer waits 30 s for
+    the lock (sqlite3's own default is 5 s), WAL lets readers run beside the writer, and
+    synchronous FULL makes a committed append survive a power cut."""
+    from ledger import migrate
+    from ledger.store import sqlite_busy_timeout_ms
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    migrate.upgrade(url)
+    with EventStore(url) as store, store.engine.connect() as one, store.engine.connect() as two:
+        for conn in (one, two):
+            pragma = conn.exec_driver_sql
+            assert pragma("PRAGMA busy_timeout").scalar() == sqlite_busy_timeout_ms == 30_000
+            assert pragma("PRAGMA journal_mode").scalar() == "wal"
+            # FULL (2); also this SQLite build's default: the check is against a weaker one.
+            assert pragma("PRAGMA synchronous").scalar() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_bare_postgresql_url_means_psycopg_3(store_url: str, draft: Draft) -> None:
+    # SQLAlchemy 2.1 reads postgresql:// as psycopg 3 by itself, 2.0 (also allowed by
+    # pyproject) as psycopg2, which the ledger does not install: make_engine names psycopg.
+    from ledger import migrate
+
+    bare = store_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    assert bare != store_url
+    migrate.upgrade(bare)
+    with EventStore(bare) as store:
+        assert store.engine.dialect.driver == "psycopg"
+        store.append([draft("arena-a", 1)])
+        assert store.head().position == 1 and store.verify().ok
+
+
 @pytest.mark.parametrize("size", [1, 3, 255, 256, 257, 1000])
 def test_sqlite_multi_row_inserts_write_every_event_in_order(tmp_path: Any, size: int) -> None:
     from ledger import migrate

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event as sa_event
+from sqlalchemy import text
 
 from ledger import limits
 from ledger.chain import GENESIS_HASH
@@ -29,9 +30,11 @@ from ledger.errors import (
     Refused,
     SchemaError,
     SchemaNotInitialised,
+    StoreError,
     UnknownEventType,
 )
 from ledger.events import ArenaRetired
+from ledger.merkle import root_from_leaves
 from ledger.model import ANY, NO_STREAM, EventDraft, Head, StreamState
 from ledger.store import EventStore, parse_expected_version
 
@@ -266,6 +269,7 @@ def test_a_batch_whose_third_event_is_invalid_writes_none(
     with pytest.raises(SchemaError) as caught:
         store.append([draft("credit-a", 1), draft("arena-c", 1), bad])
     assert caught.value.index == 2
+    assert caught.value.context["index"] == 2  # what the CLI and --json report
     assert caught.value.path == "$.payload.block"
     _assert_nothing_written(store, before, 0, count_rows)
 
@@ -303,6 +307,13 @@ def test_a_guard_that_refuses_inside_the_transaction_writes_none(
                     expected_version=-1), SchemaError, "expected_version"),
         (EventDraft("arena-c", "ArenaRetired", {"block": 1.0, "reason": "x"}),
          InvalidInput, "$.payload.block"),
+        (EventDraft(["arena-c"], "ArenaRetired", {"block": 1, "reason": "x"}),  # type: ignore[arg-type]
+         SchemaError, "stream"),
+        (EventDraft("arena-c", 7, {"block": 1, "reason": "x"}),  # type: ignore[arg-type]
+         SchemaError, "$.type"),
+        *[(EventDraft("arena-c", "ArenaRetired", {"block": 1, "reason": "x"},
+                      schema_version=version),  # type: ignore[arg-type]
+           SchemaError, "$.schema_version") for version in (0, -1, "1", True, 1.0)],
     ],
 )
 def test_invalid_drafts_are_refused_before_anything_is_written(
@@ -329,12 +340,15 @@ def test_actor_and_key_are_checked(store: EventStore, draft: Draft, count_rows: 
 # -- limits ----------------------------------------------------------------------------------
 
 
-def test_a_batch_over_batch_events_max_is_refused(store: EventStore, draft: Draft,
-                                                 count_rows: Any) -> None:
+def test_batch_events_max_is_inclusive_and_one_more_is_refused(
+    store: EventStore, draft: Draft, count_rows: Any
+) -> None:
     with pytest.raises(LimitExceeded) as caught:
         store.append([draft("arena-a", 1)] * (limits.batch_events_max + 1))
     assert str(limits.batch_events_max) in str(caught.value)
     assert count_rows("events") == 0 and store.head().position == 0
+    written = store.append([draft("arena-a", 1)] * limits.batch_events_max)
+    assert written.last == limits.batch_events_max == store.head().position
 
 
 def _settlement_payload(size: int) -> dict[str, Any]:
@@ -490,6 +504,30 @@ def test_verify_covers_the_whole_chain_and_a_range(store: EventStore, draft: Dra
     assert (partial.ok, partial.checked, partial.from_position, partial.to_position) == (
         True, 3, 3, 5)
     assert partial.head_hash == result.entry_hashes[4]
+
+
+def test_the_merkle_root_at_the_head_is_the_root_of_every_entry(
+    store: EventStore, draft: Draft
+) -> None:
+    result = store.append([draft("arena-v", i) for i in range(6)])
+    leaves = [bytes.fromhex(h) for h in result.entry_hashes]
+    assert store.merkle_root() == (6, root_from_leaves(leaves))  # from the stored frontier
+    assert store.merkle_root(6) == store.merkle_root()  # from the stored nodes
+    assert store.merkle_root(5) == (5, root_from_leaves(leaves[:5]))
+
+
+def test_reads_through_a_given_connection_see_its_transaction(
+    store: EventStore, draft: Draft
+) -> None:
+    store.append([draft("arena-v", 1), draft("credit-v", 1)])
+    with store.engine.connect() as conn, conn.begin():
+        conn.execute(text("DELETE FROM ledger_head"))  # visible only inside this transaction
+        assert [e.position for e in store.read_all(conn=conn)] == [1, 2]
+        assert [e.stream for e in store.read_stream("credit-v", conn=conn)] == ["credit-v"]
+        with pytest.raises(StoreError, match="ledger_head row is missing"):
+            store.head(conn)
+        conn.rollback()
+    assert store.head().position == 2
 
 
 def test_an_unmigrated_database_raises_schema_not_initialised(

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from tampering import triggers_bypassed
 
-from ledger.errors import InvalidInput
+from ledger.errors import InvalidInput, StoreError
 from ledger.model import EventDraft, VerifyReport
 from ledger.store import EventStore
 from ledger.verify import verify_chain
@@ -202,6 +202,23 @@ def test_a_head_that_disagrees_with_the_last_event_is_found(ledger: EventStore) 
         conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"), {"h": "e" * 64})
     _assert_bad(ledger.verify(), 5, "head_mismatch")
     _assert_bad(ledger.verify(5), 5, "head_mismatch")  # also by a range starting at the head
+
+
+def test_a_deleted_head_row_is_named_as_damage_by_every_reader_of_it(
+    ledger: EventStore, draft: Draft
+) -> None:
+    with ledger.engine.begin() as conn:  # ledger_head has no trigger (see above)
+        conn.execute(text("DELETE FROM ledger_head"))
+
+    def tree() -> None:
+        with ledger.tree():
+            pass
+
+    for call in (ledger.head, ledger.merkle_root, tree, lambda: ledger.append([draft("arena-t")])):
+        with pytest.raises(StoreError, match="the ledger_head row is missing; the database is "
+                           "damaged"):
+            call()
+    assert [e.position for e in ledger.read_all()] == [1, 2, 3, 4, 5]  # nothing was written
 
 
 def test_events_past_the_head_are_found(ledger: EventStore) -> None:

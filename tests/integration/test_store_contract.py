@@ -516,6 +516,23 @@ def test_the_merkle_root_at_the_head_is_the_root_of_every_entry(
     assert store.merkle_root(5) == (5, root_from_leaves(leaves[:5]))
 
 
+def test_checkpoints_are_kept_in_order_and_listed_newest_first(
+    make_store: Callable[..., EventStore],
+) -> None:
+    store = make_store(clock=lambda: "2026-12-01T05:00:00.000000Z")
+    ids = [store.add_checkpoint(n, f"{n:064x}", "ops.example/log", "ops.example", f"note {n}\n")
+           for n in range(1, 23)]
+    assert ids == list(range(1, 23))  # the store's own ids, on both backends
+    listed = store.checkpoints()
+    assert len(listed) == 20  # the default limit
+    assert [c["id"] for c in listed] == list(range(22, 2, -1))
+    assert listed[0] == {
+        "id": 22, "tree_size": 22, "root_hash": f"{22:064x}", "origin": "ops.example/log",
+        "key_name": "ops.example", "note": "note 22\n", "created_at": "2026-12-01T05:00:00.000000Z",
+    }
+    assert [c["id"] for c in store.checkpoints(limit=2)] == [22, 21]
+
+
 def test_reads_through_a_given_connection_see_its_transaction(
     store: EventStore, draft: Draft
 ) -> None:

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import inspect, text
 
 from ledger import migrate
-from ledger.errors import InvalidInput, StoreError
+from ledger.errors import InvalidInput, SchemaNotInitialised, StoreError
 from ledger.model import EventDraft
 from ledger.schema import metadata
 from ledger.store import EventStore, make_engine
@@ -144,6 +144,23 @@ def test_a_sqlite_upgrade_that_fails_midway_leaves_the_revision_it_started_from(
     engine.dispose()
     migrate.upgrade(url)
     assert migrate.current(url) == migrate.heads()[0]
+
+
+def test_an_append_to_a_ledger_at_an_old_revision_says_to_upgrade_and_writes_nothing(
+    store_url: str,
+) -> None:
+    """0001 has no Merkle frontier: the package is newer than the database's tables."""
+    migrate.upgrade(store_url, "0001_initial")
+    drafts = [EventDraft("arena-a", "ArenaRetired", {"block": 1, "reason": "x"})]
+    with EventStore(store_url) as store:
+        with pytest.raises(SchemaNotInitialised, match=r"not at the latest revision; run "
+                           r"`arena-ledger db upgrade`") as caught:
+            store.append(drafts)
+        assert caught.value.code == "store_not_initialised"
+        assert store.head().position == 0
+    migrate.upgrade(store_url)
+    with EventStore(store_url) as store:
+        assert store.append(drafts).last == 1
 
 
 def test_upgrade_downgrade_to_base_and_upgrade_again(store_url: str) -> None:

@@ -89,8 +89,11 @@ def test_appends_get_gapless_positions_and_per_stream_versions(
     assert store.stream_version("arena-a") == 2
     assert store.get(3).payload == {"block": 2, "reason": "r2"}
     assert store.entry_hash_at(3) == recorded[2].entry_hash
-    with pytest.raises(NotFound):
-        store.get(6)
+    assert store.entry_hash_at(0) == GENESIS_HASH  # what position 1 chains from
+    for missing in (store.get, store.entry_hash_at):
+        with pytest.raises(NotFound, match="no event at position 6") as caught:
+            missing(6)
+        assert caught.value.context["position"] == 6
 
 
 def test_stored_payload_is_the_canonical_bytes_and_decodes_to_the_model(

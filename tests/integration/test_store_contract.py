@@ -221,19 +221,25 @@ def test_repeating_a_key_with_the_same_content_returns_the_original_positions(
 def test_repeating_a_key_with_other_content_is_refused_and_writes_nothing(
     store: EventStore, draft: Draft, count_rows: Any
 ) -> None:
-    store.append([draft("arena-k", 1)], idempotency_key="k1")
+    store.append([draft("arena-z", 1)])
+    store.append([draft("arena-k", 1), draft("credit-k", 1)], idempotency_key="k1")  # 2..3
     before = store.head()
     for other in (
-        [draft("arena-k", 2)],  # other payload
-        [draft("arena-j", 1)],  # other stream
-        [draft("arena-k", 1), draft("arena-k", 1)],  # more events
-        [draft("arena-k", 1, NO_STREAM)],  # other expectation
+        [draft("arena-k", 2), draft("credit-k", 1)],  # other payload
+        [draft("arena-j", 1), draft("credit-k", 1)],  # other stream
+        [draft("arena-k", 1), draft("credit-k", 1), draft("arena-k", 1)],  # more events
+        [draft("arena-k", 1)],  # fewer events
+        [draft("arena-k", 1, NO_STREAM), draft("credit-k", 1)],  # other expectation
     ):
         with pytest.raises(IdempotencyKeyReused) as caught:
             store.append(other, idempotency_key="k1")
         assert caught.value.code == "idempotency_key_reused"
-        assert caught.value.first_position == 1
-    _assert_nothing_written(store, before, 1, count_rows)
+        assert caught.value.first_position == 2
+        assert caught.value.message == (
+            "idempotency key 'k1' was used for other content (positions 2..3); nothing was "
+            "written"
+        )
+    _assert_nothing_written(store, before, 3, count_rows)
 
 
 def test_a_refused_append_does_not_consume_its_key(
@@ -330,14 +336,27 @@ def test_invalid_drafts_are_refused_before_anything_is_written(
 
 
 def test_actor_and_key_are_checked(store: EventStore, draft: Draft, count_rows: Any) -> None:
-    for kwargs in ({"actor": ""}, {"actor": "x" * (limits.actor_chars_max + 1)},
-                   {"actor": "tab\there"}, {"idempotency_key": ""},
-                   {"idempotency_key": "k" * (limits.idempotency_key_chars_max + 1)}):
-        with pytest.raises(InvalidInput):
+    for kwargs, path in (
+        ({"actor": ""}, "actor"),
+        ({"actor": "x" * (limits.actor_chars_max + 1)}, "actor"),
+        ({"actor": "tab\there"}, "actor"),
+        ({"actor": 7}, "actor"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"idempotency_key": "k" * (limits.idempotency_key_chars_max + 1)}, "idempotency_key"),
+        ({"idempotency_key": "new\nline"}, "idempotency_key"),
+        ({"idempotency_key": 7}, "idempotency_key"),
+    ):
+        with pytest.raises(InvalidInput) as caught:
             store.append([draft("arena-a", 1)], **kwargs)
+        assert caught.value.context["path"] == path
     with pytest.raises(InvalidInput):
         store.append([])
     assert count_rows("events") == 0
+    # Both bounds are inclusive: one character, and the limit.
+    for actor, key in (("a", "k"), ("x" * limits.actor_chars_max,
+                                    "k" * limits.idempotency_key_chars_max)):
+        assert store.append([draft("arena-a", 1)], actor=actor, idempotency_key=key).last >= 1
+    assert [e.actor for e in store.read_all()] == ["a", "x" * limits.actor_chars_max]
 
 
 # -- limits ----------------------------------------------------------------------------------

@@ -529,13 +529,18 @@ def test_verify_covers_the_whole_chain_and_a_range(store: EventStore, draft: Dra
 
 
 def test_the_merkle_root_at_the_head_is_the_root_of_every_entry(
-    store: EventStore, draft: Draft
+    store: EventStore, draft: Draft, count_rows: Any
 ) -> None:
-    result = store.append([draft("arena-v", i) for i in range(6)])
+    from ledger.tree import stored_level_min
+
+    result = store.append([draft("arena-v", i) for i in range(40)])
     leaves = [bytes.fromhex(h) for h in result.entry_hashes]
-    assert store.merkle_root() == (6, root_from_leaves(leaves))  # from the stored frontier
-    assert store.merkle_root(6) == store.merkle_root()  # from the stored nodes
-    assert store.merkle_root(5) == (5, root_from_leaves(leaves[:5]))
+    # Perfect subtrees of 16 leaves and more are stored: [0, 16), [16, 32) and [0, 32).
+    assert stored_level_min == 4 and count_rows("merkle_nodes") == 3
+    assert store.merkle_root() == (40, root_from_leaves(leaves))  # from the stored frontier
+    assert store.merkle_root(40) == store.merkle_root()  # from stored nodes and entries
+    for size in (5, 16, 33):
+        assert store.merkle_root(size) == (size, root_from_leaves(leaves[:size]))
 
 
 def test_checkpoints_are_kept_in_order_and_listed_newest_first(

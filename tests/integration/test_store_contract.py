@@ -31,6 +31,7 @@ from ledger.errors import (
     SchemaError,
     SchemaNotInitialised,
     StoreError,
+    StoreUnavailable,
     UnknownEventType,
 )
 from ledger.events import ArenaRetired
@@ -596,6 +597,70 @@ def test_an_unmigrated_database_raises_schema_not_initialised(
             with pytest.raises(SchemaNotInitialised) as caught:
                 call()
             assert caught.value.code == "store_not_initialised"
+
+
+# -- how database failures are named -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("driver_message", "code", "message"),
+    [
+        ("no such table: events", "store_not_initialised",
+         "the ledger's tables do not exist; run `arena-ledger init`"),
+        ('relation "events" does not exist\nLINE 1: SELECT …', "store_not_initialised",
+         "the ledger's tables do not exist; run `arena-ledger init`"),
+        ("events are append-only: UPDATE refused", "store_error",
+         "the database refused a change to recorded events: events are append-only: UPDATE "
+         "refused"),
+        ("database is locked", "store_unavailable", "the database is unavailable: database is "
+         "locked"),
+        ("attempt to write a readonly database", "store_unavailable",
+         "the database is unavailable: attempt to write a readonly database"),
+        ("database or disk is full", "store_unavailable",
+         "the database is unavailable: database or disk is full"),
+        ("connection refused", "store_unavailable", "the database is unavailable: connection "
+         "refused"),
+        ('column "x" does not exist', "store_error", 'database error: column "x" does not '
+         "exist"),
+    ],
+)
+def test_a_database_failure_becomes_the_store_error_that_names_it(
+    driver_message: str, code: str, message: str
+) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from ledger.store import _store_error
+
+    url = "postgresql+psycopg://ledger:s3cret@db.example:5432/ledger"
+    for raised in (sqlite3.OperationalError(driver_message),  # from the driver's own cursor
+                   OperationalError("SELECT 1", {}, sqlite3.OperationalError(driver_message))):
+        error = _store_error(raised, url)
+        assert (error.code, error.message) == (code, message)
+        assert "s3cret" not in repr(error.context)
+
+
+def test_urls_in_errors_hide_the_password() -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from ledger.store import _safe, cannot_open
+
+    url = "postgresql+psycopg://ledger:s3cret@db.example:5432/ledger"
+    safe = "postgresql+psycopg://ledger:***@db.example:5432/ledger"
+    assert _safe(url) == safe
+    assert _safe("not a url") == "<invalid url>"
+    refused = url.replace("db.example:5432", "127.0.0.1:1")  # nothing listens on port 1
+    with pytest.raises(StoreUnavailable) as caught:
+        EventStore(refused).head()
+    assert caught.value.context["url"] == _safe(refused) != refused
+    assert "s3cret" not in caught.value.message
+    error = cannot_open(OperationalError("SELECT 1", {}, sqlite3.OperationalError(
+        "unable to open database file\nmore detail")), url)
+    assert error.message == f"cannot open the database {safe}: unable to open database file"
+    assert error.context == {"url": safe, "reason": "unable to open database file"}
 
 
 # -- concurrency (separate processes, spawn) -------------------------------------------------

@@ -591,6 +591,7 @@ def test_an_unmigrated_database_raises_schema_not_initialised(
             lambda: bare.get(1),
             lambda: bare.entry_hash_at(1),
             bare.merkle_root,
+            lambda: bare.merkle_root(1),  # through tree(), a context manager of its own
             bare.checkpoints,
             lambda: bare.add_checkpoint(1, "00" * 32, "origin", "key", "note"),
         ):

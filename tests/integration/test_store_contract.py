@@ -219,6 +219,27 @@ def test_repeating_a_key_with_the_same_content_returns_the_original_positions(
     assert count_rows("events") == 3
 
 
+def test_a_key_is_stored_with_the_documented_digest_of_its_batch(
+    store: EventStore, draft: Draft
+) -> None:
+    """docs/storage.md: SHA-256 over [stream, type, schema_version, expected] in canonical
+    JSON, the payload's length (8 bytes, big-endian) and its bytes, event by event. A retry
+    from before an upgrade must still match, so the format is pinned here."""
+    import hashlib
+
+    batch = [draft("arena-k", 1, NO_STREAM), draft("credit-k", 1), draft("arena-k", 2, 1)]
+    store.append(batch, idempotency_key="intake:block-9:0")
+    expected = hashlib.sha256()
+    for event, marker in zip(batch, ("no_stream", "any", 1), strict=True):
+        payload = canonical_bytes(event.payload)
+        expected.update(canonical_bytes([event.stream, event.type, 1, marker]))
+        expected.update(len(payload).to_bytes(8, "big") + payload)
+    with store.engine.connect() as conn:
+        stored = conn.execute(text("SELECT content_digest, first_position, last_position "
+                                   "FROM idempotency_keys")).one()
+    assert tuple(stored) == (expected.hexdigest(), 1, 3)
+
+
 def test_repeating_a_key_with_other_content_is_refused_and_writes_nothing(
     store: EventStore, draft: Draft, count_rows: Any
 ) -> None:

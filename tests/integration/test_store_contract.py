@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event as sa_event
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from ledger import limits
 from ledger.chain import GENESIS_HASH
@@ -37,7 +39,15 @@ from ledger.errors import (
 from ledger.events import ArenaRetired
 from ledger.merkle import root_from_leaves
 from ledger.model import ANY, NO_STREAM, EventDraft, Head, StreamState
-from ledger.store import EventStore, parse_expected_version
+from ledger.store import (
+    EventStore,
+    _safe,
+    _store_error,
+    cannot_open,
+    parse_expected_version,
+    sqlite_busy_timeout_ms,
+)
+from ledger.tree import stored_level_min
 
 Draft = Callable[..., EventDraft]
 SPAWN = multiprocessing.get_context("spawn")
@@ -225,8 +235,6 @@ def test_a_key_is_stored_with_the_documented_digest_of_its_batch(
     """docs/storage.md: SHA-256 over [stream, type, schema_version, expected] in canonical
     JSON, the payload's length (8 bytes, big-endian) and its bytes, event by event. A retry
     from before an upgrade must still match, so the format is pinned here."""
-    import hashlib
-
     batch = [draft("arena-k", 1, NO_STREAM), draft("credit-k", 1), draft("arena-k", 2, 1)]
     store.append(batch, idempotency_key="intake:block-9:0")
     expected = hashlib.sha256()
@@ -375,9 +383,12 @@ def test_actor_and_key_are_checked(store: EventStore, draft: Draft, count_rows: 
         store.append([])
     assert count_rows("events") == 0
     # Both bounds are inclusive: one character, and the limit.
-    for actor, key in (("a", "k"), ("x" * limits.actor_chars_max,
-                                    "k" * limits.idempotency_key_chars_max)):
-        assert store.append([draft("arena-a", 1)], actor=actor, idempotency_key=key).last >= 1
+    for position, (actor, key) in enumerate(
+        (("a", "k"), ("x" * limits.actor_chars_max, "k" * limits.idempotency_key_chars_max)),
+        start=1,
+    ):
+        written = store.append([draft("arena-a", 1)], actor=actor, idempotency_key=key)
+        assert written.last == position
     assert [e.actor for e in store.read_all()] == ["a", "x" * limits.actor_chars_max]
 
 
@@ -553,8 +564,6 @@ def test_verify_covers_the_whole_chain_and_a_range(store: EventStore, draft: Dra
 def test_the_merkle_root_at_the_head_is_the_root_of_every_entry(
     store: EventStore, draft: Draft, count_rows: Any
 ) -> None:
-    from ledger.tree import stored_level_min
-
     result = store.append([draft("arena-v", i) for i in range(40)])
     leaves = [bytes.fromhex(h) for h in result.entry_hashes]
     # Perfect subtrees of 16 leaves and more are stored: [0, 16), [16, 32) and [0, 32).
@@ -649,12 +658,6 @@ def test_an_unmigrated_database_raises_schema_not_initialised(
 def test_a_database_failure_becomes_the_store_error_that_names_it(
     driver_message: str, code: str, message: str
 ) -> None:
-    import sqlite3
-
-    from sqlalchemy.exc import OperationalError
-
-    from ledger.store import _store_error
-
     url = "postgresql+psycopg://ledger:s3cret@db.example:5432/ledger"
     for raised in (sqlite3.OperationalError(driver_message),  # from the driver's own cursor
                    OperationalError("SELECT 1", {}, sqlite3.OperationalError(driver_message))):
@@ -664,12 +667,6 @@ def test_a_database_failure_becomes_the_store_error_that_names_it(
 
 
 def test_urls_in_errors_hide_the_password() -> None:
-    import sqlite3
-
-    from sqlalchemy.exc import OperationalError
-
-    from ledger.store import _safe, cannot_open
-
     url = "postgresql+psycopg://ledger:s3cret@db.example:5432/ledger"
     safe = "postgresql+psycopg://ledger:***@db.example:5432/ledger"
     assert _safe(url) == safe
@@ -880,8 +877,6 @@ def test_stream_state_values_are_stable() -> None:
 
 
 def test_a_new_sqlite_ledger_uses_large_pages_and_an_old_one_keeps_its_own(tmp_path: Any) -> None:
-    import sqlite3
-
     from ledger import migrate
     from ledger.store import sqlite_page_bytes
 
@@ -915,7 +910,6 @@ def test_every_sqlite_connection_waits_for_the_lock_in_wal_mode_with_full_sync(
     the lock (sqlite3's own default is 5 s), WAL lets readers run beside the writer, and
     synchronous FULL makes a committed append survive a power cut."""
     from ledger import migrate
-    from ledger.store import sqlite_busy_timeout_ms
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     migrate.upgrade(url)
@@ -965,8 +959,6 @@ def test_sqlite_multi_row_inserts_write_every_event_in_order(tmp_path: Any, size
 
 
 def test_sqlite_inserts_stay_within_the_builds_parameter_bound(tmp_path: Any) -> None:
-    import sqlite3
-
     from ledger import migrate
 
     url = f"sqlite:///{tmp_path / 'bound.db'}"

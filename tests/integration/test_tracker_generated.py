@@ -80,8 +80,11 @@ def test_the_archived_tracker_equals_a_full_recomputation_on_a_generated_ledger(
         assert archive.read_back == 0
         dropped = sum(scan.dropped for scan in scans)
         assert dropped > sum(len(scan) for scan in scans)  # ...and most of what scans walked
-        # The tracker keeps a fee row only for what the fold holds in memory.
+        # The tracker keeps a fee row only for what the fold holds in memory (spent credits
+        # leave with the submission they paid for).
         assert len(tracker._payments) <= len(archived.held_payment_refs())
+        assert len(tracker._credits) <= len(archived.held_credit_ids())
+        assert any(record.credit is not None for record in archived.finished_records())
         assert tracker.arena_builds == len(kept.arenas())  # built once, at the first check
 
         # An arrival recorded late, before everything the scans dropped: its arena's scan

@@ -9,6 +9,8 @@ same error; a tracker that rebuilds at every check must agree too.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,8 +21,15 @@ from test_machine_properties import PRELUDE, _World, op  # same directory, prepe
 
 from ledger.domain import CONTROL_HOTKEY
 from ledger.errors import LedgerError
-from ledger.events import EmissionPolicySet, IncumbentAdvanced
-from ledger.settle import SettlementTracker, compute
+from ledger.events import (
+    CreditSpent,
+    EmissionPolicySet,
+    IncumbentAdvanced,
+    InfrastructureFault,
+    SettlementComputed,
+    SubmissionAdmitted,
+)
+from ledger.settle import SettlementTracker, compute, fee_summary, settlement_input
 from machines import samples
 from machines.projection import LedgerFold
 from machines.scenario import Scenario
@@ -262,3 +271,232 @@ def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing(archiv
     assert [(c.submission_id, c.incumbent_digest, c.hotkey) for c in claims] == expected
     tracked = tracker.payload(POLICY, 2_000)["claims"]
     assert [(c["submission_id"], c["incumbent_digest"], c["hotkey"]) for c in tracked] == expected
+
+
+# --- the tracker's own bookkeeping: when it rebuilds, what it keeps, what it says ---------
+
+PASSED = (samples.audit(), samples.quality())
+FAULT = InfrastructureFault(code="adapter_start_failed", stage="start", detail="")
+
+
+def _feed(fold: LedgerFold, tracker: SettlementTracker | None, records: list[Any]) -> None:
+    """Folds scenario records into ``fold``, each noted first by ``tracker`` (a replay's order)."""
+    for _, stream, _, event in records:
+        if tracker is not None:
+            tracker.note(stream, event)
+        assert fold.apply(fold.position + 1, stream, event) is None
+
+
+def _full(fold: LedgerFold, block: int = 2_000) -> dict[str, Any]:
+    return settlement_payload(compute(fold, POLICY, block))
+
+
+def _two_passes() -> Scenario:
+    """Two paid PASSes from two hotkeys in one arena (600,000 ppm of the emission)."""
+    sc = Scenario()
+    sc.commission("mlp-arena", emission_share_ppm=600_000)
+    for n, hotkey in enumerate(("5Alice", "5Bob"), start=1):
+        sid = sc.arrive(
+            payment_ref=f"pay-{n}", paid_rao=FEE, hotkey=hotkey, content=hotkey, block=1_000 + n
+        )
+        sc.evaluate(sid, f"att-{n}", samples.WORKED_EXAMPLE_COSTS, *PASSED)
+    return sc
+
+
+@pytest.mark.parametrize("archived", [False, True])
+def test_a_tracker_attached_to_a_fold_that_has_folded_events_starts_from_all_of_it(
+    archived: bool,
+) -> None:
+    # A tracker trusts nothing it has not seen: until its first check it rebuilds from the
+    # fold, so a fold that already holds paid (and, archiving, finished) submissions
+    # settles the same through it. One that started from an empty catch-up would miss
+    # their fees.
+    records = _two_passes().records
+    # Attached right after the first submission's resolution (archived, when archiving).
+    split = 1 + next(n for n, r in enumerate(records) if r[2] == "SubmissionResolved")
+    fold = LedgerFold(archive=MemoryArchive() if archived else None)
+    _feed(fold, None, records[:split])
+    assert fold.live_submissions() == 0
+    assert len(list(fold.finished_records())) == (1 if archived else 0)
+    tracker = SettlementTracker(fold)
+    _feed(fold, tracker, records[split:])
+    expected = _full(fold)
+    assert expected["fees"]["arenas"]["mlp-arena"]["consumed_rao"] == 2 * FEE
+    assert tracker.payload(POLICY, 2_000) == expected
+
+
+def test_a_tracker_forgets_and_rebuilds_only_past_dirty_entries_max() -> None:
+    # Touched entries are kept between checks up to dirty_entries_max of one kind (here 3);
+    # one more, noted or found by bound() (the replay's own size check), makes the next
+    # check rebuild every arena from the fold. Either way the payload is the full one.
+    sc = _two_passes()
+    first = len(sc.records)
+    for n, hotkey in enumerate(("5Carol", "5Dave", "5Erin"), start=3):
+        sc.arrive(
+            payment_ref=f"pay-{n}", paid_rao=FEE, hotkey=hotkey, content=hotkey, block=1_010 + n
+        )
+    fold = LedgerFold()
+    tracker = SettlementTracker(fold)
+    _feed(fold, tracker, sc.records[:first])
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    assert tracker.arena_builds == 1  # the first check builds the one arena
+    tracker.dirty_entries_max = 3
+    _feed(fold, tracker, sc.records[first:])  # three submissions and three payments touched
+    tracker.bound()
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    assert tracker.arena_builds == 1  # 3 is not past the bound: caught up incrementally
+
+    late = sc.arrive(
+        payment_ref="pay-6", paid_rao=FEE, hotkey="5Finn", content="5Finn", block=1_020
+    )
+    _feed(fold, tracker, sc.records[-3:])  # one submission and one payment touched
+    tracker.dirty_entries_max = 0
+    tracker.bound()  # one is past 0: forgotten
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    assert tracker.arena_builds == 2
+
+    tracker.dirty_entries_max = 1
+    before = len(sc.records)
+    sc.evaluate(late, "att-6", samples.WORKED_EXAMPLE_COSTS, *PASSED)
+    _feed(fold, tracker, sc.records[before:])  # its own submission stream alone: 1 entry
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    assert tracker.arena_builds == 2
+    before = len(sc.records)
+    sc.arrive(payment_ref="pay-7", paid_rao=FEE, hotkey="5Gus", content="5Gus", block=1_030)
+    sc.arrive(payment_ref="pay-8", paid_rao=FEE, hotkey="5Hal", content="5Hal", block=1_031)
+    _feed(fold, tracker, sc.records[before:])  # the second submission noted is past 1
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    assert tracker.arena_builds == 3
+
+
+class _Events(logging.Handler):
+    """Keeps the structlog event dicts logged to one stdlib logger."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, dict):
+            self.events.append(record.msg)
+
+
+@pytest.fixture
+def settle_log() -> Iterator[_Events]:
+    logger = logging.getLogger("arena_ledger.settle")
+    handler = _Events()
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_check_recorded_keeps_its_inputs_when_it_agrees_and_says_when_only_the_full_check_does(
+    settle_log: _Events,
+) -> None:
+    sc = _two_passes()
+    fold = LedgerFold()
+    tracker = SettlementTracker(fold)
+    _feed(fold, tracker, sc.records)
+    payload = _full(fold)
+    event = SettlementComputed.model_validate(payload)
+    # Agreeing checks answer from the tracker: nothing is forgotten, nothing rebuilt.
+    assert tracker.check_recorded(POLICY, event, payload) is None
+    assert tracker.check_recorded(POLICY, event, payload) is None
+    tracker.payload(POLICY, 2_000)
+    assert tracker.arena_builds == 1
+    assert settle_log.events == []
+
+    # A real divergence is the full check's answer, and no tracker trouble is logged.
+    forged = {**payload, "weights_ppm": {"5Mallory": 1_000_000}}
+    difference = tracker.check_recorded(POLICY, SettlementComputed.model_validate(forged), forged)
+    assert difference is not None and difference[0] == "weights_ppm"
+    assert settle_log.events == []
+
+    # A tracker that disagrees with a settlement the full recomputation accepts is a bug in
+    # the tracker: the recorded settlement stands, and the disagreement is logged with the
+    # position the settlement would take.
+    wrong = {**payload, "weights_ppm": {"5Burn": 1_000_000}}
+    tracker.payload = lambda policy, block: wrong  # type: ignore[method-assign]
+    assert tracker.check_recorded(POLICY, event, payload) is None
+    assert [(e["event"], e["position"], e["level"]) for e in settle_log.events] == [
+        ("settlement_tracker_disagreed", fold.position + 1, "warning")
+    ]
+
+
+@pytest.mark.parametrize("archived", [False, True])
+def test_an_arena_commissioned_after_a_check_is_built_at_the_next(archived: bool) -> None:
+    # The second arena is unknown to the tracker when its first submission finishes (and,
+    # archiving, leaves the fold): the next check builds the arena's scan from the fold.
+    sc = Scenario()
+    sc.commission("mlp-arena", emission_share_ppm=600_000)
+    first = sc.arrive(payment_ref="pay-1", paid_rao=FEE, hotkey="5Alice", content="a")
+    sc.evaluate(first, "att-1", samples.WORKED_EXAMPLE_COSTS, *PASSED)
+    checked = len(sc.records)
+    sc.commission("attn-arena", emission_share_ppm=300_000)
+    second = sc.arrive(
+        arena_id="attn-arena",
+        payment_ref="pay-2",
+        paid_rao=FEE,
+        hotkey="5Bob",
+        content="b",
+        block=1_001,
+    )
+    sc.evaluate(second, "att-2", samples.WORKED_EXAMPLE_COSTS, *PASSED)
+    fold = LedgerFold(archive=MemoryArchive() if archived else None)
+    tracker = SettlementTracker(fold)
+    _feed(fold, tracker, sc.records[:checked])
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    _feed(fold, tracker, sc.records[checked:])
+    expected = _full(fold)
+    assert [c["submission_id"] for c in expected["claims"]] == [second, first]
+    assert tracker.payload(POLICY, 2_000) == expected
+    assert tracker.arena_builds == 2
+
+
+def test_a_credit_spent_before_the_admission_counts_once_the_admission_is_folded() -> None:
+    # Intake lets a credit be spent by a submission before its SubmissionAdmitted (the
+    # credit counts as available to it); settled in between, the credit is spent on nothing
+    # that has a fee yet. The admission touches only the submission: the tracker must
+    # bring the credit it spent back in, whose amount is now the submission's fee.
+    sc = Scenario()
+    sc.commission("mlp-arena", emission_share_ppm=600_000)
+    sc.credit("credit-1", "5Alice", FEE)
+    arrived = samples.arrived(block=1_000, hotkey="5Alice", content="a")
+    sid = arrived.submission_id
+    sc.append(f"submission-{sid}", arrived)
+    sc.append("credit-credit-1", CreditSpent(submission_id=sid))
+    fold = LedgerFold()
+    tracker = SettlementTracker(fold)
+    _feed(fold, tracker, sc.records)
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    admitted = SubmissionAdmitted.model_validate(
+        {"block": 1_000, "fee": {"kind": "credit", "ref": "credit-1", "amount_rao": FEE}}
+    )
+    sc.append(f"submission-{sid}", admitted)
+    _feed(fold, tracker, sc.records[-1:])
+    expected = _full(fold)
+    assert expected["fees"]["total"]["credits_spent_rao"] == FEE
+    assert tracker.payload(POLICY, 2_000) == expected
+
+
+def test_fees_list_every_arena_and_inputs_carry_the_latest_verdict() -> None:
+    # fee_summary: an arena without a fee record appears with zeros (DOMAIN §7's fees per
+    # arena), and one arena asked for is that arena alone. A submission requeued after a
+    # NO_DECISION carries that verdict into settlement's input (it still blocks later ones).
+    sc = Scenario()
+    sc.commission("mlp-arena", emission_share_ppm=600_000)
+    sc.commission("attn-arena", emission_share_ppm=300_000)
+    sid = sc.arrive(payment_ref="pay-1", paid_rao=FEE, hotkey="5Alice", content="a")
+    requeued = sc.evaluate(sid, "att-1", (), FAULT)
+    assert (requeued.status, requeued.verdict) == ("QUEUED", "NO_DECISION")
+    zero = {"consumed_rao": 0, "released_rao": 0, "credits_spent_rao": 0, "net_rao": 0}
+    paid = {"consumed_rao": FEE, "released_rao": 0, "credits_spent_rao": 0, "net_rao": FEE}
+    summary = fee_summary(sc.fold)
+    assert summary["arenas"] == {"attn-arena": zero, "mlp-arena": paid}
+    assert fee_summary(sc.fold, "attn-arena")["arenas"] == {"attn-arena": zero}
+    arena = settlement_input(sc.fold, POLICY, 2_000).arenas[1]
+    assert [(s.submission_id, s.status, s.verdict) for s in arena.submissions] == [
+        (sid, "QUEUED", "NO_DECISION")
+    ]

@@ -6,7 +6,7 @@ import decimal
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ledger.codec import digest, fixed6
@@ -30,6 +30,9 @@ def _slow_id(event: SubmissionArrived) -> str:
 
 
 @given(hotkeys, counts, counts, counts, st.from_regex(r"[a-z0-9][a-z0-9-]{0,20}", fullmatch=True))
+# Texts canonical JSON must escape, always tried (60 random examples seldom hold one).
+@example('5"Miner', 1, 0, 0, "mlp-arena")
+@example("5\\Miner", 1, 0, 0, "mlp-arena")
 def test_arrival_digest_short_cut_equals_the_codec(
     hotkey: str, block: int, index: int, subindex: int, arena_id: str
 ) -> None:

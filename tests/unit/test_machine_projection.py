@@ -190,6 +190,9 @@ def test_payment_reuse_and_release() -> None:
     assert sub is not None and sub.rejection == "eval_cost_payment_used"
     wrong = PaymentReleased(submission_id=second, reason="refund")
     assert _code(sc, "payment-pay-1", wrong) == "payment_submission_mismatch"
+    refusal = sc.fold.decide("payment-pay-1", wrong)
+    assert refusal is not None  # both ids named by their first 16 hex digits
+    assert refusal.detail == f"submission_id: paid for {first[:16]}, event names {second[:16]}"
     sc.append("payment-pay-1", PaymentReleased(submission_id=first, reason="refund"))
     payment = sc.fold.payment("pay-1")
     assert payment is not None and payment.status == "RELEASED"

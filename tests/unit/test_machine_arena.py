@@ -1,0 +1,93 @@
+"""Checks the arena machine's digests and that every folded state is an immutable value."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from ledger.codec import digest
+from ledger.events import ArenaCommissioned
+from machines import samples
+from machines.arena import commission_digest, policy_digest
+from machines.scenario import Scenario
+from machines.table import evolve
+
+#: A commission as an appender writes it: the sealed policy names only what it sets, so
+#: its defaults (sla_blocks, reward_margin, the audit near-miss bounds, …) are not spelled.
+DOCUMENT: dict[str, Any] = {
+    "arena_id": "mlp-arena",
+    "commissioned_block": 100,
+    "model": {"name": "tiny-llama", "revision": "r1"},
+    "hardware": {"gpu": "H200", "count": 1},
+    "engine": {
+        "runtime": "torch-reference",
+        "runtime_version": "2.13.0",
+        "image_digest": "sha256:" + samples.hex64("image"),
+        "engine_config": {"tp": 1},
+        "engine_env": {},
+    },
+    "policy": {
+        "policy_version": "paired-windows.v1",
+        "windows": 4,
+        "z": {"3": "2", "4": "1.5"},
+        "window_noise": "0.01",
+        "boot_noise": "0.01",
+        "audit": {"bar": "0.99999", "min_calls": 8},
+    },
+    "fee_rao": 1_000_000_000,
+    "incumbent_digest": samples.hex64("incumbent-0"),
+    "emission_share_ppm": 500_000,
+}
+
+
+def test_the_commission_digest_is_the_recorded_payloads_with_or_without_it() -> None:
+    # DOMAIN: digest("arena-ledger.commission", the payload as recorded). A fold given no
+    # payload rebuilds it from the model with only the fields that were set: the defaults
+    # the model fills in (sla_blocks, reward_margin, …) were never recorded.
+    event = ArenaCommissioned.model_validate(DOCUMENT)
+    expected = digest("arena-ledger.commission", DOCUMENT)
+    assert commission_digest(event, DOCUMENT) == expected
+    assert commission_digest(event) == expected
+    assert event.policy.sla_blocks == 500_000  # filled in by the model, not recorded
+
+
+def test_the_policy_digest_omits_an_empty_control_list_only() -> None:
+    # Policies sealed before audit controls existed keep their digest: an empty list is
+    # left out. A non-empty one is part of what the digest seals.
+    plain = samples.policy()
+    document = plain.model_dump(mode="json")
+    assert document["audit_control_delta_digests"] == []
+    del document["audit_control_delta_digests"]
+    assert policy_digest(plain) == digest("arena-ledger.policy", document)
+    assert policy_digest(samples.policy(audit_control_delta_digests=[])) == policy_digest(plain)
+    controlled = samples.policy(audit_control_delta_digests=[samples.hex64("delta:c0")])
+    listed = controlled.model_dump(mode="json")
+    assert listed["audit_control_delta_digests"] == [samples.hex64("delta:c0")]
+    assert policy_digest(controlled) == digest("arena-ledger.policy", listed)
+    assert policy_digest(controlled) != policy_digest(plain)
+
+
+def _states() -> list[Any]:
+    sc = Scenario()
+    arena = sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    sc.claim(sid, "att-1")
+    submission = sc.fold.submission(sid)
+    return [arena, arena.commission, submission, sc.attempt("att-1")]
+
+
+@pytest.mark.parametrize("index", range(4), ids=["arena", "commission", "submission", "attempt"])
+def test_folded_states_are_immutable_values(index: int) -> None:
+    # The fold shares states between its tables, the archive encodes them as they leave,
+    # and replay reuses a decision derived for "this very state" (LedgerFold._derived):
+    # all of it relies on a state never changing once built, by __init__ or by evolve.
+    state = _states()[index]
+    name = dataclasses.fields(state)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(state, name, "changed")
+    copied = evolve(state, **{name: getattr(state, name)})
+    assert copied == state and copied is not state
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(copied, name, "changed")

@@ -100,7 +100,6 @@ class ArenaState:
     control_by_delta: Mapping[str, str]
     incumbent_digest: str
     incumbent_block: int
-    reward_group: int = 0
     retired_block: int | None = None
     retired_reason: str | None = None
 
@@ -158,14 +157,12 @@ def _recommission(
             f"arena_id: stream holds {state.arena_id!r}, event names {event.arena_id!r}",
         )
     commission = _commission(event, payload)
-    group = state.reward_group + (event.incumbent_digest != state.incumbent_digest)
     return evolve(
         state,
         commission=commission,
         commissions={**state.commissions, commission.digest: commission},
         incumbent_digest=event.incumbent_digest,
         incumbent_block=event.commissioned_block,
-        reward_group=group,
     )
 
 
@@ -187,7 +184,6 @@ def _advance(state: ArenaState, event: IncumbentAdvanced, target: str) -> ArenaS
         status=target,
         incumbent_digest=event.incumbent_digest,
         incumbent_block=event.block,
-        reward_group=state.reward_group + 1,
     )
 
 

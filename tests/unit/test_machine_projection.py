@@ -7,6 +7,7 @@ from archive_double import MemoryArchive  # same directory, prepend import mode
 
 from ledger.events import (
     ControlRegistered,
+    CreditGranted,
     CreditSpent,
     Event,
     InfrastructureFault,
@@ -162,6 +163,78 @@ def test_consume_checks_the_declared_type() -> None:
     event = samples.commissioned()
     with pytest.raises(ValueError, match="type"):
         LedgerFold().consume([(1, "arena-mlp-arena", "ArenaRetired", event)])
+
+
+def test_consume_refuses_a_position_that_does_not_increase() -> None:
+    fold = LedgerFold()
+    assert fold.consume([(1, "arena-mlp-arena", "ArenaCommissioned", samples.commissioned())]) == 0
+    control = ControlRegistered(control_id="c1", kind="identity", delta_digest="d" * 64,
+                                expected_verdict="PASS")
+    with pytest.raises(ValueError, match="position 1 is not after 1"):
+        fold.consume([(1, "arena-mlp-arena", "ControlRegistered", control)])
+    assert fold.position == 1 and fold.controls("mlp-arena") == []
+
+
+def test_refusals_name_the_machine_state_and_id_they_concern() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    sid = sc.arrive()
+    # An event on another category's stream: the event's own machine refuses it.
+    wrong = sc.fold.decide("payment-" + sid, QualificationStarted(attempt_id="att-1"))
+    assert wrong is not None
+    assert (wrong.machine, wrong.state, wrong.code) == ("submission", "NONE", "wrong_stream")
+    # An arrival on a stream named for another id: the first 16 hex digits of the stream's.
+    other = samples.arrived(content="other")
+    stray = sc.fold.decide("submission-" + sid[:8] + other.submission_id[8:], other)
+    assert stray is not None and stray.code == "stream_id_mismatch"
+    assert stray.detail == sid[:8] + other.submission_id[8:16]
+    # Another submission's attempt: refused in the state the submission is in.
+    mine = sc.arrive(content="mine")
+    sc.claim(sid, "att-1")
+    taken = sc.fold.decide("submission-" + mine, QualificationStarted(attempt_id="att-1"))
+    assert taken is not None and (taken.state, taken.code) == ("QUEUED", "attempt_mismatch")
+    # A credit granted on a stream named for another id.
+    grant = CreditGranted(credit_id="cr-2", hotkey="5Miner", amount_rao=FEE, note="")
+    misnamed = sc.fold.decide("credit-cr-1", grant)
+    assert misnamed is not None
+    assert (misnamed.code, misnamed.detail) == ("stream_id_mismatch", "cr-2")
+
+
+def test_a_payment_is_consumed_only_by_a_known_submission_of_its_arena() -> None:
+    sc = Scenario()
+    sc.commission()
+    sid = samples.arrived(payment_ref="pay-1").submission_id
+    sc.append("submission-" + sid, samples.arrived(payment_ref="pay-1"))
+
+    def consumed(ref: str, submission_id: str, arena_id: str) -> tuple[str, str] | None:
+        event = PaymentConsumed(payment_ref=ref, submission_id=submission_id, arena_id=arena_id,
+                                amount_rao=FEE)
+        refusal = sc.fold.decide("payment-pay-1", event)
+        return None if refusal is None else (refusal.code, refusal.detail)
+
+    assert consumed("pay-2", sid, "mlp-arena") == ("stream_id_mismatch", "pay-2")
+    assert consumed("pay-1", "f" * 64, "mlp-arena") == ("submission_unknown", "")
+    assert consumed("pay-1", sid, "attn-arena") == ("arena_mismatch", "mlp-arena")
+    assert consumed("pay-1", sid, "mlp-arena") is None
+
+
+def test_a_credit_this_submission_already_spent_comes_before_the_hotkeys_other_credits() -> None:
+    # Intake lets a submission spend a credit before its admission (in another append);
+    # the admission must then name that credit, not the hotkey's first unspent one.
+    sc = Scenario()
+    sc.commission()
+    sc.credit("cr-1", "5Miner")
+    sc.credit("cr-2", "5Miner")
+    arrived = samples.arrived()
+    sid = arrived.submission_id
+    sc.append("submission-" + sid, arrived)
+    sc.append("credit-cr-2", CreditSpent(submission_id=sid))
+    assert sc.fold.intake(sid) == Admission("credit", "cr-2", FEE)
+    admitted = SubmissionAdmitted.model_validate(
+        {"block": 1_000, "fee": {"kind": "credit", "ref": "cr-2", "amount_rao": FEE}}
+    )
+    sc.append("submission-" + sid, admitted)
+    assert sc.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
 
 
 def test_intake_is_enforced_on_admission_and_rejection() -> None:

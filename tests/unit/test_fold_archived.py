@@ -47,7 +47,8 @@ def _both(records: list[Any]) -> tuple[LedgerFold, LedgerFold]:
 
 
 def _finished() -> tuple[Scenario, dict[str, str]]:
-    """A PASS paid by a payment, a FAIL paid by a credit, and a live submission."""
+    """A PASS paid by a payment and a FAIL paid by a credit (both archived), a queued
+    submission and one qualifying."""
     sc = Scenario()
     sc.commission()
     sc.credit("credit-1", "5Bob", FEE)

@@ -439,8 +439,13 @@ def _refused(position: int, stream: str, kind: str, refusal: Any) -> Divergence:
 
 
 def _field_of(detail: str) -> str:
-    head = detail.split(" ", 1)[0].rstrip(":")
-    return head if head.isidentifier() else "event"
+    """Returns the field a refusal's detail names ("window: expected 2, got 3" → window).
+
+    Machines spell a detail that concerns one field as ``field: …``; any other detail (an
+    id, "intake gives …", "node 3 rank 0") concerns the event as a whole.
+    """
+    head, colon, _ = detail.partition(":")
+    return head if colon and head.isidentifier() else "event"
 
 
 _row_of = attrgetter(

@@ -296,6 +296,7 @@ def test_a_tampered_payload_byte_is_a_hash_mismatch_at_its_position(
     assert divergence is not None
     assert (divergence.position, divergence.type, divergence.field, divergence.code) == (
         target.position, "AttemptDecided", "entry_hash", "hash_mismatch")
+    assert divergence.stream == "attempt-att-a1"
     assert divergence.recorded == target.entry_hash
     assert divergence.recomputed != target.entry_hash
     assert (report.events, report.last_position) == (target.position - 1, target.position - 1)

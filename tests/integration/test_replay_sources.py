@@ -10,18 +10,26 @@ at every check must report exactly what the incremental one does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_replay import HEAD, _forge_weights, replay  # same directory, prepend import mode
 from test_settlement_ledger import Settled, build_settled, open_ledger
 
-from ledger.bundle import export_bundle, read_bundle_events
+from ledger.archive import DiskArchive
+from ledger.bundle import export_bundle, read_bundle_events, read_bundle_rows
 from ledger.domain import ArenaLedger, DomainGuard
 from ledger.events import EmissionPolicySet
 from ledger.model import EventDraft
-from ledger.replay import ReplayReport, replay_bundle, replay_events, replay_store
+from ledger.replay import (
+    ReplayReport,
+    replay_bundle,
+    replay_events,
+    replay_rows,
+    replay_store,
+)
 from ledger.settle import SettlementTracker, compute
 from ledger.store import EventStore
 from machines.projection import LedgerFold
@@ -68,6 +76,49 @@ def test_store_bundle_and_records_replay_to_one_report(
     full = _every_source(store_url, bundle)[0]
     assert (full.events, full.settlements_checked, full.settlement_digest) == (HEAD, 3, last_digest)
     assert full.head_hash == ledger.store.head().entry_hash
+
+
+def test_every_replay_entry_point_archives_finished_submissions_unless_told_not_to(
+    settled: tuple[ArenaLedger, Settled],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Replay's memory follows live state: called without archive_finished, every entry
+    # point moves each finished submission out through a DiskArchive, once; False keeps
+    # them in memory and writes none.
+    ledger, _ = settled
+    bundle = tmp_path / "bundle"
+    export_bundle(ledger.store, bundle)
+    fold = ledger.fold
+    finished = sum(len(fold.submissions(a.arena_id)) for a in fold.arenas())
+    finished -= fold.live_submissions()
+    assert finished > 0
+    archived: list[str] = []
+    put = DiskArchive.put
+
+    def counted(self: DiskArchive, space: str, key: str, *args: Any, **kwargs: Any) -> None:
+        if space == "submission":
+            archived.append(key)
+        put(self, space, key, *args, **kwargs)
+
+    monkeypatch.setattr(DiskArchive, "put", counted)
+    with EventStore(store_url) as store:
+        entry_points: list[Callable[..., ReplayReport]] = [
+            lambda **kw: replay_store(store, **kw),
+            lambda **kw: replay_events(store.read_all(1), **kw),
+            lambda **kw: replay_bundle(bundle, **kw),
+            lambda **kw: replay_rows(read_bundle_rows(bundle)[0], **kw),
+        ]
+        for number, replay_from in enumerate(entry_points):
+            archived.clear()
+            report = replay_from()
+            assert (report.ok, report.events) == (True, HEAD), number
+            assert sorted(archived) == sorted(set(archived)) and len(archived) == finished, number
+            archived.clear()
+            report = replay_from(archive_finished=False)
+            assert (report.ok, report.events) == (True, HEAD), number
+            assert archived == [], number
 
 
 @pytest.mark.parametrize("digest", ["kept", "recomputed"])

@@ -23,9 +23,11 @@ from pydantic import ValidationError
 import ledger.replay as replay_module
 from ledger.catalogue import CATALOGUE
 from ledger.chain import chain_rows
-from ledger.codec import loads
+from ledger.codec import canonical_bytes, loads
 from ledger.errors import CanonicalFormError, LedgerError
+from ledger.events import ControlRegistered
 from ledger.replay import decoder, parse_payload, replay_rows
+from machines import samples
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 
@@ -254,3 +256,33 @@ def test_replay_reads_canonical_payloads_without_codec_loads(calls: list[bytes])
     report = replay_rows(_one_row("ArenaRetired", _RETIRED, spaced))
     assert calls == [spaced]
     assert report.events == 1
+
+
+def _ledger(*events: tuple[str, Any]) -> list[Any]:
+    """Returns chained rows recording ``(stream, event)`` pairs canonically, in order."""
+    drafts = [
+        (stream, event.event_type, CATALOGUE.types[event.event_type],
+         canonical_bytes(event.model_dump(mode="json", exclude_unset=True)))
+        for stream, event in events
+    ]
+    versions = dict.fromkeys((stream for stream, _ in events), 0)
+    rows, _ = chain_rows(bytes(32), 0, versions, drafts, "2026-01-01T00:00:00Z", "tester")
+    return list(rows)
+
+
+def test_a_refusal_divergence_names_the_field_its_detail_names_or_the_event() -> None:
+    # Machines spell a detail about one field as "field: …" (control_id_reused here); a
+    # detail that is only a value (the arena id of a stream_id_mismatch) names no field.
+    commissioned = samples.commissioned("mlp")
+    control = ControlRegistered(control_id="ctl", kind="identity",
+                                delta_digest=samples.hex64("delta"), expected_verdict="PASS")
+    report = replay_rows(_ledger(("arena-mlp", commissioned), ("arena-mlp", control),
+                                 ("arena-mlp", control)))
+    assert report.divergence is not None
+    assert (report.divergence.position, report.divergence.code, report.divergence.field) == (
+        3, "control_id_reused", "control_id")
+    assert report.divergence.recomputed == "control_id: ctl"
+    report = replay_rows(_ledger(("arena-other", commissioned)))
+    assert report.divergence is not None
+    assert (report.divergence.code, report.divergence.field, report.divergence.recomputed) == (
+        "stream_id_mismatch", "event", "mlp")

@@ -271,7 +271,7 @@ class _Replayer:
                         progress(position)
                     break
                 if type(data) is not bytes:
-                    data = bytes(data)  # a memoryview: PostgreSQL
+                    data = bytes(data)  # a driver's memoryview (psycopg 3 gives bytes)
                 payload = None
                 if data.isascii():
                     try:

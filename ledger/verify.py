@@ -136,12 +136,12 @@ def raw_rows(
     """Yields the driver's rows for positions ``first`` to ``last``, in position order.
 
     Each row is (position, stream, version, type, schema_version, payload, recorded_at,
-    actor, entry_hash) as the store keeps them (``ledger.chain.Row``; the payload is a
-    memoryview on PostgreSQL). Verify, export, replay, the guard's catch-up and ``stats``
-    all read the ledger through this. A database failure raises the LedgerError the store
-    raises for it (``SchemaNotInitialised``, ``StoreUnavailable``, ...), never the driver's
-    exception. Rows are not checked: a missing position is simply absent, and the caller's
-    position check names the gap.
+    actor, entry_hash) as the store keeps them (``ledger.chain.Row``; the payload is bytes
+    from SQLite and psycopg 3; replay also accepts a driver's memoryview). Verify, export,
+    replay, the guard's catch-up and ``stats`` all read the ledger through this. A database
+    failure raises the LedgerError the store raises for it (``SchemaNotInitialised``,
+    ``StoreUnavailable``, ...), never the driver's exception. Rows are not checked: a
+    missing position is simply absent, and the caller's position check names the gap.
     """
     return itertools.chain.from_iterable(_pages(store, first, last, conn))
 

@@ -286,3 +286,14 @@ def test_a_refusal_divergence_names_the_field_its_detail_names_or_the_event() ->
     assert report.divergence is not None
     assert (report.divergence.code, report.divergence.field, report.divergence.recomputed) == (
         "stream_id_mismatch", "event", "mlp")
+
+
+def test_payload_columns_a_driver_returns_as_memoryview_replay_alike() -> None:
+    # SQLite and psycopg 3 return bytes; a driver that returns a memoryview (psycopg2 did)
+    # must give the same report, chain and refusal included.
+    rows = _ledger(("arena-mlp", samples.commissioned("mlp")),
+                   ("arena-mlp", samples.commissioned("other")))
+    viewed = [(*row[:5], memoryview(row[5]), *row[6:]) for row in rows]
+    expected = replay_rows(rows)
+    assert expected.divergence is not None and expected.divergence.code == "stream_id_mismatch"
+    assert replay_rows(viewed).to_json() == expected.to_json()

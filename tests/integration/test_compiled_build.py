@@ -26,6 +26,7 @@ SUITES = [
     "tests/unit/test_machine_fast_paths.py",
     "tests/unit/test_settlement.py",
     "tests/unit/test_settlement_incremental.py",
+    "tests/unit/test_fold_archived.py",
     "tests/integration/test_replay.py",
     "tests/integration/test_replay_sources.py",
     "tests/integration/test_tracker_generated.py",

@@ -416,9 +416,11 @@ def test_check_recorded_keeps_its_inputs_when_it_agrees_and_says_when_only_the_f
 
     # A tracker that disagrees with a settlement the full recomputation accepts is a bug in
     # the tracker: the recorded settlement stands, and the disagreement is logged with the
-    # position the settlement would take.
-    wrong = {**payload, "weights_ppm": {"5Burn": 1_000_000}}
-    tracker.payload = lambda policy, block: wrong  # type: ignore[method-assign]
+    # position the settlement would take. (Its running fee sums are bent by hand: the
+    # compiled build allows no method to be replaced.)
+    assert tracker.check_recorded(POLICY, event, payload) is None
+    tracker._fees["mlp-arena"][0] += 1
+    assert tracker.payload(POLICY, 2_000) != payload
     assert tracker.check_recorded(POLICY, event, payload) is None
     assert [(e["event"], e["position"], e["level"]) for e in settle_log.events] == [
         ("settlement_tracker_disagreed", fold.position + 1, "warning")
@@ -496,7 +498,9 @@ def test_fees_list_every_arena_and_inputs_carry_the_latest_verdict() -> None:
     summary = fee_summary(sc.fold)
     assert summary["arenas"] == {"attn-arena": zero, "mlp-arena": paid}
     assert fee_summary(sc.fold, "attn-arena")["arenas"] == {"attn-arena": zero}
-    arena = settlement_input(sc.fold, POLICY, 2_000).arenas[1]
+    (arena,) = [
+        a for a in settlement_input(sc.fold, POLICY, 2_000).arenas if a.arena_id == "mlp-arena"
+    ]
     assert [(s.submission_id, s.status, s.verdict) for s in arena.submissions] == [
         (sid, "QUEUED", "NO_DECISION")
     ]

@@ -53,3 +53,43 @@ def test_bad_process_input_is_a_schema_error_and_writes_nothing(
         call(ledger)
     assert raised.value.context["path"] == path
     assert ledger.store.head() == before
+
+
+def _arrival(content: str) -> dict[str, Any]:
+    arrived = samples.arrived(payment_ref=f"pay-{content}", content=content)
+    return arrived.model_dump(mode="json", exclude_unset=True, exclude={"submission_id"})
+
+
+@pytest.mark.parametrize("amount", [0, 2**53 - 1])
+@pytest.mark.parametrize("block", [None, 0, 2**53 - 1])
+def test_intake_takes_amounts_and_blocks_up_to_the_json_integer_limit(
+    ledger: ArenaLedger, amount: int, block: int | None
+) -> None:
+    # Both ends of [0, 2**53 - 1] are chain facts intake must take (0: a payment of
+    # nothing, rejected by the rules, not by the input check).
+    outcome = ledger.intake(_arrival("edge"), payment_amount_rao=amount, block=block)
+    expected = (True, "") if amount else (False, "eval_cost_payment_invalid")
+    assert (outcome.admitted, outcome.reason) == expected
+    assert outcome.positions[0] == 2  # recorded after the commission
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("payment_amount_rao", -1),
+        ("payment_amount_rao", 2**53),
+        ("payment_amount_rao", True),
+        ("payment_amount_rao", 1.0),
+        ("block", -1),
+        ("block", 2**53),
+        ("block", False),
+    ],
+)
+def test_intake_refuses_amounts_and_blocks_outside_the_json_integers(
+    ledger: ArenaLedger, keyword: str, value: Any
+) -> None:
+    before = ledger.store.head()
+    with pytest.raises(SchemaError) as raised:
+        ledger.intake(_arrival("bad"), **{keyword: value})
+    assert raised.value.context["path"] == keyword
+    assert ledger.store.head() == before

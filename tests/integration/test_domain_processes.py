@@ -14,7 +14,7 @@ import pytest
 from test_domain_enforcement import ARENA, FEE, SLOWER, WORKED, Desk, open_desk
 
 from ledger.domain import ArenaLedger
-from ledger.errors import NotFound, Refused
+from ledger.errors import InvalidInput, NotFound, Refused
 from machines import samples
 
 
@@ -505,3 +505,32 @@ def test_catch_up_inside_an_append_reads_through_its_transaction(
         assert result.first == before + 1
         assert second.guard.fold.position == before  # caught up to the head in the append
         assert second.fold.snapshot() == desk.ledger.fold.snapshot()
+
+
+def test_claim_takes_the_arenas_next_and_explain_reads_the_latest_attempt(desk: Desk) -> None:
+    desk.commission()
+    sid = desk.admitted("retried")
+    ledger = desk.ledger
+    with pytest.raises(InvalidInput) as unnamed:
+        ledger.claim(attempt_id="att-0", pair_id="p", validator_hotkey="5V", block=1_010)
+    assert unnamed.value.context["path"] == "submission_id"
+    first = ledger.claim(attempt_id="att-1", pair_id="p", validator_hotkey="5V", block=1_010,
+                         arena_id=ARENA)
+    assert first.submission_id == sid
+    with pytest.raises(NotFound, match="has no claimable submission"):
+        ledger.claim(attempt_id="att-9", pair_id="p", validator_hotkey="5V", block=1_010,
+                     arena_id=ARENA)
+    ledger.fault("att-1", "adapter_start_failed", "start", "")
+    assert ledger.conclude("att-1", 1_020).verdict == "NO_DECISION"
+    desk.claim(sid, "att-2")
+    desk.windows("att-2", SLOWER)
+    second = ledger.conclude("att-2", 1_030)
+    assert second.verdict == "FAIL" and second.speedup is not None
+
+    row = ledger.explain_submission(sid)
+    assert [a["attempt_id"] for a in row["attempts"]] == ["att-1", "att-2"]
+    assert (row["speedup"], row["pass_line"], row["look_window"]) == (
+        second.speedup, second.pass_line, second.look_window)
+    sub = ledger.fold.submission(sid)
+    assert sub is not None and row["arrival"] == list(sub.arrival_key[:3])
+    assert len(row["arrival"]) == 3

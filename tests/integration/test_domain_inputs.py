@@ -9,7 +9,8 @@ import pytest
 
 from ledger import migrate
 from ledger.domain import ArenaLedger
-from ledger.errors import SchemaError
+from ledger.errors import ConcurrencyConflict, SchemaError
+from ledger.events import ControlRegistered
 from machines import samples
 
 
@@ -93,3 +94,14 @@ def test_intake_refuses_amounts_and_blocks_outside_the_json_integers(
         ledger.intake(_arrival("bad"), **{keyword: value})
     assert raised.value.context["path"] == keyword
     assert ledger.store.head() == before
+
+
+def test_append_holds_an_expected_version_given_with_an_event(ledger: ArenaLedger) -> None:
+    control = ControlRegistered(control_id="c1", kind="identity", delta_digest="d" * 64,
+                                expected_verdict="PASS")
+    before = ledger.store.head()
+    with pytest.raises(ConcurrencyConflict):
+        ledger.append([("arena-mlp-arena", control, 0)])  # the stream is at version 1
+    assert ledger.store.head() == before
+    written = ledger.append([("arena-mlp-arena", control, 1)])
+    assert written.positions == (before.position + 1,)

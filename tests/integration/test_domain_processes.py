@@ -531,6 +531,5 @@ def test_claim_takes_the_arenas_next_and_explain_reads_the_latest_attempt(desk: 
     assert [a["attempt_id"] for a in row["attempts"]] == ["att-1", "att-2"]
     assert (row["speedup"], row["pass_line"], row["look_window"]) == (
         second.speedup, second.pass_line, second.look_window)
-    sub = ledger.fold.submission(sid)
-    assert sub is not None and row["arrival"] == list(sub.arrival_key[:3])
-    assert len(row["arrival"]) == 3
+    arrival = Desk.arrival(content="retried", payment_ref="pay-retried")["arrival"]
+    assert row["arrival"] == [arrival["block"], arrival["event_index"], arrival["event_subindex"]]

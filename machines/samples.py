@@ -28,6 +28,7 @@ __all__ = [
     "arrived",
     "audit",
     "claimed",
+    "commission_document",
     "commissioned",
     "decided",
     "hex64",
@@ -75,6 +76,17 @@ def commissioned(
     sealed: Policy | None = None, incumbent: str = "incumbent-0", **overrides: Any,
 ) -> ArenaCommissioned:
     """Returns an ArenaCommissioned with a small, valid engine description."""
+    return ArenaCommissioned.model_validate(commission_document(
+        arena_id, fee_rao=fee_rao, block=block, sealed=sealed, incumbent=incumbent, **overrides
+    ))
+
+
+def commission_document(
+    arena_id: str = "mlp-arena", *, fee_rao: int = 1_000_000_000, block: int = 100,
+    sealed: Policy | None = None, incumbent: str = "incumbent-0", **overrides: Any,
+) -> dict[str, Any]:
+    """Returns ``commissioned``'s payload as an appender writes it: the sealed policy spells
+    only the fields it sets, not the model's defaults."""
     document: dict[str, Any] = {
         "arena_id": arena_id,
         "commissioned_block": block,
@@ -93,7 +105,7 @@ def commissioned(
         "emission_share_ppm": 500_000,
     }
     document.update(overrides)
-    return ArenaCommissioned.model_validate(document)
+    return document
 
 
 def arrived(

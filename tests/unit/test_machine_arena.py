@@ -16,36 +16,14 @@ from machines.table import evolve
 
 #: A commission as an appender writes it: the sealed policy names only what it sets, so
 #: its defaults (sla_blocks, reward_margin, the audit near-miss bounds, …) are not spelled.
-DOCUMENT: dict[str, Any] = {
-    "arena_id": "mlp-arena",
-    "commissioned_block": 100,
-    "model": {"name": "tiny-llama", "revision": "r1"},
-    "hardware": {"gpu": "H200", "count": 1},
-    "engine": {
-        "runtime": "torch-reference",
-        "runtime_version": "2.13.0",
-        "image_digest": "sha256:" + samples.hex64("image"),
-        "engine_config": {"tp": 1},
-        "engine_env": {},
-    },
-    "policy": {
-        "policy_version": "paired-windows.v1",
-        "windows": 4,
-        "z": {"3": "2", "4": "1.5"},
-        "window_noise": "0.01",
-        "boot_noise": "0.01",
-        "audit": {"bar": "0.99999", "min_calls": 8},
-    },
-    "fee_rao": 1_000_000_000,
-    "incumbent_digest": samples.hex64("incumbent-0"),
-    "emission_share_ppm": 500_000,
-}
+DOCUMENT: dict[str, Any] = samples.commission_document()
 
 
 def test_the_commission_digest_is_the_recorded_payloads_with_or_without_it() -> None:
     # DOMAIN: digest("arena-ledger.commission", the payload as recorded). A fold given no
     # payload rebuilds it from the model with only the fields that were set: the defaults
     # the model fills in (sla_blocks, reward_margin, …) were never recorded.
+    assert "sla_blocks" not in DOCUMENT["policy"] and "reward_margin" not in DOCUMENT["policy"]
     event = ArenaCommissioned.model_validate(DOCUMENT)
     expected = digest("arena-ledger.commission", DOCUMENT)
     assert commission_digest(event, DOCUMENT) == expected

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_domain_enforcement import Desk  # same directory, prepend import mode
 
 from ledger import migrate
 from ledger.domain import ArenaLedger
@@ -56,11 +57,6 @@ def test_bad_process_input_is_a_schema_error_and_writes_nothing(
     assert ledger.store.head() == before
 
 
-def _arrival(content: str) -> dict[str, Any]:
-    arrived = samples.arrived(payment_ref=f"pay-{content}", content=content)
-    return arrived.model_dump(mode="json", exclude_unset=True, exclude={"submission_id"})
-
-
 @pytest.mark.parametrize("amount", [0, 2**53 - 1])
 @pytest.mark.parametrize("block", [None, 0, 2**53 - 1])
 def test_intake_takes_amounts_and_blocks_up_to_the_json_integer_limit(
@@ -68,7 +64,8 @@ def test_intake_takes_amounts_and_blocks_up_to_the_json_integer_limit(
 ) -> None:
     # Both ends of [0, 2**53 - 1] are chain facts intake must take (0: a payment of
     # nothing, rejected by the rules, not by the input check).
-    outcome = ledger.intake(_arrival("edge"), payment_amount_rao=amount, block=block)
+    arrival = Desk.arrival(content="edge", payment_ref="pay-edge")
+    outcome = ledger.intake(arrival, payment_amount_rao=amount, block=block)
     expected = (True, "") if amount else (False, "eval_cost_payment_invalid")
     assert (outcome.admitted, outcome.reason) == expected
     assert outcome.positions[0] == 2  # recorded after the commission
@@ -91,7 +88,7 @@ def test_intake_refuses_amounts_and_blocks_outside_the_json_integers(
 ) -> None:
     before = ledger.store.head()
     with pytest.raises(SchemaError) as raised:
-        ledger.intake(_arrival("bad"), **{keyword: value})
+        ledger.intake(Desk.arrival(content="bad", payment_ref="pay-bad"), **{keyword: value})
     assert raised.value.context["path"] == keyword
     assert ledger.store.head() == before
 

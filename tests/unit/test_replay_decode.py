@@ -214,13 +214,16 @@ def test_the_decoder_refuses_what_catalogue_decode_refuses(
     )
 
 
+def _chained(drafts: list[tuple[str, str, int, bytes]]) -> list[Any]:
+    """Returns a ledger of (stream, type, schema_version, payload bytes), entry hashes chained."""
+    versions = dict.fromkeys((draft[0] for draft in drafts), 0)
+    rows, _ = chain_rows(bytes(32), 0, versions, drafts, "2026-01-01T00:00:00Z", "tester")
+    return list(rows)
+
+
 def _one_row(kind: str, version: int, data: bytes) -> list[Any]:
     """Returns a one-event ledger (its entry hash chained) recording ``data`` as it is."""
-    rows, _ = chain_rows(
-        bytes(32), 0, {"arena-a": 0}, [("arena-a", kind, version, data)], "2026-01-01T00:00:00Z",
-        "tester",
-    )
-    return list(rows)
+    return _chained([("arena-a", kind, version, data)])
 
 
 def _replay_raised(call: Any) -> tuple[Any, ...]:
@@ -260,14 +263,11 @@ def test_replay_reads_canonical_payloads_without_codec_loads(calls: list[bytes])
 
 def _ledger(*events: tuple[str, Any]) -> list[Any]:
     """Returns chained rows recording ``(stream, event)`` pairs canonically, in order."""
-    drafts = [
+    return _chained([
         (stream, event.event_type, CATALOGUE.types[event.event_type],
          canonical_bytes(event.model_dump(mode="json", exclude_unset=True)))
         for stream, event in events
-    ]
-    versions = dict.fromkeys((stream for stream, _ in events), 0)
-    rows, _ = chain_rows(bytes(32), 0, versions, drafts, "2026-01-01T00:00:00Z", "tester")
-    return list(rows)
+    ])
 
 
 def test_a_refusal_divergence_names_the_field_its_detail_names_or_the_event() -> None:

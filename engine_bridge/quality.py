@@ -99,7 +99,16 @@ def _within(value: float, limit: str) -> bool:
 def assess_quality(stock_tokens: Sequence[Sequence[int]], stock: Sequence[TokenScores],
                    candidate: Sequence[TokenScores], reference: Sequence[TokenScores],
                    policy: QualityPolicy = QualityPolicy()) -> QualityReport:
-    """Compares candidate and reference-stock scores with stock scores over the stock tokens."""
+    """Compares candidate and reference-stock scores with stock scores over the stock tokens.
+
+    Every lane must have scored one entry per stock sequence: a lane that returns another
+    number is ``work_mismatch`` (an EngineFault, like any other disagreement in shape).
+    """
+    for lane, scores in (("stock", stock), ("candidate", candidate), ("reference", reference)):
+        if len(scores) != len(stock_tokens):
+            raise engine_fault(FaultCode.WORK_MISMATCH, f"the {lane} lane scored "
+                               f"{len(scores)} sequences, not {len(stock_tokens)}",
+                               stage=STAGE_QUALITY)
     scored = agreeing = 0
     for tokens, c in zip(stock_tokens, candidate, strict=True):
         if len(tokens) != len(c.argmax_ids):

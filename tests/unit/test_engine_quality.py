@@ -77,3 +77,65 @@ def test_unreproducible_reference_is_outside_the_envelope() -> None:
     report = grade_quality(engine, registered("faithful"), load_replay_slice())
     assert report.payload["drift_within_envelope"] is False
     assert report.payload["regression"] is False
+
+
+def test_agreement_at_exactly_the_minimum_is_no_regression() -> None:
+    # 99 of 100 positions agree: the share equals agreement_min (0.99), which passes.
+    tokens = [list(range(100))]
+    stock = [_scores(list(range(100)), [-1.0] * 100)]
+    one_off = [_scores([999, *range(1, 100)], [-1.0] * 100)]
+    report = assess_quality(tokens, stock, one_off, stock)
+    assert (report.agreeing, report.payload["argmax_agreement"]) == (99, "0.99")
+    assert report.payload["regression"] is False
+    two_off = [_scores([999, 998, *range(2, 100)], [-1.0] * 100)]
+    assert assess_quality(tokens, stock, two_off, stock).payload["regression"] is True
+
+
+def test_drift_at_exactly_its_limit_is_within_it() -> None:
+    # 0.5 nats is exact in binary, so the drift equals the limit to the last digit.
+    stock = [_scores([5], [-1.0])]
+    shifted = [_scores([5], [-1.5])]
+    policy = QualityPolicy(candidate_drift_max_nats="0.5", reference_envelope_nats="0.5")
+    at_limit = assess_quality([[5]], stock, shifted, shifted, policy)
+    assert at_limit.candidate_drift_nats == at_limit.reference_drift_nats == 0.5
+    assert at_limit.payload["regression"] is False
+    assert at_limit.payload["drift_within_envelope"] is True
+    below = QualityPolicy(candidate_drift_max_nats="0.4999", reference_envelope_nats="0.4999")
+    past = assess_quality([[5]], stock, shifted, shifted, below)
+    assert past.payload["regression"] is True
+    assert past.payload["drift_within_envelope"] is False
+
+
+def test_the_largest_gap_of_all_positions_is_the_drift() -> None:
+    stock = [_scores([1, 2], [-1.0, -1.0]), _scores([3], [-1.0])]
+    candidate = [_scores([1, 2], [-1.25, -1.0]), _scores([3], [-1.5])]
+    report = assess_quality([[1, 2], [3]], stock, candidate, stock)
+    assert report.candidate_drift_nats == 0.5
+    assert report.payload["tokens_scored"] == 3
+
+
+def test_nothing_scored_is_evidence_unavailable() -> None:
+    empty = [_scores([], [])]
+    with pytest.raises(EngineFault) as caught:
+        assess_quality([[]], empty, empty, empty)
+    assert caught.value.context["fault_code"] == "evidence_unavailable"
+    assert "no token was scored" in caught.value.message
+
+
+@pytest.mark.parametrize("short", ["stock", "candidate", "reference"])
+def test_a_lane_scoring_another_number_of_sequences_is_work_mismatch(short: str) -> None:
+    two = [_scores([1], [-1.0]), _scores([2], [-1.0])]
+    lanes = {"stock": two, "candidate": two, "reference": two, short: two[:1]}
+    with pytest.raises(EngineFault) as caught:
+        assess_quality([[1], [2]], lanes["stock"], lanes["candidate"], lanes["reference"])
+    assert caught.value.context["fault_code"] == "work_mismatch"
+    assert f"the {short} lane scored 1 sequences, not 2" in caught.value.message
+
+
+def test_a_lane_scoring_other_positions_is_work_mismatch() -> None:
+    stock = [_scores([1, 2], [-1.0, -1.0])]
+    shorter = [_scores([1, 2], [-1.0])]
+    with pytest.raises(EngineFault) as caught:
+        assess_quality([[1, 2]], stock, stock, shorter)
+    assert caught.value.context["fault_code"] == "work_mismatch"
+    assert "different positions on two lanes" in caught.value.message

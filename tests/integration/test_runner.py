@@ -12,7 +12,7 @@ timings on this shared host are noise, so no real-engine test asserts a speed ve
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered
-from engine_bridge.hooks import NodeTally
-from engine_bridge.protocol import Engine, FakeEngine, FaultCode
+from engine_bridge.hooks import AuditSpec, NodeTally
+from engine_bridge.protocol import Engine, FakeEngine, FakeLane, FaultCode, TokenScores
+from engine_bridge.replay import load_replay_slice
 from engine_bridge.runner import CONTROL_HOTKEY, EvaluationResult, evaluate, resolve_delta
 from ledger import migrate
 from ledger.domain import ArenaLedger
@@ -230,6 +231,49 @@ def test_adapter_start_failed_at_boot_requeues_and_a_later_attempt_runs(bench: B
     assert decision(again)[:3] == ("PASS", "", "COMPLETE")
     sub = bench.ledger.fold.submission(sid)
     assert sub is not None and (sub.status, sub.attempts) == ("QUALIFIED", 2)
+
+
+class _DroppingLane(FakeLane):
+    """A candidate lane whose scoring drops the last sequence (a broken adapter)."""
+
+    def score_tokens(self, sequences: Sequence[Sequence[int]],
+                     first_scored: Sequence[int]) -> list[TokenScores]:
+        return super().score_tokens(sequences, first_scored)[:-1]
+
+
+@dataclass
+class _DroppingEngine(FakeEngine):
+    def boot_lane(self, lane_id: str, delta: DeltaSpec | None = None, *,
+                  audit: AuditSpec | None = None, stage: str = "speed") -> FakeLane:
+        lane = super().boot_lane(lane_id, delta, audit=audit, stage=stage)
+        if stage != "quality" or delta is None:
+            return lane
+        dropping = _DroppingLane(self, lane_id, delta, audit, stage)
+        self.live[self.live.index(lane)] = dropping
+        return dropping
+
+
+def test_a_quality_lane_scoring_too_few_sequences_is_recorded_as_work_mismatch(
+    bench: Bench,
+) -> None:
+    bench.commission()
+    sid = bench.admit(FAST_MLP)
+    engine = _DroppingEngine(cost_ns=scripted(WORKED.__getitem__)[0].cost_ns)
+    engine.tallies = clean_tallies()
+
+    result = bench.run(engine, sid)
+
+    assert (result.windows, result.audit_nodes, result.quality) == (3, 4, False)
+    assert result.fault == "work_mismatch"
+    assert bench.types("att-1")[-2:] == ["InfrastructureFault", "AttemptDecided"]
+    assert "QualityGraded" not in bench.types("att-1")
+    fault = bench.payloads("att-1", "InfrastructureFault")[0]
+    assert (fault["code"], fault["stage"]) == ("work_mismatch", "quality")
+    sequences = len(load_replay_slice().requests)
+    assert f"the candidate lane scored {sequences - 1} sequences, not {sequences}" in (
+        fault["detail"])
+    assert decision(result)[:2] == ("NO_DECISION", "work_mismatch")
+    assert engine.live == []
 
 
 def test_engine_killed_mid_window_keeps_the_measured_windows(bench: Bench) -> None:

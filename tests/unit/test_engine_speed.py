@@ -7,9 +7,15 @@ from typing import Any
 import pytest
 
 from engine_bridge.deltas import DeltaSpec, registered
-from engine_bridge.protocol import FakeEngine, FaultCode
+from engine_bridge.protocol import FakeEngine, FaultCode, RequestTiming, WindowRun
 from engine_bridge.replay import load_replay_slice
-from engine_bridge.speed import iter_windows, lane_roles, orientation_of, run_windows
+from engine_bridge.speed import (
+    iter_windows,
+    lane_roles,
+    orientation_of,
+    run_windows,
+    window_payload,
+)
 from ledger.catalogue import CATALOGUE
 from ledger.errors import EngineFault, LimitExceeded
 
@@ -39,6 +45,8 @@ def test_orientation_refuses_out_of_range() -> None:
         orientation_of(1, 6)
     with pytest.raises(LimitExceeded):
         orientation_of(5, 4)
+    with pytest.raises(LimitExceeded, match=r"window must be 1\.\.4, got 0"):
+        orientation_of(0, 4)
 
 
 def test_lane_roles_swap_between_orientations() -> None:
@@ -167,3 +175,44 @@ def test_a_clock_that_does_not_move_is_evidence_unavailable() -> None:
     with pytest.raises(EngineFault) as caught:
         list(iter_windows(engine, CANDIDATE, REPLAY, windows=2))
     assert caught.value.context["fault_code"] == "evidence_unavailable"
+
+
+def _run(cost_ns: int, tokens: int, ttfts_ns: tuple[int, ...]) -> WindowRun:
+    timings = tuple(RequestTiming(i, t, cost_ns, 1) for i, t in enumerate(ttfts_ns))
+    return WindowRun(cost_ns, ((7,) * tokens,), timings, "boot")
+
+
+def test_window_rates_are_computed_exactly_and_rounded_down() -> None:
+    # 1 token in 3 ns is 333,333,333.33… tokens/s; a mean first token of 2.500001 ms.
+    stock = _run(3, 1, (2_000_001, 3_000_001))
+    candidate = _run(1, 1, ())
+    payload = window_payload(3, 2, stock, candidate, include_rates=True)
+    assert payload == {
+        "window": 3, "orientation": 2, "stock_cost_ns": 3, "candidate_cost_ns": 1,
+        "stock_output_tokens": 1, "candidate_output_tokens": 1,
+        "stock_decode_tps": "333333333.333", "stock_ttft_ms": "2.5",
+        "candidate_decode_tps": "1000000000", "candidate_ttft_ms": "0",
+    }
+    assert CATALOGUE.validate("WindowMeasured", 1, payload, stream="attempt-x")
+    # Without include_rates (the default) the payload holds integers only.
+    assert window_payload(3, 2, stock, candidate) == {
+        key: value for key, value in payload.items() if not key.endswith(("_tps", "_ms"))}
+
+
+def test_each_lane_warms_up_once_per_orientation_by_default() -> None:
+    warmups: list[tuple[str, str | None]] = []
+
+    def cost(lane: str, delta: DeltaSpec | None, window: int) -> int:
+        if window == 0:
+            warmups.append((lane, None if delta is None else delta.name))
+        return 1_000_000_000
+
+    measured = list(iter_windows(FakeEngine(cost_ns=cost), CANDIDATE, REPLAY, windows=4))
+    assert len(measured) == 4
+    expected = [("A", "fast_mlp"), ("B", None), ("B", "fast_mlp"), ("A", None)]
+    assert warmups == expected
+    warmups.clear()
+    payloads = run_windows(FakeEngine(cost_ns=cost), CANDIDATE, REPLAY, windows=4,
+                           on_window=lambda payload: True)
+    assert warmups == expected
+    assert all("stock_decode_tps" not in payload for payload in payloads)

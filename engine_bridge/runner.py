@@ -8,6 +8,7 @@ passing look), exactly where the attempt machine says the evaluation stops.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from ledger.events import AuditNodeGraded, QualityGraded, WindowMeasured
 __all__ = [
     "CONTROL_HOTKEY",
     "EvaluationResult",
+    "control_run_id",
     "default_model_dir",
     "evaluate",
     "make_engine",
@@ -250,6 +252,22 @@ def _quality(
     notify("quality", report.payload)
 
 
+def control_run_id(control_id: str, block: int) -> str:
+    """Returns the credit and attempt id of a control's run at ``block``.
+
+    That is ``ctl-<control_id>-<block>`` when it fits the 64 characters of an id. A longer
+    one keeps the id's first characters, then 12 hex digits of the SHA-256 of the whole
+    control id, then the block: cutting the plain form short would drop the block (the
+    control would run at its first block only) or the characters that tell two controls
+    apart (the second would never run).
+    """
+    run = f"ctl-{control_id}-{block}"
+    if len(run) <= 64:
+        return run
+    tail = f"-{hashlib.sha256(control_id.encode()).hexdigest()[:12]}-{block}"
+    return f"ctl-{control_id[: 64 - len('ctl-') - len(tail)]}{tail}"
+
+
 def run_controls(
     ledger: ArenaLedger,
     engine: Engine,
@@ -271,7 +289,7 @@ def run_controls(
     if arena is None:
         raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
     for index, (control_id, control) in enumerate(sorted(arena.controls.items())):
-        run = f"ctl-{control_id}-{block}"[:64]
+        run = control_run_id(control_id, block)
         if ledger.fold.credit(run) is not None:
             continue  # this control already ran at this block: the report covers it
         ledger.grant_credit(run, CONTROL_HOTKEY, arena.fee_rao, f"control run {control_id}")

@@ -410,6 +410,83 @@ def test_run_controls_runs_each_control_once_per_block(bench: Bench) -> None:
     assert engine.booted == []
 
 
+def _register_honest(bench: Bench, control_id: str, delta: DeltaSpec) -> None:
+    # The FakeEngine's flat costs make every delta exactly as fast as stock: a FAIL.
+    bench.ledger.register_control(ARENA, {
+        "control_id": control_id, "kind": "honest", "delta_digest": delta.digest,
+        "expected_verdict": "FAIL", "expected_reason": "speed_threshold_not_met"})
+
+
+def _control_runs(bench: Bench) -> list[tuple[str, int, int, int]]:
+    """Returns (credit id, block, event index, subindex) of every control run, in order."""
+    credits, arrivals = [], []
+    for record in bench.ledger.store.read_all():
+        if record.type == "CreditGranted":
+            credits.append(str(record.payload["credit_id"]))
+        elif record.type == "SubmissionArrived" and (
+                record.payload["miner_hotkey"] == CONTROL_HOTKEY):
+            arrival = record.payload["arrival"]
+            arrivals.append((arrival["block"], arrival["event_index"],
+                             arrival["event_subindex"]))
+    assert len(credits) == len(arrivals)
+    return [(credit, *arrival) for credit, arrival in zip(credits, arrivals, strict=True)]
+
+
+def test_control_runs_are_named_and_ordered_as_documented(bench: Bench) -> None:
+    from engine_bridge.runner import run_controls
+
+    bench.commission()
+    _register_honest(bench, "beta", FAST_MLP)
+    _register_honest(bench, "alpha", registered("faithful"))
+    run_controls(bench.ledger, FakeEngine(), arena_id=ARENA, block=1_200)
+    # Control-id order: the arrival's subindex is the control's index, event index 0.
+    assert _control_runs(bench) == [("ctl-alpha-1200", 1_200, 0, 0),
+                                    ("ctl-beta-1200", 1_200, 0, 1)]
+    assert bench.types("ctl-alpha-1200")[0] == "AttemptClaimed"
+
+
+def test_a_long_control_id_runs_at_every_block_under_its_own_id(bench: Bench) -> None:
+    from engine_bridge.runner import run_controls
+
+    bench.commission()
+    # Ids of 64 characters (the most an id may have) that differ only in the last one:
+    # "ctl-<id>-<block>" cut to 64 would drop the block (each control would run at its
+    # first block only) and that last character (the two would share one run).
+    first, second = "c" * 63 + "1", "c" * 63 + "2"
+    _register_honest(bench, first, FAST_MLP)
+    _register_honest(bench, second, registered("faithful"))
+    for runs_so_far, block in ((2, 1_200), (4, 1_300)):
+        report = run_controls(bench.ledger, FakeEngine(), arena_id=ARENA, block=block)
+        assert [r["outcome"] for r in report] == ["as_expected"] * runs_so_far
+    runs = _control_runs(bench)
+    assert [(block, subindex) for _, block, _, subindex in runs] == [
+        (1_200, 0), (1_200, 1), (1_300, 0), (1_300, 1)]
+    ids = [run for run, *_ in runs]
+    assert len(set(ids)) == 4 and all(len(run) <= 64 for run in ids)
+    assert all(run.startswith("ctl-" + "c" * 20) for run in ids)
+    assert [run.endswith(f"-{block}") for run, block, *_ in runs] == [True] * 4
+
+
+@pytest.mark.parametrize(("control_id", "block"), [
+    ("a", 0), ("x" * 43, 2**53 - 1), ("x" * 44, 2**53 - 1), ("z" * 64, 0),
+    ("z" * 64, 2**53 - 1)])
+def test_a_control_run_id_is_a_valid_id_that_keeps_the_control_and_block(
+    control_id: str, block: int,
+) -> None:
+    from engine_bridge.runner import control_run_id
+    from ledger.fields import is_local_id
+
+    run = control_run_id(control_id, block)
+    plain = f"ctl-{control_id}-{block}"
+    assert is_local_id(run) and len(run) <= 64
+    if len(plain) <= 64:
+        assert run == plain
+    else:
+        tag = hashlib.sha256(control_id.encode()).hexdigest()[:12]
+        assert run.endswith(f"-{tag}-{block}") and len(run) == 64
+        assert run.startswith("ctl-" + control_id[:30])
+
+
 def test_a_passing_control_run_earns_no_reward_and_does_not_raise_the_bar(
         bench: Bench) -> None:
     from engine_bridge.runner import run_controls

@@ -6,6 +6,11 @@ from importlib import resources
 
 import pytest
 
+from engine_bridge.limits import (
+    REPLAY_MAX_NEW_TOKENS_MAX,
+    REPLAY_PROMPT_TOKENS_MAX,
+    REPLAY_REQUESTS_MAX,
+)
 from engine_bridge.replay import (
     ReplaySlice,
     generate_replay_slice,
@@ -41,3 +46,36 @@ def test_bad_slices_are_refused() -> None:
         ReplaySlice.from_dict({**data, "requests": [[10_000] * 16]})
     with pytest.raises(LimitExceeded):
         ReplaySlice.from_dict({**data, "max_new_tokens": 100_000})
+
+
+def _slice(requests: int = 1, prompt_tokens: int = 1, max_new_tokens: int = 1,
+           batch_size: int = 1) -> ReplaySlice:
+    rows = tuple((0,) * prompt_tokens for _ in range(requests))
+    return ReplaySlice(7, 2, batch_size, prompt_tokens, max_new_tokens, rows)
+
+
+@pytest.mark.parametrize("field", ["requests", "prompt_tokens", "max_new_tokens"])
+def test_every_bound_of_the_slice_is_inclusive(field: str) -> None:
+    limit = {"requests": REPLAY_REQUESTS_MAX, "prompt_tokens": REPLAY_PROMPT_TOKENS_MAX,
+             "max_new_tokens": REPLAY_MAX_NEW_TOKENS_MAX}[field]
+    _slice(**{field: 1}).check()
+    _slice(**{field: limit}).check()
+    for outside in (0, limit + 1):
+        with pytest.raises(LimitExceeded, match=f"{field} must be 1..{limit}"):
+            _slice(**{field: outside}).check()
+
+
+def test_a_batch_of_one_serves_requests_one_at_a_time_and_none_is_refused() -> None:
+    one = _slice(requests=3, batch_size=1)
+    one.check()
+    assert [list(b) for b in one.batches()] == [[0], [1], [2]]
+    with pytest.raises(SchemaError, match="batch_size must be at least 1"):
+        _slice(batch_size=0).check()
+
+
+def test_the_vocabulary_bound_is_exclusive() -> None:
+    top = ReplaySlice(7, 2, 1, 1, 1, ((1,),))
+    top.check()
+    for token in (2, -1):
+        with pytest.raises(SchemaError, match=r"in \[0, 2\)"):
+            ReplaySlice(7, 2, 1, 1, 1, ((token,),)).check()

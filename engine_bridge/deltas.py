@@ -17,6 +17,7 @@ import fnmatch
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -142,10 +143,20 @@ def registered(name: str, **params: str) -> DeltaSpec:
 
 
 def _check_bounds(name: str, params: Mapping[str, str]) -> None:
-    if name == "slow" and not 1 <= int(params["repeats"]) <= SLOW_DELTA_REPEATS_MAX:
+    if name == "slow" and not 1 <= _whole(name, params, "repeats") <= SLOW_DELTA_REPEATS_MAX:
         raise InvalidInput(f"slow repeats must be 1..{SLOW_DELTA_REPEATS_MAX}", name=name)
-    if name in ("engine_kill", "pod_restart") and not 1 <= int(params["window"]) <= WINDOWS_MAX:
+    if name in ("engine_kill", "pod_restart") and not (
+            1 <= _whole(name, params, "window") <= WINDOWS_MAX):
         raise InvalidInput(f"{name} window must be 1..{WINDOWS_MAX}", name=name)
+
+
+def _whole(name: str, params: Mapping[str, str], key: str) -> int:
+    """Returns a canonical-decimal parameter that must be a whole number, as an int."""
+    value = Decimal(params[key])
+    if value != value.to_integral_value():
+        raise InvalidInput(f"parameter {key} of delta {name!r} must be a whole number, got "
+                           f"{params[key]!r}", name=name, param=key)
+    return int(value)
 
 
 def control_deltas() -> list[dict[str, str]]:

@@ -15,6 +15,7 @@ from engine_bridge.deltas import (
     registered,
     registered_by_digest,
 )
+from engine_bridge.limits import SLOW_DELTA_REPEATS_MAX, WINDOWS_MAX
 from ledger.errors import InvalidInput, NotFound
 
 #: Changing a registered delta's description of itself must be a deliberate act.
@@ -72,6 +73,23 @@ def test_bounds_and_unknown_names_are_refused() -> None:
         registered("engine_kill", window="9")
     with pytest.raises(NotFound):
         registered("turbo")
+
+
+@pytest.mark.parametrize(("name", "key", "limit"), [
+    ("slow", "repeats", SLOW_DELTA_REPEATS_MAX), ("engine_kill", "window", WINDOWS_MAX),
+    ("pod_restart", "window", WINDOWS_MAX)])
+def test_whole_number_parameters_are_bounded_inclusively(name: str, key: str,
+                                                         limit: int) -> None:
+    assert registered(name, **{key: "1"}).param_int(key) == 1
+    assert registered(name, **{key: str(limit)}).param_int(key) == limit
+    for outside in ("0", str(limit + 1), "-1"):
+        with pytest.raises(InvalidInput, match=f"must be 1..{limit}"):
+            registered(name, **{key: outside})
+    # A canonical decimal that is not a whole number is refused by name, not a ValueError.
+    with pytest.raises(InvalidInput, match=f"parameter {key} of delta '{name}' must be a "
+                                           "whole number, got '1.5'") as caught:
+        registered(name, **{key: "1.5"})
+    assert caught.value.context["param"] == key
 
 
 def test_spec_survives_the_dict_round_trip() -> None:

@@ -40,6 +40,14 @@ def test_classify_uses_exact_decimal_thresholds(score: float | None, verdict: st
     assert classify(score, BAR, BAND) == verdict
 
 
+def test_a_score_exactly_at_the_bar_is_ok_and_exactly_at_the_band_a_near_miss() -> None:
+    # Dyadic thresholds, so the float scores equal them to the last digit.
+    bar, band = Decimal("0.5"), Decimal("0.25")
+    assert classify(0.5, bar, band) == "ok"
+    assert classify(0.25, bar, band) == "near_miss"
+    assert classify(0.2499999, bar, band) == "violation"
+
+
 def test_tally_counts_and_payload_are_canonical() -> None:
     tally = NodeTally("model.layers.0.mlp", 0)
     for score in (1.0, 0.998999123, 0.5, None):

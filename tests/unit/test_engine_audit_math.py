@@ -93,6 +93,22 @@ def test_receipts_from_two_processes_merge_per_node_and_rank(tmp_path: Path) -> 
         (0, 5, 5, 0.998), (1, 4, 4, 0.997)]
 
 
+def test_merging_tallies_adds_counts_and_keeps_the_first_error() -> None:
+    node = "model.layers.0.mlp"
+    tally = NodeTally(node, 0, calls=2, violations=1, near_misses=0, uncomparable=1,
+                      min_score=0.5)
+    tally.merge(NodeTally(node, 0, calls=3, violations=0, near_misses=2, uncomparable=0,
+                          min_score=None, first_error="RuntimeError: in rank 0, pid 11"))
+    assert (tally.calls, tally.violations, tally.near_misses, tally.uncomparable) == (5, 1, 2, 1)
+    assert (tally.min_score, tally.first_error) == (0.5, "RuntimeError: in rank 0, pid 11")
+    tally.merge(NodeTally(node, 0, calls=1, min_score=0.25, first_error="a later error"))
+    assert (tally.calls, tally.min_score) == (6, 0.25)
+    assert tally.first_error == "RuntimeError: in rank 0, pid 11"
+    empty = NodeTally(node, 0)
+    empty.merge(NodeTally(node, 0, calls=1, min_score=0.75))
+    assert (empty.min_score, empty.first_error) == (0.75, None)
+
+
 def test_audit_hook_specs_follow_sglang_forward_hooks_shape() -> None:
     spec = AuditSpec(registered("wrong_mlp"), receipts_dir="/tmp/r")
     specs = audit_hook_specs(spec)

@@ -50,6 +50,16 @@ def test_infrastructure_fault_payload_is_bounded() -> None:
     assert len(payload["detail"]) == DETAIL_CHARS_MAX
 
 
+def test_a_fault_detail_at_its_bound_is_kept_whole_and_one_more_is_cut() -> None:
+    exact = "y" * DETAIL_CHARS_MAX
+    whole = infrastructure_fault_payload(engine_fault(FaultCode.WORK_MISMATCH, exact,
+                                                      stage="speed"))
+    assert whole["detail"] == exact
+    over = infrastructure_fault_payload(engine_fault(FaultCode.WORK_MISMATCH, exact + "z",
+                                                     stage="speed"))
+    assert over["detail"] == "y" * (DETAIL_CHARS_MAX - 3) + "..."
+
+
 def test_wrap_unexpected_keeps_ledger_errors_and_wraps_others() -> None:
     original = InvalidInput("bad")
     assert wrap_unexpected(original, stage="speed", code=FaultCode.WORK_MISMATCH) is original

@@ -9,6 +9,7 @@ import pytest
 
 from engine_bridge.deltas import load_file_delta, registered
 from engine_bridge.hooks import (
+    AuditSession,
     AuditSpec,
     audit_hook_specs,
     close_session,
@@ -188,3 +189,31 @@ def test_installer_hook_swaps_the_sglang_style_mlp(tmp_path: Path) -> None:
     [receipt] = read_install_receipts(str(tmp_path), "s")
     assert receipt["nodes"] == ["model.layers.0.mlp", "model.layers.1.mlp"]
     assert receipt["delta_digest"] == registered("skip_mlp").digest
+
+
+def test_a_session_grades_tuple_outputs_and_keeps_the_first_error_cut_short(
+        tmp_path: Path) -> None:
+    # SGLang modules may return (tensor, extra): both sides are graded on the first tensor.
+    paired = tmp_path / "paired.py"
+    paired.write_text("import torch\nclass Paired(torch.nn.Module):\n"
+                      "    def forward(self, x):\n        return (x.clone(), 'extra')\n"
+                      "def build_mlp(stock):\n    return Paired()\n")
+    raising = tmp_path / "raising.py"
+    raising.write_text("import torch\nclass Bad(torch.nn.Module):\n"
+                       "    def forward(self, x):\n        raise RuntimeError('e' * 500)\n"
+                       "def build_mlp(stock):\n    return Bad()\n")
+    stock, x = nn.Identity(), torch.ones(2, 3)
+    graded = AuditSession(AuditSpec(load_file_delta(paired), ("model",)).to_config())
+    graded.bind_names(stock)
+    graded.observe(stock, (x,), (x, "stock extra"))
+    [tally] = graded.snapshot()
+    assert (tally.node, tally.calls, tally.uncomparable, tally.min_score) == ("model", 1, 0, 1.0)
+
+    failing = AuditSession(AuditSpec(load_file_delta(raising), ("model",)).to_config())
+    failing.bind_names(stock)
+    failing.observe(stock, (x,), x)
+    failing.candidates[id(stock)] = nn.Sequential(nn.Flatten(0, -1), nn.Unflatten(0, (3, 3)))
+    failing.observe(stock, (x,), x)  # a different failure: the first one is kept
+    [tally] = failing.snapshot()
+    assert (tally.calls, tally.uncomparable) == (2, 2)
+    assert tally.first_error == ("RuntimeError: " + "e" * 500)[:200]

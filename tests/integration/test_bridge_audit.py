@@ -72,16 +72,19 @@ def test_scaled_float32_delta_is_a_near_miss_on_every_call(engine: TorchReferenc
         assert p["min_score"].startswith("0.998")  # 1 - 0.001, less float32 rounding
 
 
+def _delta_file(folder: Path, name: str, forward: str) -> Path:
+    """Writes a file delta whose MLP's forward(x, ...) is the one statement ``forward``."""
+    path = folder / f"{name}.py"
+    path.write_text("import torch\nclass Delta(torch.nn.Module):\n"
+                    f"    def forward(self, x, *a, **k):\n        {forward}\n"
+                    "def build_mlp(stock):\n    return Delta()\n")
+    return path
+
+
 def test_raising_and_nan_candidates_are_uncomparable(engine: TorchReferenceEngine,
                                                      tmp_path: Path) -> None:
-    raising = tmp_path / "raising.py"
-    raising.write_text("import torch\nclass Bad(torch.nn.Module):\n"
-                       "    def forward(self, x, *a, **k):\n        raise RuntimeError('no')\n"
-                       "def build_mlp(stock):\n    return Bad()\n")
-    nan = tmp_path / "nan.py"
-    nan.write_text("import torch\nclass Nan(torch.nn.Module):\n"
-                   "    def forward(self, x, *a, **k):\n        return x * float('nan')\n"
-                   "def build_mlp(stock):\n    return Nan()\n")
+    raising = _delta_file(tmp_path, "raising", "raise RuntimeError('no')")
+    nan = _delta_file(tmp_path, "nan", "return x * float('nan')")
     for source in (raising, nan):
         for p in _audit(engine, load_file_delta(source)):
             assert p["uncomparable"] == p["calls"] == CALLS_PER_NODE
@@ -194,14 +197,8 @@ def test_installer_hook_swaps_the_sglang_style_mlp(tmp_path: Path) -> None:
 def test_a_session_grades_tuple_outputs_and_keeps_the_first_error_cut_short(
         tmp_path: Path) -> None:
     # SGLang modules may return (tensor, extra): both sides are graded on the first tensor.
-    paired = tmp_path / "paired.py"
-    paired.write_text("import torch\nclass Paired(torch.nn.Module):\n"
-                      "    def forward(self, x):\n        return (x.clone(), 'extra')\n"
-                      "def build_mlp(stock):\n    return Paired()\n")
-    raising = tmp_path / "raising.py"
-    raising.write_text("import torch\nclass Bad(torch.nn.Module):\n"
-                       "    def forward(self, x):\n        raise RuntimeError('e' * 500)\n"
-                       "def build_mlp(stock):\n    return Bad()\n")
+    paired = _delta_file(tmp_path, "paired", "return (x.clone(), 'extra')")
+    raising = _delta_file(tmp_path, "raising", "raise RuntimeError('e' * 500)")
     stock, x = nn.Identity(), torch.ones(2, 3)
     graded = AuditSession(AuditSpec(load_file_delta(paired), ("model",)).to_config())
     graded.bind_names(stock)

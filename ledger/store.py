@@ -137,9 +137,30 @@ def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     # Takes effect only while the file is still empty (a new ledger), so before WAL mode,
     # which writes the header; an existing ledger keeps the page size it was made with.
     cursor.execute(f"PRAGMA page_size = {sqlite_page_bytes}")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    _enter_wal(cursor)
     cursor.execute("PRAGMA synchronous = FULL")  # money: a committed append survives power loss
     cursor.close()
+
+
+def _enter_wal(cursor: sqlite3.Cursor) -> None:
+    """Switches the file to WAL, retrying a refusal for as long as the busy timeout allows.
+
+    The switch needs the file's exclusive lock, and SQLite does not call the busy handler
+    for it while another connection holds the write lock of a file still in rollback mode
+    (a new ledger being created by a second ``init``): that is SQLITE_BUSY at once, which
+    the busy timeout alone never waits out. A file already in WAL mode answers at once.
+    """
+    deadline = time.monotonic() + sqlite_busy_timeout_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _on_sqlite_begin(conn: Connection) -> None:

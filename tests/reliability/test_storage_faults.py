@@ -15,6 +15,8 @@ import os
 import random
 import sqlite3
 import stat
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,63 @@ def test_a_migration_that_meets_a_held_write_lock_is_a_clean_refusal(
     assert migrate.current(url) is None
     migrate.upgrade(url)
     assert migrate.current(url) == migrate.heads()[0]
+
+
+def _rollback_mode_file_locked(path: Path) -> sqlite3.Connection:
+    """A ledger file still in rollback mode (as a second ``init`` finds a new one) whose
+    write lock another connection holds: switching it to WAL is refused at once."""
+    seed = sqlite3.connect(path)
+    seed.execute("CREATE TABLE other_tool (x INTEGER)")
+    seed.commit()
+    seed.close()
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_opening_a_file_whose_wal_switch_is_refused_waits_for_the_writer(
+    tmp_path: Path,
+) -> None:
+    """SQLite skips the busy handler for the WAL switch under another's write lock, so the
+    connection retries it itself: it opens once the writer commits, in WAL mode. (It used
+    to fail at once with "database is locked": concurrent `init`s of a new SQLite ledger.)"""
+    path = tmp_path / "ledger.db"
+    holder = _rollback_mode_file_locked(path)
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    started = time.monotonic()
+    try:
+        migrate.upgrade(_sqlite_url(tmp_path))
+        waited = time.monotonic() - started
+    finally:
+        release.join()
+        holder.close()
+    assert waited >= 0.25
+    assert migrate.current(_sqlite_url(tmp_path)) == migrate.heads()[0]
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        check.close()
+
+
+def test_a_wal_switch_refused_past_the_busy_timeout_is_a_clean_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ledger.db"
+    monkeypatch.setattr(ledger.store, "sqlite_busy_timeout_ms", 200)
+    holder = _rollback_mode_file_locked(path)
+    started = time.monotonic()
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            migrate.upgrade(_sqlite_url(tmp_path))
+        assert time.monotonic() - started >= 0.2
+    finally:
+        holder.rollback()
+        holder.close()
+    assert migrate.current(_sqlite_url(tmp_path)) is None  # nothing migrated
+    migrate.upgrade(_sqlite_url(tmp_path))
+    assert migrate.current(_sqlite_url(tmp_path)) == migrate.heads()[0]
 
 
 # -------------------------------------------------------------------------- PostgreSQL

@@ -97,7 +97,9 @@ class ArenaState:
     commission: Commission
     commissions: Mapping[str, Commission]
     controls: Mapping[str, ControlRegistered]
-    control_by_delta: Mapping[str, str]
+    #: delta digest → the controls registered with it, in registration order (DOMAIN §5:
+    #: every control of a digest is judged against every submission of that digest).
+    controls_by_delta: Mapping[str, tuple[str, ...]]
     incumbent_digest: str
     incumbent_block: int
     retired_block: int | None = None
@@ -142,7 +144,7 @@ def start(event: ArenaCommissioned, payload: Payload = None) -> ArenaState:
         commission=commission,
         commissions={commission.digest: commission},
         controls={},
-        control_by_delta={},
+        controls_by_delta={},
         incumbent_digest=event.incumbent_digest,
         incumbent_block=event.commissioned_block,
     )
@@ -174,7 +176,12 @@ def _register(state: ArenaState, event: ControlRegistered, _: Payload) -> ArenaS
     return evolve(
         state,
         controls={**state.controls, event.control_id: event},
-        control_by_delta={**state.control_by_delta, event.delta_digest: event.control_id},
+        controls_by_delta={
+            **state.controls_by_delta,
+            event.delta_digest: (
+                *state.controls_by_delta.get(event.delta_digest, ()), event.control_id
+            ),
+        },
     )
 
 

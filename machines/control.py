@@ -73,21 +73,21 @@ class ControlRow:
 def control_rows(arena: ArenaState, submissions: Iterable[SubmissionState]) -> list[ControlRow]:
     """Returns the control report of an arena, submissions in the order given.
 
-    A control with no submission yet gets one ``pending`` row without a submission.
+    Controls come in registration order, each with a row per submission of its delta digest;
+    controls registered with the same digest are each judged against every one of those
+    submissions. A control with no submission yet gets one ``pending`` row without one.
     """
     rows: dict[str, list[ControlRow]] = {cid: [] for cid in arena.controls}
     for sub in submissions:
-        control_id = arena.control_by_delta.get(sub.delta_digest)
-        if control_id is None:
-            continue
-        control = arena.controls[control_id]
-        rows[control_id].append(
-            ControlRow(
-                control_id, control.kind, control.delta_digest, control.expected_verdict,
-                control.expected_reason, sub.submission_id, sub.verdict, sub.reason,
-                control_outcome(control, sub),
+        for control_id in arena.controls_by_delta.get(sub.delta_digest, ()):
+            control = arena.controls[control_id]
+            rows[control_id].append(
+                ControlRow(
+                    control_id, control.kind, control.delta_digest, control.expected_verdict,
+                    control.expected_reason, sub.submission_id, sub.verdict, sub.reason,
+                    control_outcome(control, sub),
+                )
             )
-        )
     report: list[ControlRow] = []
     for control_id, found in rows.items():
         if not found:

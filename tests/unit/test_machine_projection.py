@@ -411,6 +411,25 @@ def test_controls_report() -> None:
     assert sc.fold.controls("nowhere") == []
 
 
+def test_controls_sharing_a_delta_digest_are_each_judged_against_its_submissions() -> None:
+    """DOMAIN §5 judges every registered control of a digest against every submission of
+    it: the first of two controls on one digest is not left pending behind the second."""
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    for control_id, verdict, reason in (("bad", "FAIL", "slot_audit_failed"),
+                                        ("same-delta", "PASS", None)):
+        sc.append("arena-mlp-arena", ControlRegistered(
+            control_id=control_id, kind="custom", delta_digest="d" * 64,
+            expected_verdict=verdict, expected_reason=reason))
+    assert [(r.control_id, r.outcome) for r in sc.fold.controls("mlp-arena")] == [
+        ("bad", "pending"), ("same-delta", "pending")]
+    sid = sc.arrive(delta_digest="d" * 64)
+    sc.evaluate(sid, "att-1", WORKED, samples.audit(violations=3))
+    rows = sc.fold.controls("mlp-arena")
+    assert [(r.control_id, r.submission_id, r.verdict, r.outcome) for r in rows] == [
+        ("bad", sid, "FAIL", "as_expected"), ("same-delta", sid, "FAIL", "unexpected")]
+
+
 def test_expirable_and_expiry_use_the_arena_sla() -> None:
     sc = Scenario()
     sc.commission(fee_rao=0, sealed=samples.policy(sla_blocks=100))

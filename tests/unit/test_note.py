@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 
@@ -224,6 +225,32 @@ def test_an_oversized_note_is_refused(peter: Verifier) -> None:
     note = "x" * NOTE_BYTES_MAX + "\n\n" + PETER_SIG
     assert _reason(note, [peter]) == "too_large"
     assert _reason(note.encode(), [peter]) == "too_large"
+
+
+def test_a_note_of_exactly_the_byte_limit_signs_and_opens_and_one_byte_more_does_not(
+    log_signer: Signer,
+) -> None:
+    """The limit is inclusive, for signing and for opening text and bytes alike; the
+    multi-byte character counts in bytes, not characters."""
+    overhead = len(sign_note("é\n", log_signer).encode()) - len("é\n".encode())
+    text = "é" + "x" * (NOTE_BYTES_MAX - overhead - len("é\n".encode())) + "\n"
+    note = sign_note(text, log_signer)
+    assert len(note.encode()) == NOTE_BYTES_MAX
+    assert open_note(note, [log_signer.verifier()]) == text
+    assert open_note(note.encode(), [log_signer.verifier()]) == text
+    with pytest.raises(LimitExceeded, match=f"would be {NOTE_BYTES_MAX + 1} bytes"):
+        sign_note("x" + text, log_signer)
+    longer = "x" + note
+    assert _reason(longer, [log_signer.verifier()]) == "too_large"
+    assert _reason(longer.encode(), [log_signer.verifier()]) == "too_large"
+
+
+def test_a_signature_line_holding_only_a_key_id_is_malformed(peter: Verifier) -> None:
+    """Four bytes are a key ID and no signature: refused as malformed, not tried as an
+    empty signature."""
+    key_id_only = base64.b64encode(bytes.fromhex("c74f20a3")).decode()
+    with pytest.raises(SignatureInvalid, match="signature is not canonical base64 of a key"):
+        open_note(TEXT + "\n— PeterNeumann " + key_id_only + "\n", [peter])
 
 
 def test_opening_needs_verifier_objects() -> None:

@@ -555,7 +555,24 @@ def test_an_upgrade_verifies_an_intact_ledger_first(store_url: str) -> None:
     assert report.verified is not None and report.verified.ok
     assert report.verified.checked == EVENTS_TOTAL
     assert (report.before, report.after) == (_previous_revision(), migrate.heads()[0])
+    document = report.to_json()
+    assert document["verified"] == report.verified.to_json()
+    assert document["verified"]["checked"] == EVENTS_TOTAL
+    assert document["applied"] == [migrate.heads()[0]] and not document["skipped_verify"]
     assert ops.upgrade(store_url).applied == []  # already at head: nothing to do
+
+
+def test_an_upgrade_to_a_named_revision_reports_only_the_revisions_it_ran(
+    store_url: str,
+) -> None:
+    revisions = [r["revision"] for r in reversed(migrate.history())]
+    report = ops.upgrade(store_url, revisions[1])
+    assert (report.before, report.after) == (None, revisions[1])
+    assert report.applied == revisions[:2]
+    assert report.to_json()["verified"] is None
+    report = ops.upgrade(store_url)
+    assert (report.before, report.after) == (revisions[1], revisions[-1])
+    assert report.applied == revisions[2:]
 
 
 def test_a_new_database_upgrades_without_a_check(store_url: str) -> None:

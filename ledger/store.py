@@ -137,9 +137,24 @@ def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     # Takes effect only while the file is still empty (a new ledger), so before WAL mode,
     # which writes the header; an existing ledger keeps the page size it was made with.
     cursor.execute(f"PRAGMA page_size = {sqlite_page_bytes}")
-    _enter_wal(cursor)
+    # WAL mode is a property of the file, written into its header: switch a new file or a
+    # ledger, never a database of something else that the URL names by mistake (a refused
+    # restore or `stats` must leave such a file as it was, byte for byte).
+    if _new_or_ledger(cursor):
+        _enter_wal(cursor)
     cursor.execute("PRAGMA synchronous = FULL")  # money: a committed append survives power loss
     cursor.close()
+
+
+def _new_or_ledger(cursor: sqlite3.Cursor) -> bool:
+    """Tells whether the file is still empty (no page written yet) or holds the ledger's
+    ``events`` table. Both are reads: a shared lock, waited for under the busy timeout."""
+    if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+        return True
+    found = cursor.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+    ).fetchone()
+    return found is not None
 
 
 def _enter_wal(cursor: sqlite3.Cursor) -> None:

@@ -11,6 +11,7 @@ the way tests/integration/test_store_tamper.py does).
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from tampering import triggers_bypassed
 from ledger import migrate, ops
 from ledger.checkpoint import sign_tree
 from ledger.domain import ArenaLedger
-from ledger.errors import IntegrityError, InvalidInput, SchemaNotInitialised
+from ledger.errors import IntegrityError, InvalidInput, SchemaNotInitialised, StoreUnavailable
 from ledger.model import EventDraft
 from ledger.note import Signer
 from ledger.store import EventStore
@@ -448,6 +449,43 @@ def test_a_restore_refuses_a_tampered_backup_or_a_foreign_file(
     with pytest.raises(InvalidInput, match="does not exist"):
         ops.restore(f"sqlite:///{target}", tmp_path / "missing.db")
     assert not target.exists()
+
+
+def test_a_restore_never_overwrites_another_database_or_file(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    """A SQLite file of another application, or a file that is no database at all, is
+    refused and left byte for byte; a database file with nothing in it is restored into."""
+    url, _ = sqlite_ledger
+    ops.backup(url, tmp_path / "backup.db")
+    app = tmp_path / "app.db"
+    conn = sqlite3.connect(app)
+    conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER)")
+    conn.execute("INSERT INTO accounts VALUES (1, 100)")
+    conn.commit()
+    conn.close()
+    text_file = tmp_path / "notes.db"
+    text_file.write_bytes(b"keep me, I am not a database" * 200)
+    refusals: list[tuple[Path, type[Exception], str]] = [
+        (app, InvalidInput, "exists and is not an arena-ledger database"),
+        (text_file, StoreUnavailable, "notes.db: file is not a database"),
+    ]
+    for target, error, message in refusals:
+        before = target.read_bytes()
+        with pytest.raises(error, match=message):
+            ops.restore(f"sqlite:///{target}", tmp_path / "backup.db")
+        assert target.read_bytes() == before, target
+    assert not list(tmp_path.glob("*.restore-partial"))
+
+    emptied = tmp_path / "emptied.db"
+    conn = sqlite3.connect(emptied)
+    conn.execute("CREATE TABLE gone (x INTEGER)")
+    conn.execute("DROP TABLE gone")
+    conn.commit()
+    conn.close()
+    assert emptied.stat().st_size > 0
+    ops.restore(f"sqlite:///{emptied}", tmp_path / "backup.db")
+    assert _fingerprint(f"sqlite:///{emptied}") == _fingerprint(url)
 
 
 # -- backup and restore: PostgreSQL ----------------------------------------------------------

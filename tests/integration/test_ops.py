@@ -210,6 +210,15 @@ def test_stats_of_an_empty_ledger(store: EventStore) -> None:
     assert doc["holds"] == {"current": {}, "placed": {}}
 
 
+def test_stats_of_an_arena_with_nothing_decided_has_no_rate(store: EventStore) -> None:
+    """NO_DECISION / decided is undefined with nothing decided: null, not 0 or an error."""
+    with ArenaLedger(store.url, actor="tester") as ledger:
+        Builder(ledger).commission(ARENA_A)
+    doc = ops.stats(store.url)
+    assert doc["no_decision"] == {ARENA_A: {"no_decision": 0, "decided": 0, "rate": None}}
+    assert doc["submissions"] == {ARENA_A: _statuses()}
+
+
 def test_stats_refuses_an_uninitialised_database(store_url: str) -> None:
     with pytest.raises(SchemaNotInitialised):
         ops.stats(store_url)
@@ -550,9 +559,21 @@ def test_a_postgres_restore_refuses_what_is_not_a_ledger_archive(
 ) -> None:
     junk = tmp_path / "junk.dump"
     junk.write_bytes(b"PGDMP but not really")
-    with pytest.raises(InvalidInput, match="pg_restore failed"):
+    with pytest.raises(InvalidInput, match="pg_restore failed") as caught:
         ops.restore(store_url, junk)
+    assert caught.value.context["tool"] == "pg_restore"
     assert migrate.current(store_url) is None
+    # Tables of any revision, not only the latest, make the target a ledger already.
+    migrate.upgrade(store_url, str(migrate.history()[-1]["revision"]))
+    with pytest.raises(InvalidInput, match="already holds ledger tables"):
+        ops.restore(store_url, junk)
+    # Ledger tables that no migration stamped (Alembic's table gone) are refused alike.
+    migrate.upgrade(store_url)
+    with EventStore(store_url) as store, store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE alembic_version")
+    assert migrate.current(store_url) is None
+    with pytest.raises(InvalidInput, match="already holds ledger tables"):
+        ops.restore(store_url, junk)
 
 
 # -- upgrade ---------------------------------------------------------------------------------

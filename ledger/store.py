@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, SQLAlchemyError
 
 from ledger import limits
 from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
@@ -128,7 +128,11 @@ def _utc_now() -> str:
     return recorded_at_text(datetime.now(UTC))
 
 
-def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+#: Key of a pooled SQLite connection's ``info``: its file was switched to WAL (or found so).
+_WAL_READY = "arena_ledger_wal_ready"
+
+
+def _on_sqlite_connect(dbapi_conn: Any, record: Any) -> None:
     # Autocommit at the driver level: SQLAlchemy's "begin" hook below emits BEGIN itself, so
     # writers can take the write lock up front (IMMEDIATE) instead of upgrading mid-way.
     dbapi_conn.isolation_level = None
@@ -137,24 +141,15 @@ def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     # Takes effect only while the file is still empty (a new ledger), so before WAL mode,
     # which writes the header; an existing ledger keeps the page size it was made with.
     cursor.execute(f"PRAGMA page_size = {sqlite_page_bytes}")
-    # WAL mode is a property of the file, written into its header: switch a new file or a
-    # ledger, never a database of something else that the URL names by mistake (a refused
-    # restore or `stats` must leave such a file as it was, byte for byte).
-    if _new_or_ledger(cursor):
+    # WAL mode is a property of the file, written into its header. A new (empty) file gets
+    # it now; any other file only when a writer begins (``_on_sqlite_begin``), so reading
+    # never changes a file: a backup stays one rollback-journal file through `verify`, and
+    # a URL that names another application's database by mistake leaves it byte for byte.
+    if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
         _enter_wal(cursor)
+        record.info[_WAL_READY] = True
     cursor.execute("PRAGMA synchronous = FULL")  # money: a committed append survives power loss
     cursor.close()
-
-
-def _new_or_ledger(cursor: sqlite3.Cursor) -> bool:
-    """Tells whether the file is still empty (no page written yet) or holds the ledger's
-    ``events`` table. Both are reads: a shared lock, waited for under the busy timeout."""
-    if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
-        return True
-    found = cursor.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
-    ).fetchone()
-    return found is not None
 
 
 def _enter_wal(cursor: sqlite3.Cursor) -> None:
@@ -180,6 +175,17 @@ def _enter_wal(cursor: sqlite3.Cursor) -> None:
 
 def _on_sqlite_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    if mode == "IMMEDIATE":  # a writer: the file becomes a WAL file first, once a connection
+        pooled = conn.connection
+        if not pooled.info.get(_WAL_READY):
+            cursor = cast(sqlite3.Connection, pooled.dbapi_connection).cursor()
+            try:
+                _enter_wal(cursor)
+            except sqlite3.DatabaseError as exc:  # the store's error mapping expects these
+                raise OperationalError("PRAGMA journal_mode = WAL", None, exc) from None
+            finally:
+                cursor.close()
+            pooled.info[_WAL_READY] = True
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 

@@ -316,6 +316,35 @@ def test_a_sqlite_backup_verifies_and_carries_the_head(
     assert copy[2] == report.head and copy[0] is True
 
 
+def test_reading_a_backup_leaves_it_byte_for_byte_and_the_first_append_makes_it_wal(
+    sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
+) -> None:
+    """Verify, stats, history, replay and an export read a backup without changing a byte
+    (no WAL switch, no file beside it); a writer switches it to WAL before it writes."""
+    from ledger.bundle import export_bundle
+    from ledger.replay import replay_store
+
+    url, _ = sqlite_ledger
+    target = tmp_path / "backup.db"
+    ops.backup(url, target)
+    before = target.read_bytes()
+    copy = f"sqlite:///{target}"
+    with EventStore(copy) as store:
+        assert store.verify().ok and replay_store(store).ok
+        export_bundle(store, tmp_path / "bundle")
+    assert ops.stats(copy)["head"]["position"] == EVENTS_TOTAL
+    assert ops.history(copy, "5Alice")
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("backup")) == [
+        "backup.db"]
+
+    with EventStore(copy) as store:
+        store.append([EventDraft("credit-after", "CreditGranted", {
+            "credit_id": "after", "hotkey": "5Erin", "amount_rao": 1, "note": ""})])
+        assert store.verify().checked == EVENTS_TOTAL + 1
+    assert target.read_bytes()[18:20] == b"\x02\x02"  # WAL from the first write on
+
+
 def test_a_backup_never_overwrites_and_needs_a_ledger(
     sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
 ) -> None:

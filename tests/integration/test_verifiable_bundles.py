@@ -399,6 +399,42 @@ def test_a_line_over_the_size_limit_is_refused_before_it_is_parsed(
         verify_bundle(bad, signer.verifier())
 
 
+@pytest.mark.parametrize("block", [1, 97, 4_096])
+def test_lines_that_span_read_blocks_verify_and_import_alike(
+    store: EventStore, target: EventStore, exported: Path, signer: Signer,
+    monkeypatch: pytest.MonkeyPatch, block: int,
+) -> None:
+    """The reader joins a line cut by a block boundary (one byte a block at the extreme), and
+    the file's digest is taken over the blocks: the same report as one whole-file read."""
+    whole = verify_bundle(exported, signer.verifier()).to_json()
+    monkeypatch.setattr(bundle_module, "read_block_bytes", block)
+    assert verify_bundle(exported, signer.verifier()).to_json() == whole
+    assert import_bundle(target, exported, signer.verifier()).to_json() == whole
+    assert rows(target) == rows(store)
+
+
+def test_an_endless_line_is_refused_without_reading_it_whole(
+    offline: Path, signer: Signer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line with no end in sight stops the read once it passes the line limit: memory
+    holds about the limit and a block, not the file (here 64 times the limit)."""
+    import tracemalloc
+
+    bad = copy_bundle(offline, tmp_path)
+    lines = lines_of(bad)
+    endless = b"{" + b" " * (64 * bundle_line_bytes_max)
+    write_lines(bad, [*lines[:2], endless])
+    monkeypatch.setattr(bundle_module, "read_block_bytes", 65_536)
+    tracemalloc.start()
+    try:
+        with pytest.raises(LimitExceeded, match=f"line 3 is over {bundle_line_bytes_max} bytes"):
+            verify_bundle(bad, signer.verifier())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * bundle_line_bytes_max, peak
+
+
 def test_a_line_that_is_not_an_object_is_named(
     offline: Path, signer: Signer, tmp_path: Path
 ) -> None:

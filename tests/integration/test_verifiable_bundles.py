@@ -189,6 +189,21 @@ def test_export_refuses_a_ledger_whose_chain_is_broken_and_writes_nothing(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_export_refuses_a_ledger_whose_last_events_are_gone_and_writes_nothing(
+    store: EventStore, draft: Draft, tmp_path: Path
+) -> None:
+    """The head says 12 but rows end at 10: the first missing position is named."""
+    from tampering import triggers_bypassed
+
+    fill(store, draft, 12)
+    with triggers_bypassed(store) as conn:
+        conn.execute(text("DELETE FROM events WHERE position > 10"))
+    with pytest.raises(IntegrityError, match="events end at position 10, not at 12") as caught:
+        export_bundle(store, tmp_path / "cut")
+    assert caught.value.context == {"reason": "chain_broken", "position": 11}
+    assert not (tmp_path / "cut").exists()
+
+
 def test_export_names_a_database_failure_while_reading_and_writes_nothing(
     store: EventStore, draft: Draft, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -115,6 +116,12 @@ def lines_of(bundle: Path) -> list[bytes]:
     return (bundle / EVENTS_FILE).read_bytes().splitlines(keepends=True)
 
 
+def parsed_line(bundle: Path, number: int) -> tuple[str, int]:
+    """Returns the stream and version of line ``number`` (from 1) of a bundle."""
+    line = orjson.loads(lines_of(bundle)[number - 1])
+    return str(line["stream"]), int(line["version"])
+
+
 def write_lines(bundle: Path, lines: list[bytes]) -> None:
     (bundle / EVENTS_FILE).write_bytes(b"".join(lines))
 
@@ -164,6 +171,8 @@ def test_export_refuses_an_existing_target_and_a_position_past_the_head(
         export_bundle(store, exported)
     with pytest.raises(InvalidInput, match="outside"):
         export_bundle(store, tmp_path / "far", to_position=13)
+    with pytest.raises(InvalidInput, match=re.escape("--to-position -1 is outside 0..12")):
+        export_bundle(store, tmp_path / "far", to_position=-1)
     assert not (tmp_path / "far").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -714,7 +723,9 @@ def test_the_parallel_pass_agrees_and_falls_back_to_name_the_bad_line(
     _rewrite(gap, skip_a_version)
     with pytest.raises(bundle_module._Suspect):
         bundle_module._scan_parallel(gap, 2)
-    with pytest.raises(IntegrityError, match=r"line 9: stream .* jumps from version"):
+    stream, version = parsed_line(gap, 9)
+    with pytest.raises(IntegrityError, match=re.escape(
+            f"line 9: stream {stream!r} jumps from version {version - 2} to {version}")):
         verify_bundle(gap, None, allow_unsigned=True)
 
 

@@ -912,10 +912,11 @@ def import_bundle(
     store.require_initialised()
     manifest = read_manifest(bundle)
     signed = _bundle_checkpoint(bundle, manifest, verifier, origin, allow_unsigned)
-    if store.head().position != 0:
+    head = store.head().position
+    if head != 0:  # checked again under the head lock, as the import writes
         raise InvalidInput(
-            f"the target ledger already holds {store.head().position} events; import needs an "
-            "empty ledger (a fresh `arena-ledger init`)"
+            f"the target ledger already holds events (head {head}); import needs an empty "
+            "ledger (a fresh `arena-ledger init`)", head=head,
         )
     # In-process passes only: no worker is forked from a process holding database
     # connections, and the inserting pass dominates an import's time anyway.

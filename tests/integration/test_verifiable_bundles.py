@@ -298,7 +298,24 @@ def test_import_refuses_a_ledger_that_is_not_empty(
 ) -> None:
     target.append([draft("arena-x", 1)])
     before = rows(target)
-    with pytest.raises(InvalidInput, match="empty ledger"):
+    with pytest.raises(InvalidInput, match=re.escape("already holds events (head 1)")) as caught:
+        import_bundle(target, exported, signer.verifier())
+    assert caught.value.context == {"head": 1}
+    assert rows(target) == before
+
+
+def test_import_under_the_head_lock_refuses_events_the_head_row_does_not_count(
+    target: EventStore, exported: Path, draft: Draft, signer: Signer
+) -> None:
+    """A damaged target whose head row says 0 over a stored event passes the first look
+    and is refused by the check made under the head lock, before anything is written."""
+    from tampering import triggers_bypassed
+
+    target.append([draft("arena-x", 1)])
+    with triggers_bypassed(target) as conn:
+        conn.execute(text("UPDATE ledger_head SET position = 0 WHERE id = 1"))
+    before = rows(target)
+    with pytest.raises(InvalidInput, match=re.escape("already holds events (head 0)")):
         import_bundle(target, exported, signer.verifier())
     assert rows(target) == before
 
@@ -726,6 +743,33 @@ def test_the_parallel_pass_agrees_and_falls_back_to_name_the_bad_line(
     stream, version = parsed_line(gap, 9)
     with pytest.raises(IntegrityError, match=re.escape(
             f"line 9: stream {stream!r} jumps from version {version - 2} to {version}")):
+        verify_bundle(gap, None, allow_unsigned=True)
+
+
+def test_the_parallel_pass_checks_versions_inside_a_chunk(
+    store: EventStore, draft: Draft, signer: Signer, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight-line chunks hold each of the four streams twice: a worker checks the versions
+    within its chunk itself, and accepts only what the sequential pass accepts."""
+    fill(store, draft, 23)
+    export_bundle(store, tmp_path / "b", signer=signer)
+    sequential = verify_bundle(tmp_path / "b", signer.verifier())
+    monkeypatch.setattr(bundle_module, "parallel_chunk_lines", 8)
+    scan = bundle_module._scan_parallel(tmp_path / "b", 2)
+    assert (scan.events, scan.merkle_root) == (23, sequential.merkle_root)
+
+    def skip_a_version(parsed: list[dict[str, Any]]) -> None:
+        # Line 6's stream was last seen on line 2, in the same chunk (lines 1-8).
+        for line in parsed[5:]:
+            if line["stream"] == parsed[5]["stream"]:
+                line["version"] += 1
+
+    gap = copy_bundle(tmp_path / "b", tmp_path, "gap")
+    _rewrite(gap, skip_a_version)
+    with pytest.raises(bundle_module._Suspect):
+        bundle_module._scan_parallel(gap, 2)
+    with pytest.raises(IntegrityError, match=r"line 6: stream .* jumps from version"):
         verify_bundle(gap, None, allow_unsigned=True)
 
 

@@ -688,6 +688,16 @@ def test_a_database_error_while_inserting_is_a_store_error_and_writes_nothing(
     with pytest.raises(StoreError, match="nothing was written: disk is full"):
         import_bundle(target, exported, signer.verifier())
     assert_empty(target)
+    if target.backend == "postgresql":  # trust auth takes any password: it must not leak
+        from sqlalchemy.engine import make_url
+
+        url = make_url(target.url).set(password="s3cret-pw")
+        with EventStore(url.render_as_string(hide_password=False)) as keyed, pytest.raises(
+            StoreError
+        ) as caught:
+            import_bundle(keyed, exported, signer.verifier())
+        assert "s3cret-pw" not in caught.value.message
+        assert "s3cret-pw" not in str(caught.value.context) and "***" in caught.value.context["url"]
 
 
 def test_a_file_changed_between_the_passes_is_refused(

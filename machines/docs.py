@@ -145,6 +145,10 @@ is the appender's chain observation, every other rule is re-derived from the led
 A submission whose delta_digest is a registered control of its arena is `as_expected` when
 its verdict (and reason, when the control registered one) matches, `unexpected` otherwise
 (REJECTED and EXPIRED included: no verdict was produced), and `pending` while unresolved.
+The report has a row per control and submission of its digest, controls in registration
+order; two controls registered with one digest are each judged against every submission of
+it (the arena machine accepts such a pair: refusing it now would change what replay accepts
+of a ledger already written).
 """
 
 

@@ -94,6 +94,32 @@ def render_cli_md() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _bound_text(value: int) -> str:
+    return "2^53 − 1" if value == 2**53 - 1 else f"{value:,}"
+
+
+def _bounds(metadata: Any) -> str:
+    """Spells a field's length and range constraints (annotated-types metadata), if any."""
+    found: dict[str, int] = {}
+    for meta in metadata:
+        for key in ("min_length", "max_length", "ge", "gt", "le", "lt"):
+            value = getattr(meta, key, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                found[key] = value
+    low, high = found.get("min_length"), found.get("max_length")
+    if high is not None:
+        return f", {low or 0} to {high:,} characters"
+    if low is not None:
+        return f", at least {low:,} characters"
+    low = found["ge"] if "ge" in found else found["gt"] + 1 if "gt" in found else None
+    high = found["le"] if "le" in found else found["lt"] - 1 if "lt" in found else None
+    if low is not None and high is not None:
+        return f" in [{_bound_text(low)}, {_bound_text(high)}]"
+    if low is not None:
+        return f" ≥ {_bound_text(low)}"
+    return "" if high is None else f" ≤ {_bound_text(high)}"
+
+
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -107,7 +133,13 @@ def _type_name(annotation: Any) -> str:
             pattern = getattr(meta, "pattern", None)
             if pattern:
                 return f"str `{pattern}`"
-        return _type_name(args[0])
+        bounds = _bounds(args[1:])
+        inner = typing.get_args(args[0]) if typing.get_origin(args[0]) in (
+            typing.Union, types.UnionType) else ()
+        if bounds and type(None) in inner:  # `int | None` bounded: the bound is the int's
+            others = [a for a in inner if a is not type(None)]
+            return " or ".join([*(_type_name(a) + bounds for a in others), "null"])
+        return _type_name(args[0]) + bounds
     if origin in (typing.Union, types.UnionType):
         return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
     if origin is typing.Literal:

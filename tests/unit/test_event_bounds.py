@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ledger.catalogue import CATALOGUE
-from ledger.errors import SchemaError
+from ledger.errors import InvalidInput, SchemaError
 from ledger.events import Policy
 from machines import samples
 
@@ -32,6 +32,10 @@ def _admitted() -> dict[str, Any]:
 
 def _arrived() -> dict[str, Any]:
     return samples.arrived().model_dump(mode="json", exclude_none=True)
+
+
+def _rejected() -> dict[str, Any]:
+    return {"block": 1, "reason": "missing_eval_cost_payment"}
 
 
 def _credit() -> dict[str, Any]:
@@ -58,6 +62,9 @@ def _decided() -> dict[str, Any]:
 
 Base = Callable[[], dict[str, Any]]
 
+#: Every integer field stays within ±(2**53 − 1), where JSON numbers are exact everywhere.
+_INT_MAX = 2**53 - 1
+
 #: (event type, base payload, dotted field, values accepted, values refused)
 BOUNDS: list[tuple[str, Base, str, list[Any], list[Any]]] = [
     ("ArenaCommissioned", _commission, "arena_id",
@@ -80,12 +87,14 @@ BOUNDS: list[tuple[str, Base, str, list[Any], list[Any]]] = [
     ("SubmissionArrived", _arrived, "payment_ref", ["p", "p" * 64, "a.b_c-9"],
      ["", "p" * 65, "P", "a/b"]),
     ("SubmissionAdmitted", _admitted, "fee.ref", ["", "r" * 64], ["r" * 65]),
+    ("SubmissionAdmitted", _admitted, "block", [0, _INT_MAX], [-1, _INT_MAX + 1]),
+    ("SubmissionRejected", _rejected, "reason", ["", "r" * 256], ["r" * 257]),
     ("CreditGranted", _credit, "credit_id", ["c", "c" * 64], ["", "c" * 65]),
     ("CreditGranted", _credit, "note", ["", "n" * 512], ["n" * 513]),
     ("WindowMeasured", _window, "window", [1, 5], [0, 6]),
     ("WindowMeasured", _window, "orientation", [1, 2], [0, 3]),
-    ("WindowMeasured", _window, "stock_cost_ns", [1], [0]),
-    ("WindowMeasured", _window, "stock_output_tokens", [0], [-1]),
+    ("WindowMeasured", _window, "stock_cost_ns", [1, _INT_MAX], [0, _INT_MAX + 1]),
+    ("WindowMeasured", _window, "stock_output_tokens", [0, _INT_MAX], [-1, _INT_MAX + 1]),
     ("AuditNodeGraded", _audit, "node", ["n", "n" * 256], ["", "n" * 257]),
     ("AuditNodeGraded", _audit, "rank", [0], [-1]),
     ("InfrastructureFault", _fault, "stage", ["s", "s" * 64], ["", "s" * 65]),
@@ -114,7 +123,9 @@ def test_each_bound_accepts_its_last_value_and_refuses_the_next(
     for value in accepted:
         CATALOGUE.validate(event_type, 1, _with(document, field, value))
     for value in refused:
-        with pytest.raises(SchemaError) as caught:
+        # SchemaError, or for an integer past 2**53 - 1 the codec's CanonicalFormError,
+        # which refuses it before the schema is consulted.
+        with pytest.raises(InvalidInput) as caught:
             CATALOGUE.validate(event_type, 1, _with(document, field, value))
         assert caught.value.context["path"] == f"$.payload.{field}", (value, caught.value)
 
@@ -185,3 +196,19 @@ def test_the_catalogue_page_states_each_bound() -> None:
         "| `credit_id` | str `^[a-z0-9._-]{1,64}$` |",
     ):
         assert row in page, row
+
+
+@pytest.mark.parametrize(("field", "low"), [("stock_cost_ns", 1), ("stock_output_tokens", 0)])
+def test_a_model_built_in_process_holds_the_integer_range_too(field: str, low: int) -> None:
+    """The engine bridge builds models before any payload is encoded: the schema keeps
+    integers within [low, 2**53 - 1] itself, not only the codec."""
+    from pydantic import ValidationError
+
+    from ledger.events import WindowMeasured
+
+    document = _window()
+    for value in (low, _INT_MAX):
+        assert getattr(WindowMeasured.model_validate({**document, field: value}), field) == value
+    for value in (low - 1, _INT_MAX + 1):
+        with pytest.raises(ValidationError, match=field):
+            WindowMeasured.model_validate({**document, field: value})

@@ -122,7 +122,6 @@ class Catalogue:
         ] = {}
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._current: dict[str, int] = {}
-        self._sealed = False
 
     def register(self, model: type[Event]) -> None:
         """Adds one (type, version) model; its type's current version is the highest one."""
@@ -137,7 +136,6 @@ class Catalogue:
         self._current[model.event_type] = max(
             self._current.get(model.event_type, 0), model.schema_version
         )
-        self._sealed = False
 
     def register_upcaster(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:
         """Adds the pure function that lifts ``event_type`` from ``from_version`` to the next."""
@@ -145,10 +143,9 @@ class Catalogue:
         if key in self._upcasters:
             raise CatalogueError(f"upcaster {key} is registered twice")
         self._upcasters[key] = upcaster
-        self._sealed = False
 
     def seal(self) -> Catalogue:
-        """Checks every type's version chain (no gap, no cycle, ends at current) and freezes."""
+        """Checks every type's version chain (no gap, no cycle, ends at current); returns self."""
         for event_type, current in self._current.items():
             for version in range(1, current + 1):
                 if (event_type, version) not in self._models:
@@ -167,7 +164,6 @@ class Catalogue:
                 raise CatalogueError(
                     f"upcaster {event_type} v{version} starts at a version that does not exist"
                 )
-        self._sealed = True
         return self
 
     @property

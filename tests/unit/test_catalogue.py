@@ -412,8 +412,8 @@ def test_the_catalogue_shields_the_recorded_payload_from_a_careless_upcaster() -
     ("models", "upcasters", "message"),
     [
         ((WidgetV1, WidgetV3), ((1, widget_v1_to_v2), (2, widget_v2_to_v3)), "version 2"),
-        ((WidgetV1, WidgetV2, WidgetV3), ((1, widget_v1_to_v2),), "v2 has no upcaster"),
-        ((WidgetV1, WidgetV2, WidgetV3), ((2, widget_v2_to_v3),), "v1 has no upcaster"),
+        ((WidgetV1, WidgetV2, WidgetV3), ((1, widget_v1_to_v2),), "v2 has no upcaster to v3"),
+        ((WidgetV1, WidgetV2, WidgetV3), ((2, widget_v2_to_v3),), "v1 has no upcaster to v2"),
         ((WidgetV1, WidgetV2), ((1, widget_v1_to_v2), (2, widget_v2_to_v3)), "current"),
         ((WidgetV1, WidgetV2, WidgetV3),
          ((1, widget_v1_to_v2), (2, widget_v2_to_v3), (3, widget_v2_to_v3)), "current"),

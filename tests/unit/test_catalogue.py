@@ -520,3 +520,17 @@ def test_validated_payloads_are_held_at_their_own_size() -> None:
         tracemalloc.stop()
     assert kept[0] == canonical_bytes(flat[0])
     assert held < len(kept) * 256, f"{held / len(kept):.0f} bytes held per payload"
+
+
+def test_a_payload_that_is_not_plain_json_is_encoded_like_its_plain_twin() -> None:
+    """Non-ASCII keys and a tuple take the full walk (normalise, then canonical_bytes); the
+    bytes are those of the same document written as plain JSON, keys in UTF-16 order."""
+    from machines import samples
+
+    plain = samples.commission_document()
+    plain["engine"]["engine_config"] = {"é": 1, "z": [1, 2], "a": "x"}
+    twin = copy.deepcopy(plain)
+    twin["engine"]["engine_config"] = {"é": 1, "z": (1, 2), "a": "x"}
+    data = CATALOGUE.validate("ArenaCommissioned", 1, twin)
+    assert data == CATALOGUE.validate("ArenaCommissioned", 1, plain)
+    assert b'"engine_config":{"a":"x","z":[1,2],"\xc3\xa9":1}' in data

@@ -534,3 +534,23 @@ def test_a_payload_that_is_not_plain_json_is_encoded_like_its_plain_twin() -> No
     data = CATALOGUE.validate("ArenaCommissioned", 1, twin)
     assert data == CATALOGUE.validate("ArenaCommissioned", 1, plain)
     assert b'"engine_config":{"a":"x","z":[1,2],"\xc3\xa9":1}' in data
+
+
+def test_a_schema_error_names_the_first_bad_field_and_words_decimals_plainly() -> None:
+    """Of two bad fields the first is named (with the count); a decimal that is not in
+    canonical spelling says so, any other pattern keeps pydantic's wording."""
+    from machines import samples
+
+    document = samples.commission_document()
+    document["policy"] = {**document["policy"], "window_noise": "0.010"}
+    with pytest.raises(SchemaError) as caught:
+        CATALOGUE.validate("ArenaCommissioned", 1, document)
+    assert caught.value.context["path"] == "$.payload.policy.window_noise"
+    assert "'0.010' is not a decimal in canonical spelling" in caught.value.message
+    document["emission_share_ppm"] = -1
+    with pytest.raises(SchemaError) as caught:
+        CATALOGUE.validate("ArenaCommissioned", 1, {**document, "arena_id": "Upper"})
+    assert caught.value.context["path"] == "$.payload.arena_id"
+    assert caught.value.context["errors"] == 3
+    assert "should match pattern" in caught.value.message
+    assert "canonical spelling" not in caught.value.message

@@ -17,8 +17,8 @@ from sqlalchemy import text
 
 from ledger import limits
 from ledger.chain import GENESIS_HASH, chained
-from ledger.errors import InvalidInput
-from ledger.model import VerifyReport
+from ledger.errors import InvalidInput, StoreError
+from ledger.model import Head, VerifyReport
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -46,7 +46,10 @@ def verify_chain(
         raise InvalidInput(
             f"the range {from_position}..{to_position} ends before it starts", path="--to"
         )
-    head = store.head()
+    # The head and the last stored position in one statement, so one snapshot: an append
+    # that commits while the chain is read moves both, and is not mistaken for events
+    # written past the head (the chain is checked up to this head).
+    head, stored_max = _head_and_last_position(store)
     if from_position > max(head.position, 1):
         raise InvalidInput(
             f"the range starts at {from_position}, past the head (position {head.position})",
@@ -116,7 +119,7 @@ def verify_chain(
             "the ledger head's hash differs from the last event's hash",
         )
     if to_position is None:
-        beyond = _max_position(store)
+        beyond = stored_max
         if beyond > head.position:
             return _bad(
                 start,
@@ -206,7 +209,13 @@ def _stored_hash(store: EventStore, position: int) -> str | None:
     return None if value is None else str(value)
 
 
-def _max_position(store: EventStore) -> int:
+def _head_and_last_position(store: EventStore) -> tuple[Head, int]:
+    """Returns the head and the largest stored position, read by one statement."""
     with store.engine.connect() as conn:
-        value = conn.execute(text("SELECT MAX(position) FROM events")).scalar()
-    return int(value or 0)
+        row = conn.execute(text(
+            "SELECT h.position, h.entry_hash, (SELECT MAX(position) FROM events) "
+            "FROM ledger_head h WHERE h.id = 1"
+        )).first()
+    if row is None:
+        raise StoreError("the ledger_head row is missing; the database is damaged")
+    return Head(int(row[0]), str(row[1])), int(row[2] or 0)

@@ -214,7 +214,8 @@ def test_a_deleted_head_row_is_named_as_damage_by_every_reader_of_it(
         with ledger.tree():
             pass
 
-    for call in (ledger.head, ledger.merkle_root, tree, lambda: ledger.append([draft("arena-t")])):
+    for call in (ledger.head, ledger.merkle_root, tree, ledger.verify,
+                 lambda: ledger.append([draft("arena-t")])):
         with pytest.raises(StoreError, match="the ledger_head row is missing; the database is "
                            "damaged"):
             call()
@@ -226,6 +227,31 @@ def test_events_past_the_head_are_found(ledger: EventStore) -> None:
         conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
                           "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
     _assert_bad(ledger.verify(), 5, "head_mismatch")
+
+
+def test_an_append_that_commits_while_verify_reads_is_not_damage(
+    ledger: EventStore, draft: Draft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A validator appends while an operator verifies: the append moves the head and adds
+    rows in one transaction, so verify checks the chain up to the head it started from and
+    does not report the new rows as events written past the head."""
+    import ledger.verify as verify_module
+
+    reader = verify_module.raw_rows
+
+    def rows_with_an_append(store: EventStore, first: int, last: int,
+                            conn: Any = None) -> Any:
+        for n, row in enumerate(reader(store, first, last, conn)):
+            if n == 1:
+                with EventStore(store.url) as writer:
+                    writer.append([draft("arena-t", 4)])
+            yield row
+
+    monkeypatch.setattr(verify_module, "raw_rows", rows_with_an_append)
+    report = ledger.verify()
+    assert report.ok and report.checked == 5, report
+    monkeypatch.undo()
+    assert ledger.verify().checked == 6
 
 
 def test_a_range_whose_previous_row_was_deleted_names_that_row(ledger: EventStore) -> None:

@@ -311,6 +311,7 @@ def crash_campaign(url: str, kills: int, seed: int, tag: str = "crash",
             report.acknowledged_events += len(drafts)
         in_flight = next_index + len(acks)
         with EventStore(url) as store:  # reopen, as a restarted validator would
+            _wait_for_orphaned_transactions(store)
             _check_after_kill(store, tag, acknowledged, in_flight, report)
             report.final_head = store.head().position
         next_index = in_flight + 1
@@ -318,6 +319,37 @@ def crash_campaign(url: str, kills: int, seed: int, tag: str = "crash",
             writer = spare
     report.seconds = time.monotonic() - started
     return report
+
+
+#: Longest wait for the server to finish the transaction of a killed PostgreSQL client.
+orphan_wait_s_max = 30.0
+
+
+def _wait_for_orphaned_transactions(store: EventStore) -> None:
+    """Waits until no other session of the database is inside a transaction.
+
+    A PostgreSQL client killed just after sending COMMIT leaves the server to finish that
+    commit on its own time: read before it lands, the audit would see the head move under
+    it, and the retry would find the key recorded that the audit had not. A restarted
+    validator faces the same; the harness waits so that it checks the state the kill left.
+    (SQLite has no server: a killed writer's transaction is gone with its process.)
+    """
+    if store.backend != "postgresql":
+        return
+    deadline = time.monotonic() + orphan_wait_s_max
+    sql = text(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+    )
+    while True:
+        with store.engine.connect() as conn:
+            open_transactions = int(conn.execute(sql).scalar_one())
+        if open_transactions == 0:
+            return
+        assert time.monotonic() < deadline, (
+            f"{open_transactions} transaction(s) still open {orphan_wait_s_max} s after a kill"
+        )
+        time.sleep(0.01)
 
 
 class _Writer:

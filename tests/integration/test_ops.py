@@ -489,6 +489,18 @@ def test_a_restore_refuses_a_tampered_backup_or_a_foreign_file(
     assert not target.exists()
 
 
+def _sqlite_file(path: Path, *statements: str) -> Path:
+    """Writes a SQLite database of another kind at ``path`` by running ``statements``."""
+    conn = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+    return path
+
+
 def test_a_restore_never_overwrites_another_database_or_file(
     sqlite_ledger: tuple[str, dict[str, str]], tmp_path: Path,
 ) -> None:
@@ -496,12 +508,8 @@ def test_a_restore_never_overwrites_another_database_or_file(
     refused and left byte for byte; a database file with nothing in it is restored into."""
     url, _ = sqlite_ledger
     ops.backup(url, tmp_path / "backup.db")
-    app = tmp_path / "app.db"
-    conn = sqlite3.connect(app)
-    conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER)")
-    conn.execute("INSERT INTO accounts VALUES (1, 100)")
-    conn.commit()
-    conn.close()
+    app = _sqlite_file(tmp_path / "app.db", "CREATE TABLE accounts (id INTEGER PRIMARY KEY, "
+                       "balance INTEGER)", "INSERT INTO accounts VALUES (1, 100)")
     text_file = tmp_path / "notes.db"
     text_file.write_bytes(b"keep me, I am not a database" * 200)
     refusals: list[tuple[Path, type[Exception], str]] = [
@@ -515,12 +523,8 @@ def test_a_restore_never_overwrites_another_database_or_file(
         assert target.read_bytes() == before, target
     assert not list(tmp_path.glob("*.restore-partial"))
 
-    emptied = tmp_path / "emptied.db"
-    conn = sqlite3.connect(emptied)
-    conn.execute("CREATE TABLE gone (x INTEGER)")
-    conn.execute("DROP TABLE gone")
-    conn.commit()
-    conn.close()
+    emptied = _sqlite_file(tmp_path / "emptied.db", "CREATE TABLE gone (x INTEGER)",
+                           "DROP TABLE gone")
     assert emptied.stat().st_size > 0
     ops.restore(f"sqlite:///{emptied}", tmp_path / "backup.db")
     assert _fingerprint(f"sqlite:///{emptied}") == _fingerprint(url)

@@ -393,6 +393,11 @@ def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
                 path=str(source),
             )
         _install(store, partial, file, new_file)
+    # The restored file is a live ledger again: a writer's first BEGIN switches it to WAL
+    # now (``ledger.store``), so the first append does not wait on a long reader for it.
+    writer = store.engine.connect().execution_options(sqlite_begin="IMMEDIATE")
+    with writer, writer.begin():
+        pass
     if store.head() != head:
         raise StoreError(f"the restored ledger at {file} does not hold the backup's head; "
                          "was another process writing to it?", url=store.url)

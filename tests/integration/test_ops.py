@@ -423,6 +423,8 @@ def test_a_sqlite_restore_into_a_new_file_verifies(
 
     report = ops.restore(target, tmp_path / "backup.db")
 
+    assert (tmp_path / "restored.db").read_bytes()[18:20] == b"\x02\x02"  # a live WAL ledger
+    assert (tmp_path / "backup.db").read_bytes()[18:20] == b"\x01\x01"  # the backup as it was
     assert report.verified.ok and report.verified.checked == EVENTS_TOTAL
     assert report.revision == migrate.heads()[0] and report.pending == []
     assert _fingerprint(target) == _fingerprint(url)

@@ -388,3 +388,16 @@ def test_an_unknown_revision_is_refused_listing_the_shipped_ones(name: str) -> N
     assert caught.value.message == (
         f"unknown revision {name!r}; the revisions are {', '.join(shipped)} (or head, base, -N)")
     assert caught.value.context["path"] == "revision"
+
+
+def test_only_an_upgrade_creates_a_missing_sqlite_file(tmp_path: Path) -> None:
+    """A downgrade or a drift check of a mistyped path says there is no ledger there and
+    leaves no empty database file behind; an upgrade (`init`) is what creates one."""
+    missing = tmp_path / "typo.db"
+    url = f"sqlite:///{missing}"
+    for action in (lambda: migrate.downgrade(url, "base"), lambda: migrate.check(url)):
+        with pytest.raises(SchemaNotInitialised):
+            action()
+        assert not missing.exists()
+    migrate.upgrade(url)
+    assert missing.is_file() and migrate.current(url) == migrate.heads()[0]

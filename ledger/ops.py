@@ -253,11 +253,12 @@ def _sqlite_copy(source: Any, target: Path, dbapi: Any) -> None:
         destination.close()
 
 
-def _single_file(target: Path, dbapi: Any) -> None:
-    """Leaves ``target`` in rollback-journal mode so it is one self-contained file."""
+def _live_ledger_file(target: Path, dbapi: Any) -> None:
+    """Switches a restored copy to WAL, as every live ledger is (a backup is one
+    rollback-journal file; reading it, as the verification did, never switched it)."""
     connection = dbapi.connect(str(target))
     try:
-        connection.execute("PRAGMA journal_mode = DELETE")
+        connection.execute("PRAGMA journal_mode = WAL")
     finally:
         connection.close()
 
@@ -307,7 +308,6 @@ def _backup_sqlite(store: EventStore, target: Path) -> BackupReport:
         finally:
             raw.close()
         report, head = _verify_file(partial)
-        _single_file(partial, _dbapi(store))
         _fsync(partial)
         if not report.ok:
             kept = target.with_name(target.name + ".unverified")
@@ -393,11 +393,6 @@ def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
                 path=str(source),
             )
         _install(store, partial, file, new_file)
-    # The restored file is a live ledger again: a writer's first BEGIN switches it to WAL
-    # now (``ledger.store``), so the first append does not wait on a long reader for it.
-    writer = store.engine.connect().execution_options(sqlite_begin="IMMEDIATE")
-    with writer, writer.begin():
-        pass
     if store.head() != head:
         raise StoreError(f"the restored ledger at {file} does not hold the backup's head; "
                          "was another process writing to it?", url=store.url)
@@ -408,7 +403,7 @@ def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
 def _install(store: EventStore, partial: Path, file: Path, new_file: bool) -> None:
     """Moves the verified copy into place: a rename for a new file, else the backup API."""
     if new_file:
-        _single_file(partial, _dbapi(store))
+        _live_ledger_file(partial, _dbapi(store))
         _fsync(partial)
         os.replace(partial, file)
         _fsync(file)

@@ -51,7 +51,14 @@ from ledger.checkpoint import (
     sign_tree,
 )
 from ledger.codec import loads
-from ledger.errors import IntegrityError, InvalidInput, LedgerError, LimitExceeded, StoreError
+from ledger.errors import (
+    IntegrityError,
+    InvalidInput,
+    LedgerError,
+    LimitExceeded,
+    StoreError,
+    head_row_missing,
+)
 from ledger.log import get_logger
 from ledger.merkle import EMPTY_ROOT, CompactRange, leaf_hash, node_hash
 from ledger.model import RecordedEvent
@@ -840,7 +847,7 @@ def _empty_ledger_transaction(store: EventStore) -> Iterator[Connection]:
         lock = " FOR UPDATE" if store.backend == "postgresql" else ""
         head = conn.exec_driver_sql(f"SELECT position FROM ledger_head WHERE id = 1{lock}").first()
         if head is None:
-            raise StoreError("the ledger_head row is missing; the database is damaged")
+            raise head_row_missing()
         if int(head[0]) != 0 or conn.exec_driver_sql("SELECT 1 FROM events LIMIT 1").first():
             raise InvalidInput(
                 f"the target ledger already holds events (head {int(head[0])}); import needs "

@@ -47,6 +47,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "UnknownEventType",
+    "head_row_missing",
     "require_file",
 ]
 
@@ -156,6 +157,11 @@ class StoreError(LedgerError):
 
     code = "store_error"
     exit_code = 5
+
+
+def head_row_missing() -> StoreError:
+    """Returns the error of a ledger whose ``ledger_head`` row is gone: damage, not input."""
+    return StoreError("the ledger_head row is missing; the database is damaged")
 
 
 class SchemaNotInitialised(StoreError):

@@ -41,6 +41,7 @@ from ledger.errors import (
     SchemaNotInitialised,
     StoreError,
     StoreUnavailable,
+    head_row_missing,
 )
 from ledger.log import get_logger
 from ledger.model import (
@@ -515,7 +516,7 @@ class EventStore:
                 ) from None
             raise
         if row is None:
-            raise StoreError("the ledger_head row is missing; the database is damaged")
+            raise head_row_missing()
         versions = dict.fromkeys(streams, 0)
         for stream, version in found:
             if version is not None:
@@ -564,7 +565,7 @@ class EventStore:
             with self.engine.connect() as own:
                 row = own.execute(sql).first()
         if row is None:
-            raise StoreError("the ledger_head row is missing; the database is damaged")
+            raise head_row_missing()
         return Head(int(row[0]), str(row[1]))
 
     @_store_errors
@@ -685,7 +686,7 @@ class EventStore:
             with self.engine.connect() as conn, conn.begin():
                 row = conn.execute(text("SELECT position FROM ledger_head WHERE id = 1")).first()
                 if row is None:
-                    raise StoreError("the ledger_head row is missing; the database is damaged")
+                    raise head_row_missing()
                 yield StoredTree(self, conn, int(row[0]))
         except SQLAlchemyError as exc:
             raise _store_error(exc, self.url) from None
@@ -699,7 +700,7 @@ class EventStore:
                     text("SELECT position, frontier FROM ledger_head WHERE id = 1")
                 ).first()
             if row is None:
-                raise StoreError("the ledger_head row is missing; the database is damaged")
+                raise head_row_missing()
             return int(row[0]), frontier_root(bytes(row[1]))
         with self.tree() as tree:
             return size, tree.root(size)

@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from ledger import limits
 from ledger.chain import GENESIS_HASH, chained
-from ledger.errors import InvalidInput, StoreError
+from ledger.errors import InvalidInput, head_row_missing
 from ledger.model import Head, VerifyReport
 
 if TYPE_CHECKING:
@@ -217,5 +217,5 @@ def _head_and_last_position(store: EventStore) -> tuple[Head, int]:
             "FROM ledger_head h WHERE h.id = 1"
         )).first()
     if row is None:
-        raise StoreError("the ledger_head row is missing; the database is damaged")
+        raise head_row_missing()
     return Head(int(row[0]), str(row[1])), int(row[2] or 0)

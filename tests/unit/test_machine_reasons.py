@@ -366,6 +366,8 @@ def test_describe_handles_parametrised_duplicates() -> None:
     entry = describe(reason)
     assert entry is not None and entry.kind == "rejection"
     assert describe("no_such_code") is None
+    for code, listed in REASONS.items():  # every plain code answers with its own entry
+        assert describe(code) is listed
     assert set(codes_of_kind("fault")) == set(FAULT_CODES)
     for entry in REASONS.values():
         assert entry.meaning and entry.cause and entry.next_step

@@ -44,7 +44,9 @@ def read_drafts(source: IO[bytes]) -> Iterator[DraftLine]:
 
 
 def _parse(number: int, raw: bytes) -> DraftLine:
-    document: Any = loads(raw, where=f"line {number}")
+    # Without its line break: a JSON error's column is then counted within this line (the
+    # break made an error at the line's end read "at column 1", of a line that is not there).
+    document: Any = loads(raw.rstrip(b"\r\n"), where=f"line {number}")
     if not isinstance(document, dict):
         raise SchemaError("each line must be a JSON object", path="$")
     unknown = sorted(set(document) - _FIELDS)

@@ -41,7 +41,9 @@ def test_lines_become_drafts_numbered_as_in_the_file_blank_lines_skipped() -> No
     assert [r.line for r in read] == [1, 3, 4]
     first, second, third = read
     assert (first.draft.stream, first.draft.type, first.draft.payload) == (
-        "widget-1", "WidgetMade", {"n": 1}
+        "widget-1",
+        "WidgetMade",
+        {"n": 1},
     )
     assert first.draft.schema_version is None and first.draft.expected_version == ANY
     assert first.idempotency_key is None
@@ -83,7 +85,7 @@ def test_a_line_of_exactly_the_limit_is_read_and_one_byte_more_is_refused_naming
         (_line(schema_version="1"), SchemaError, "$.schema_version", "schema_version must be"),
         (_line(idempotency_key=5), InvalidInput, "$.idempotency_key", "idempotency_key must"),
         (_line(expected_version=-1), SchemaError, "$.expected_version", "$.expected_version must"),
-        (_line(expected_version="later"), SchemaError, "$.expected_version", "must be \"any\""),
+        (_line(expected_version="later"), SchemaError, "$.expected_version", 'must be "any"'),
     ],
 )
 def test_a_bad_line_is_refused_naming_its_number_and_place(

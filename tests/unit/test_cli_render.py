@@ -1,0 +1,157 @@
+"""Unit tests of ``cli.render``: the human form of ``explain submission`` and ``explain attempt``.
+
+The documents are the real ones (``machines.attempt.explain`` of folded attempts and
+``ledger.domain.submission_row``), so a renamed key fails here, not in front of a user.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cli.common import console
+from cli.render import _d, render_explain
+from ledger.domain import submission_row
+from ledger.events import InfrastructureFault
+from machines import samples
+from machines.attempt import AttemptState, explain
+from machines.projection import LedgerFold
+from machines.reasons import describe
+from machines.scenario import Scenario
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gives the tables room, as a terminal would, so no cell is cut to fit."""
+    monkeypatch.setattr(console, "width", 200)
+
+
+def _rendered(kind: str, document: dict[str, Any]) -> str:
+    with console.capture() as captured:
+        render_explain(kind, document)
+    return captured.get()
+
+
+def _attempt(scenario: Scenario, attempt_id: str) -> dict[str, Any]:
+    state = scenario.fold.attempt(attempt_id)
+    assert isinstance(state, AttemptState)
+    return explain(state)
+
+
+def _passed() -> tuple[Scenario, str]:
+    scenario = Scenario(LedgerFold(detail=True))
+    scenario.commission()
+    sid = scenario.arrive(payment_ref="pay-1", paid_rao=1_000_000_000)
+    scenario.evaluate(
+        sid, "att-1", samples.WORKED_EXAMPLE_COSTS, samples.audit(), samples.quality()
+    )
+    return scenario, sid
+
+
+def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None:
+    scenario, _ = _passed()
+    doc = _attempt(scenario, "att-1")
+    text = _rendered("attempt", doc)
+    lines = text.splitlines()
+    assert lines[0] == (
+        f"attempt att-1 (normal) state {doc['state']}  commission {doc['commission_digest'][:16]}…"
+    )
+    for w in doc["windows"]:
+        row = next(line for line in lines if line.startswith(f"│ {w['window']} "))
+        cells = [cell.strip() for cell in row.strip("│").split("│")]
+        assert cells == [
+            str(w["window"]),
+            str(w["orientation"]),
+            f"{w['stock_cost_ns']:,}",
+            f"{w['candidate_cost_ns']:,}",
+            w["ratio"],
+        ]
+    (look,) = doc["looks"]
+    assert look["speedup"].startswith("1.01912895")  # the table cuts it, not rounds
+    look_row = next(line for line in lines if line.startswith(f"│ {look['window']}    │"))
+    cells = [cell.strip() for cell in look_row.strip("│").split("│")]
+    assert cells == [
+        "3",
+        _d(look["r1"]),
+        _d(look["r2"]),
+        "1.0191289",
+        _d(look["se"]),
+        _d(look["z"]),
+        _d(look["pass_line"]),
+        "pass",
+    ]
+    (node,) = doc["audit"]
+    audit_row = next(line for line in lines if line.startswith(f"│ {node} "))
+    assert [cell.strip() for cell in audit_row.strip("│").split("│")] == [
+        node,
+        "64",
+        "0",
+        "0",
+        "0",
+        "0.999995",
+        "PASS",
+    ]
+    assert f"  quality: {doc['quality']}" in lines
+    assert not any(line.startswith(("  futility:", "  fault:")) for line in lines)
+    assert lines[-1] == (
+        "  verdict PASS reason - disposition COMPLETE speedup 1.019129 pass line 0.018884 look 3"
+    )
+
+
+def test_a_submission_heads_its_attempts_with_status_cause_and_next_step() -> None:
+    scenario, sid = _passed()
+    sub = scenario.fold.submission(sid)
+    assert sub is not None
+    row = submission_row(sub, describe)
+    row["attempts"] = [_attempt(scenario, "att-1")]
+    text = _rendered("submission", row)
+    lines = text.splitlines()
+    assert lines[:2] == [
+        f"submission {sid}",
+        f"  arena mlp-arena  hotkey {sub.hotkey}  arrival {tuple(row['arrival'])}",
+    ]
+    assert lines[2] == f"  status {row['status']}  reason {row['reason'] or '-'}"
+    assert row["cause"] and f"  cause: {row['cause']}" in lines
+    assert row["next_step"] and f"  next step: {row['next_step']}" in lines
+    assert "" in lines and any(line.startswith("attempt att-1 (normal)") for line in lines)
+    without = dict(row, cause="", next_step="", attempts=[])
+    assert _rendered("submission", without).splitlines() == lines[:3]
+
+
+def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() -> None:
+    scenario = Scenario(LedgerFold(detail=True))
+    scenario.commission(sealed=samples.policy(futility_margin="0.01"))
+    sid = scenario.arrive(payment_ref="pay-1", paid_rao=1_000_000_000)
+    scenario.claim(sid, "att-2")
+    scenario.append(
+        "attempt-att-2",
+        samples.window(1, 1, 1_000_000_000, 990_000_000),
+        InfrastructureFault(code="engine_killed", stage="speed", detail="SIGKILL on lane B"),
+    )
+    doc = _attempt(scenario, "att-2")
+    lines = _rendered("attempt", doc).splitlines()
+    assert (
+        doc["futility_limit"]
+        and f"  futility: R1 {doc['r1']} vs limit " + doc["futility_limit"] in lines
+    )
+    assert f"  fault: {doc['fault']}" in lines
+    assert not any(line.startswith("  quality:") for line in lines)
+    undecided = dict(doc, decision=None)
+    assert _rendered("attempt", undecided).splitlines()[-1] == (
+        "  verdict - reason - disposition - speedup None pass line None look None"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "-"),
+        ("12", "12"),
+        ("1.2345678", "1.2345678"),  # seven places: as it is
+        ("1.23456789", "1.2345678"),  # eight: cut to seven, not rounded
+        ("-0.000000019", "-0.0000000"),
+    ],
+)
+def test_decimals_are_cut_to_seven_places(value: str | None, shown: str) -> None:
+    assert _d(value) == shown

@@ -147,6 +147,68 @@ def test_settlement_commands_from_policy_to_replay(
     assert as_json(wrong)["settlement_digest"] == settled["settlement_digest"]
 
 
+def _cells(line: str) -> list[str]:
+    """Returns the cells of one rich table row, stripped."""
+    return [cell.strip() for cell in line.strip().strip("│").split("│")]
+
+
+def _row(lines: list[str], first: str) -> list[str]:
+    """Returns the cells of the one table row whose first cell is ``first``."""
+    (found,) = [cells for cells in map(_cells, lines) if cells[0] == first]
+    return found
+
+
+def test_the_human_forms_show_what_the_json_shows(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # as wide as a terminal: no cell cut to fit
+    db, _ = ledger_db
+    cli("emission-policy", "--half-life-blocks", "1000", "--burn-hotkey", "5Burn",
+        "--validator-hotkey", "5Validator", db=db, cwd=tmp_path)
+
+    preview = as_json(cli("weights", "--block", "2000", "--json", db=db, cwd=tmp_path))
+    shown = cli("weights", "--block", "2000", db=db, cwd=tmp_path).stdout.splitlines()
+    assert shown[0] == "weights at block 2000 as of position 80"
+    for hotkey, ppm in S.WEIGHTS_1.items():
+        assert _row(shown, hotkey) == [hotkey, f"{ppm:,}"]
+    claims = [line for line in shown if line.startswith("  claim ")]
+    assert claims == [
+        f"  claim {c['hotkey']} arena {c['arena_id']} speedup_ppm {c['speedup_ppm']} "
+        f"credit {c['credit']}" for c in preview["claims"]
+    ] and claims
+    assert shown[-1] == f"settlement_digest {preview['settlement_digest']}"
+
+    settled = cli("settle", "--block", "2000", db=db, cwd=tmp_path).stdout.splitlines()
+    assert settled[-1] == "recorded at position 81"
+    digest = settled[-2].removeprefix("settlement_digest ")
+    assert as_json(cli("replay", "--json", db=db, cwd=tmp_path))["settlement_digest"] == digest
+
+    rows = [json.loads(line) for line in
+            cli("rewards", "--json", db=db, cwd=tmp_path).stdout.splitlines()]
+    table = cli("rewards", db=db, cwd=tmp_path).stdout.splitlines()
+    for row in rows:
+        best = row["best_before"]
+        assert _row(table, row["submission_id"][:16]) == [
+            row["submission_id"][:16], row["arena_id"], row["hotkey"], str(row["speedup"]),
+            "-" if not best else f"{best['speedup']} ({best['submission_id'][:12]}…)",
+            row["status"], ", ".join(b[:16] for b in row["blocked_by"]) or "-",
+        ]
+    assert any(row["blocked_by"] for row in rows) and any(row["best_before"] for row in rows)
+
+    fees = cli("fees", db=db, cwd=tmp_path).stdout.splitlines()
+    for name, sums in ((S.ARENA_A, S.FEES_A), (S.ARENA_B, S.FEES_B), ("TOTAL", S.FEES_TOTAL)):
+        assert _row(fees, name) == [name, *(f"{sums[k]:,}" for k in (
+            "consumed_rao", "released_rao", "net_rao", "credits_spent_rao"))]
+
+    wrong = cli("replay", "--expect", "0" * 64, db=db, cwd=tmp_path, expect=4)
+    lines = wrong.stdout.splitlines()
+    assert lines[0] == "replay DIVERGED: 81 events to position 81, 6 verdicts, 6 resolutions, " \
+        "1 settlements checked"
+    head = as_json(cli("head", "--json", db=db, cwd=tmp_path))["entry_hash"]
+    assert lines[2:] == [f"head hash {head}", f"settlement digest {digest}",
+                         f"expected digest {'0' * 64} differs"]
+
+
 def test_replay_from_an_exported_bundle_gives_the_same_digest(
     ledger_db: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from cli.reader import line_bytes_max, read_drafts
 from ledger.errors import CanonicalFormError, InvalidInput, LedgerError, LimitExceeded, SchemaError
-from ledger.store import ANY, NO_STREAM
+from ledger.model import ANY, NO_STREAM
 
 
 def _line(**fields: Any) -> bytes:

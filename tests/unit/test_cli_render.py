@@ -1,19 +1,23 @@
-"""Unit tests of ``cli.render``: the human form of ``explain submission`` and ``explain attempt``.
+"""Unit tests of the CLI's human forms: ``explain`` (``cli.render``) and ``replay``'s report
+and progress bar (``cli.settlement``).
 
-The documents are the real ones (``machines.attempt.explain`` of folded attempts and
+The explain documents are the real ones (``machines.attempt.explain`` of folded attempts and
 ``ledger.domain.submission_row``), so a renamed key fails here, not in front of a user.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
 
 from cli.common import console
 from cli.render import _d, render_explain
+from cli.settlement import _progress, _render_replay
 from ledger.domain import submission_row
 from ledger.events import InfrastructureFault
+from ledger.replay import Divergence, ReplayReport
 from machines import samples
 from machines.attempt import AttemptState, explain
 from machines.projection import LedgerFold
@@ -155,3 +159,74 @@ def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() 
 )
 def test_decimals_are_cut_to_seven_places(value: str | None, shown: str) -> None:
     assert _d(value) == shown
+
+
+_TIMING = {"seconds": 1.5, "cpu_seconds": 1.25, "events_per_second": 27, "build": "pure Python"}
+
+
+def _replay_lines(report: ReplayReport) -> list[str]:
+    with console.capture() as captured:
+        _render_replay(report, _TIMING)
+    return captured.get().splitlines()
+
+
+def test_a_replay_divergence_is_shown_with_its_place_field_and_both_values() -> None:
+    forged = Divergence(
+        41, "attempt-att-1", "AttemptDecided", "verdict", "PASS", "FAIL", "decision_mismatch"
+    )
+    report = ReplayReport(
+        events=41,
+        last_position=41,
+        head_hash="ab" * 32,
+        verdicts_checked=3,
+        resolutions_checked=2,
+        divergence=forged,
+        expected_digest="cd" * 32,
+    )
+    assert _replay_lines(report) == [
+        "replay DIVERGED: 41 events to position 41, 3 verdicts, 2 resolutions, 0 settlements "
+        "checked",
+        "took 1.50 s, 27 events/s (1.25 s of CPU; pure Python build)",
+        f"head hash {'ab' * 32}",
+        "settlement digest -",
+        "first divergence at position 41 (attempt-att-1, AttemptDecided): decision_mismatch "
+        "field verdict: recorded 'PASS', recomputed 'FAIL'",
+    ]
+
+
+def test_a_replay_that_reproduces_the_expected_digest_says_ok_and_nothing_more() -> None:
+    report = ReplayReport(
+        events=81,
+        last_position=81,
+        settlements_checked=1,
+        settlement_digest="ef" * 32,
+        expected_digest="ef" * 32,
+    )
+    lines = _replay_lines(report)
+    assert lines[0].startswith("replay OK: 81 events to position 81, ")
+    assert lines[2:] == [f"head hash {'0' * 64}", f"settlement digest {'ef' * 32}"]
+
+
+def test_the_progress_bar_runs_only_on_a_terminal_and_never_with_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    with _progress(1_000, quiet=False) as advance:
+        assert advance is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with _progress(1_000, quiet=True) as advance:
+        assert advance is None
+    bar = _progress(1_000, quiet=False)
+    with bar as advance:
+        (task,) = bar.bar.tasks
+        shown = []
+        for position in (3, 5, 7, 995, 999, 1_000):  # every 5th (1/200 of it) and the last
+            advance(position)
+            shown.append(task.completed)
+        assert shown == [0, 5, 5, 995, 995, 1_000]
+        assert bar.bar.live.is_started
+    assert not bar.bar.live.is_started
+    small = _progress(150, quiet=False)  # fewer than 200 positions: every one
+    with small as advance:
+        advance(1)
+        assert small.bar.tasks[0].completed == 1

@@ -49,6 +49,45 @@ def test_a_command_error_is_one_line_and_its_exit_code(
     assert text in err and "secret" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("raised", "line"),
+    [
+        # A reason the message does not already give is added; one it gives is not repeated.
+        (InvalidInput("the file failed", reason="disk full"),
+         "error[invalid_input]: the file failed (reason: disk full)\n"),
+        (InvalidInput("the file failed: disk full", reason="disk full"),
+         "error[invalid_input]: the file failed: disk full\n"),
+        # Line before path, each named; a message over several lines is one line.
+        (InvalidInput("bad\n  value", path="$.x", line=3),
+         "error[invalid_input] [line 3] [path $.x]: bad value\n"),
+    ],
+)
+def test_the_error_line_names_the_place_and_a_reason_once(
+    raised: InvalidInput, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @handle_errors
+    def command() -> None:
+        raise raised
+
+    with pytest.raises(typer.Exit) as exited:
+        command()
+    assert exited.value.exit_code == 1
+    assert capsys.readouterr().err == line
+
+
+def test_an_interrupt_exits_130_with_one_word(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    @handle_errors
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as exited:
+        interrupted()
+    assert exited.value.exit_code == 130  # 128 + SIGINT, as a shell reports it
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 def test_anything_else_is_left_to_surface_as_the_bug_it_is() -> None:
     @handle_errors
     def command() -> None:

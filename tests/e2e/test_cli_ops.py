@@ -10,6 +10,7 @@ errors. A second ledger is tampered with (its append-only triggers bypassed) to 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,18 @@ def test_stats_and_history_print_readable_tables(ops_cli: tuple[Any, dict[str, s
     cli, ids = ops_cli
     stats, history = cli.many([(("stats",), 0), (("history", "--hotkey", "5Alice"), 0)])
     assert "head        position 16" in stats.stdout
+    assert re.search(r"^chain tip   position 16  SubmissionHeld on submission-\S+  recorded "
+                     r"\S+Z  \(matches the head\)$", stats.stdout, re.MULTILINE)
     assert "checkpoint  none signed yet" in stats.stdout
     assert "submissions by status" in stats.stdout and "operator review" in stats.stdout
     assert "1/1" in stats.stdout and "1.000000" in stats.stdout
+    # Only the statuses that occur, in the machine's order, then the totals and the rate.
+    table = stats.stdout.split("submissions by status\n")[1].splitlines()[:3]
+    assert [re.split(r"\s{2,}", line.strip()) for line in table] == [
+        ["arena", "NO_DECISION", "HELD", "REJECTED", "total", "NO_DECISION / decided", "rate"],
+        ["arena-a", "1", "0", "0", "1", "1/1", "1.000000"],
+        ["arena-b", "0", "1", "1", "2", "0/0", "-"],
+    ]
     lines = history.stdout.splitlines()
     assert "2 submissions from 5Alice" in lines[-1]
     assert ids["a1"][:16] in history.stdout and "engine_killed" in history.stdout
@@ -186,6 +196,39 @@ def test_backup_and_restore_refuse_a_tampered_ledger(tampered: Any) -> None:
     restore = cli("--db", f"sqlite:///{cli.root / 'r.db'}", "db", "restore", kept, expect=4)
     assert "nothing was restored" in cli.error_line(restore.stderr, "integrity_failure")
     assert not (cli.root / "r.db").exists()
+
+
+def test_a_sound_ledger_behind_head_is_backed_up_verified_restored_and_upgraded_readably(
+    cli: Any, tmp_path: Path
+) -> None:
+    """The human forms of backup, restore and upgrade say what was verified, at which head."""
+    migrate.upgrade(cli.db)
+    with EventStore(cli.db) as store:
+        for n in range(1, 4):
+            store.append([EventDraft(f"credit-c{n}", "CreditGranted", {
+                "credit_id": f"c{n}", "hotkey": "5Miner", "amount_rao": 1, "note": ""})])
+        head = store.head()
+    previous, latest = str(migrate.history()[1]["revision"]), migrate.heads()[0]
+    migrate.downgrade(cli.db, previous)
+
+    target = tmp_path / "behind.db"
+    wrote, verified = cli("db", "backup", target).stdout.splitlines()
+    assert wrote == f"wrote {target} ({target.stat().st_size:,} bytes, sqlite-backup-api)"
+    assert verified == (
+        f"verified: 3 events, head position 3 entry_hash {head.entry_hash}"
+    )
+    restored_db = f"sqlite:///{tmp_path / 'restored.db'}"
+    assert cli("--db", restored_db, "db", "restore", target).stdout.splitlines() == [
+        f"restored {target} (sqlite-backup-api): 3 events verified, head position 3 "
+        f"entry_hash {head.entry_hash}",
+        f"schema at {previous}; run `arena-ledger db upgrade` to apply {latest}",
+    ]
+
+    assert cli("db", "upgrade").stdout.splitlines() == [
+        f"pending: {latest}",
+        f"verified 3 events before migrating (head {head.entry_hash})",
+        f"now at {latest}",
+    ]
 
 
 def test_upgrade_of_a_new_database_runs_without_a_check(cli: Any) -> None:

@@ -55,10 +55,19 @@ def upgrade(
 def downgrade(
     revision: str = typer.Argument(..., help="Target revision, or 'base' to drop everything."),
     sql: bool = typer.Option(False, "--sql", help="Print the SQL instead of running it."),
+    discard_recorded: bool = typer.Option(
+        False, "--discard-recorded", help="Drop the events or signed checkpoints the "
+        "downgrade's tables hold (refused otherwise; back up first)."
+    ),
 ) -> None:
-    """Downgrades the store's tables to REVISION."""
+    """Downgrades the store's tables to REVISION.
+
+    A downgrade that would drop recorded events (to base) or signed checkpoints (below the
+    revision that made them) is refused, exit 1 and nothing changed, unless
+    --discard-recorded is given: those downgrades are for empty and test ledgers.
+    """
     migrate.require_revision(revision)
-    output = migrate.downgrade(state.db_url, revision, sql=sql)
+    output = migrate.downgrade(state.db_url, revision, sql=sql, discard_recorded=discard_recorded)
     if sql:
         typer.echo(output)
         return

@@ -229,6 +229,22 @@ def test_a_sound_ledger_behind_head_is_backed_up_verified_restored_and_upgraded_
         f"verified 3 events before migrating (head {head.entry_hash})",
         f"now at {latest}",
     ]
+    # --sql prints what a downgrade would run and changes nothing; then it runs.
+    sql = cli("db", "downgrade", previous, "--sql").stdout
+    assert f"-- Running downgrade {latest} -> {previous}" in sql
+    assert f"UPDATE alembic_version SET version_num='{previous}'" in sql
+    assert cli("db", "current").stdout.strip() == latest
+    assert cli("db", "downgrade", previous).stdout.strip() == f"now at {previous}"
+    assert cli("db", "current").stdout.strip() == previous
+    # Down to base would drop the recorded events: refused, one line, nothing changed.
+    refused = cli("db", "downgrade", "base", expect=1)
+    assert refused.stdout == "" and cli.error_line(refused.stderr, "refused") == (
+        "error[refused] [path revision]: downgrading to base would drop the events table and "
+        "its 3 recorded events; nothing was changed. Back up first (`arena-ledger db backup "
+        "PATH`), then pass --discard-recorded to drop them")
+    assert cli("db", "current").stdout.strip() == previous and cli.head() == 3
+    dropped = cli("db", "downgrade", "base", "--discard-recorded")
+    assert dropped.stdout.strip() == "now at base"
 
 
 def test_upgrade_of_a_new_database_runs_without_a_check(cli: Any) -> None:

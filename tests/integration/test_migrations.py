@@ -16,8 +16,10 @@ import pytest
 from sqlalchemy import inspect, text
 
 from ledger import migrate
-from ledger.errors import InvalidInput, SchemaNotInitialised, StoreError
+from ledger.checkpoint import sign_tree
+from ledger.errors import InvalidInput, Refused, SchemaNotInitialised, StoreError
 from ledger.model import EventDraft
+from ledger.note import Signer
 from ledger.schema import metadata
 from ledger.store import EventStore, make_engine
 
@@ -167,7 +169,7 @@ def test_upgrade_downgrade_to_base_and_upgrade_again(store_url: str) -> None:
     migrate.upgrade(store_url)
     _append_some(store_url)
 
-    migrate.downgrade(store_url, "base")
+    migrate.downgrade(store_url, "base", discard_recorded=True)
 
     assert migrate.current(store_url) is None
     assert not set(metadata.tables) & _tables(store_url)
@@ -211,6 +213,64 @@ def test_revisions_never_touch_recorded_event_rows(store_url: str) -> None:
         assert store.append([EventDraft("arena-m", "ArenaRetired",
                                         {"block": 9, "reason": "after"})]).positions == (6,)
         assert store.verify().ok
+
+
+def _schema(url: str) -> tuple[str | None, set[str], list[tuple[Any, ...]]]:
+    return migrate.current(url), _tables(url), _event_rows(url)
+
+
+@pytest.mark.parametrize("target", ["base", "-4", "0001_initial", "-3"])
+def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
+    store_url: str, target: str
+) -> None:
+    migrate.upgrade(store_url)
+    _append_some(store_url)
+    with EventStore(store_url) as store:
+        sign_tree(store, Signer.generate("ops.example"))
+        sign_tree(store, Signer.generate("ops.example"))
+    before = _schema(store_url)
+
+    with pytest.raises(Refused) as refused:
+        migrate.downgrade(store_url, target)
+
+    held = {
+        "base": "the events table and its 5 recorded events and the checkpoints table and "
+        "its 2 signed checkpoints",
+        "-4": "the events table and its 5 recorded events and the checkpoints table and its "
+        "2 signed checkpoints",
+        "0001_initial": "the checkpoints table and its 2 signed checkpoints",
+        "-3": "the checkpoints table and its 2 signed checkpoints",
+    }[target]
+    assert refused.value.message.startswith(
+        f"downgrading to {target} would drop {held}; nothing was changed. Back up first"
+    )
+    assert refused.value.context == {"path": "revision"}
+    assert _schema(store_url) == before
+    with EventStore(store_url) as store:
+        assert store.verify().ok and len(store.checkpoints()) == 2
+
+    migrate.downgrade(store_url, target, discard_recorded=True)  # an operator's choice
+    assert migrate.current(store_url) in (None, "0001_initial")
+
+
+def test_a_downgrade_that_drops_only_empty_tables_or_none_runs(store_url: str) -> None:
+    migrate.upgrade(store_url)
+    _append_some(store_url)
+    recorded = _event_rows(store_url)
+    migrate.downgrade(store_url, "0001_initial")  # no checkpoint signed: nothing is lost
+    assert migrate.current(store_url) == "0001_initial" and _event_rows(store_url) == recorded
+    migrate.upgrade(store_url)
+    with EventStore(store_url) as store:
+        sign_tree(store, Signer.generate("ops.example"))
+    migrate.downgrade(store_url, "0002_merkle_checkpoints")  # keeps the checkpoints table
+    assert migrate.current(store_url) == "0002_merkle_checkpoints"
+    migrate.upgrade(store_url)
+    with pytest.raises(Refused):
+        migrate.downgrade(store_url, "base")
+    migrate.downgrade(store_url, "base", discard_recorded=True)
+    migrate.upgrade(store_url)
+    migrate.downgrade(store_url, "base")  # an empty ledger: nothing to refuse
+    assert migrate.current(store_url) is None
 
 
 def test_check_finds_no_drift_after_upgrade_and_finds_a_stray_table(store_url: str) -> None:

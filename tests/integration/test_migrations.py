@@ -219,7 +219,7 @@ def _schema(url: str) -> tuple[str | None, set[str], list[tuple[Any, ...]]]:
     return migrate.current(url), _tables(url), _event_rows(url)
 
 
-@pytest.mark.parametrize("target", ["base", "-4", "0001_initial", "-3"])
+@pytest.mark.parametrize("target", ["base", "-4", "0001_initial", "0001", "-3"])
 def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
     store_url: str, target: str
 ) -> None:
@@ -239,6 +239,7 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
         "-4": "the events table and its 5 recorded events and the checkpoints table and its "
         "2 signed checkpoints",
         "0001_initial": "the checkpoints table and its 2 signed checkpoints",
+        "0001": "the checkpoints table and its 2 signed checkpoints",  # a prefix names it
         "-3": "the checkpoints table and its 2 signed checkpoints",
     }[target]
     assert refused.value.message.startswith(
@@ -270,6 +271,8 @@ def test_a_downgrade_that_drops_only_empty_tables_or_none_runs(store_url: str) -
     migrate.downgrade(store_url, "base", discard_recorded=True)
     migrate.upgrade(store_url)
     migrate.downgrade(store_url, "base")  # an empty ledger: nothing to refuse
+    assert migrate.current(store_url) is None
+    migrate.downgrade(store_url, "base")  # no revision at all: nothing to do
     assert migrate.current(store_url) is None
 
 

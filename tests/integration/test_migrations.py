@@ -254,6 +254,29 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
     assert migrate.current(store_url) in (None, "0001_initial")
 
 
+@pytest.mark.parametrize(
+    ("target", "refusal"),
+    [
+        ("0009_nope", "Can't locate revision identified by '0009_nope'"),
+        ("+1", "Relative revision +1 didn't produce 1 migrations"),
+        ("-9", "Relative revision -9 didn't produce 9 migrations"),
+    ],
+)
+def test_a_downgrade_to_no_revision_of_a_ledger_is_alembics_refusal_not_a_crash(
+    store_url: str, target: str, refusal: str
+) -> None:
+    migrate.upgrade(store_url)
+    _append_some(store_url)
+    before = _schema(store_url)
+    with pytest.raises(InvalidInput) as refused:
+        migrate.downgrade(store_url, target)
+    assert type(refused.value) is InvalidInput
+    assert refused.value.message == f"migration refused: {refusal}"
+    for same_place in ("head", "heads"):
+        migrate.downgrade(store_url, same_place)  # already there: nothing to do
+    assert _schema(store_url) == before
+
+
 def test_a_downgrade_that_drops_only_empty_tables_or_none_runs(store_url: str) -> None:
     migrate.upgrade(store_url)
     _append_some(store_url)

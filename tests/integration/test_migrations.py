@@ -283,6 +283,9 @@ def test_a_downgrade_that_drops_only_empty_tables_or_none_runs(store_url: str) -
     recorded = _event_rows(store_url)
     migrate.downgrade(store_url, "0001_initial")  # no checkpoint signed: nothing is lost
     assert migrate.current(store_url) == "0001_initial" and _event_rows(store_url) == recorded
+    # From there only the events are at stake (no checkpoints table to count).
+    with pytest.raises(Refused, match="drop the events table and its 5 recorded events; no"):
+        migrate.downgrade(store_url, "base")
     migrate.upgrade(store_url)
     with EventStore(store_url) as store:
         sign_tree(store, Signer.generate("ops.example"))

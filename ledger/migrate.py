@@ -201,9 +201,9 @@ def _reversed_by(at: str | None, revision: str) -> list[str]:
         try:
             found = script.get_revision(revision)
         except CommandError:
-            return []  # head, heads or a name alembic will refuse
+            return []  # a name alembic will refuse ("head" is found: a target at or above)
         if found is None or found.revision not in oldest_first:
-            return []
+            return []  # no single shipped revision (typed as possible; none is shipped)
         target = oldest_first.index(found.revision)
     return oldest_first[target + 1 : now + 1] if target >= -1 else []
 

@@ -85,12 +85,26 @@ def test_keys_are_written_0600_and_never_overwritten(ledger: Ledger) -> None:
     assert ledger.key.read_text() == before
 
 
-def test_checkpoints_are_notes_listed_newest_first(ledger: Ledger) -> None:
+def test_checkpoints_are_notes_listed_newest_first(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # as wide as a terminal: no cell cut to fit
     assert ledger.note6.read_text().startswith("arena-ledger/ops.example\n6\n")
     assert "\n\n— ops.example " in ledger.note6.read_text()
     listed = json.loads(cli("checkpoints", "--json", db=ledger.db, cwd=ledger.root).stdout)
     assert [row["tree_size"] for row in listed] == [9, 9, 6]  # export --key signed one more
     assert listed[-1]["note"] == ledger.note6.read_text()
+    newest = json.loads(cli("checkpoints", "--limit", "1", "--json", db=ledger.db,
+                            cwd=ledger.root).stdout)
+    assert newest == listed[:1]
+    # The table a person reads: one row per checkpoint, newest first, and the count.
+    shown = cli("checkpoints", db=ledger.db, cwd=ledger.root).stdout.splitlines()
+    assert shown[0].split() == ["id", "tree_size", "root_hash", "origin", "key", "created_at"]
+    assert [line.split() for line in shown[1:-1]] == [
+        [str(row["id"]), str(row["tree_size"]), row["root_hash"][:16] + "…", row["origin"],
+         row["key_name"], row["created_at"]] for row in listed
+    ]
+    assert shown[-1] == "3 checkpoints"
 
 
 def test_an_inclusion_proof_verifies_offline_at_the_checkpoint_size(ledger: Ledger) -> None:

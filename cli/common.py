@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -27,6 +27,7 @@ __all__ = [
     "err_console",
     "fail",
     "handle_errors",
+    "output_width",
     "state",
 ]
 
@@ -56,7 +57,29 @@ class _Console(Console):
         raise BrokenPipeError
 
 
-console = _Console(soft_wrap=True)
+#: The width tables are laid out in when stdout is neither a terminal nor sized by COLUMNS
+#: (a pipe or a file): wider than any table, so no cell is cut to fit 80 columns.
+piped_width = 4096
+
+
+def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
+    """Returns the width to lay ``stream``'s output out in: None (rich measures the terminal,
+    or reads COLUMNS) on a terminal or with COLUMNS set, else ``piped_width``.
+
+    Why: off a terminal rich assumes 80 columns and cuts table cells to fit with "…", so
+    ``arena-ledger rewards > report.txt`` lost the end of every hotkey. A table is as wide
+    as its widest cells, so a wide width costs nothing; a terminal keeps its own width.
+    """
+    if "COLUMNS" in environ:
+        return None
+    try:
+        on_terminal = bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        on_terminal = False
+    return None if on_terminal else piped_width
+
+
+console = _Console(soft_wrap=True, width=output_width(sys.stdout, os.environ))
 err_console = _Console(stderr=True, soft_wrap=True)
 P = ParamSpec("P")
 R = TypeVar("R")

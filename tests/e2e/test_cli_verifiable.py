@@ -88,7 +88,7 @@ def test_keys_are_written_0600_and_never_overwritten(ledger: Ledger) -> None:
 def test_checkpoints_are_notes_listed_newest_first(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "200")  # as wide as a terminal: no cell cut to fit
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped, as to a file: no cell cut to fit
     assert ledger.note6.read_text().startswith("arena-ledger/ops.example\n6\n")
     assert "\n\n— ops.example " in ledger.note6.read_text()
     listed = json.loads(cli("checkpoints", "--json", db=ledger.db, cwd=ledger.root).stdout)

@@ -15,7 +15,7 @@ import pytest
 import typer
 from sqlalchemy.exc import OperationalError
 
-from cli.common import handle_errors, state
+from cli.common import handle_errors, output_width, piped_width, state
 from ledger.errors import InvalidInput, require_file
 
 
@@ -106,3 +106,21 @@ def test_a_path_that_is_not_a_file_is_told_apart(tmp_path: Path) -> None:
             require_file(path, "input file")
         assert caught.value.message == f"input file {path} {problem}"
         assert caught.value.context == {"path": str(path)}
+
+
+class _Stream:
+    def __init__(self, tty: bool | None) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        if self.tty is None:
+            raise ValueError("I/O operation on closed file")
+        return self.tty
+
+
+def test_tables_keep_every_cell_off_a_terminal_and_fit_a_terminal_or_columns() -> None:
+    assert output_width(_Stream(False), {}) == piped_width  # a pipe or a file
+    assert output_width(_Stream(None), {}) == piped_width  # a closed stream: not a terminal
+    assert output_width(object(), {}) == piped_width  # no isatty at all
+    assert output_width(_Stream(True), {}) is None  # rich measures the terminal
+    assert output_width(_Stream(False), {"COLUMNS": "100"}) is None  # rich reads COLUMNS

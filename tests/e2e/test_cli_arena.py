@@ -230,6 +230,10 @@ def test_a_killed_engine_is_no_decision_and_the_control_is_as_expected(story: St
         "outcome": "as_expected"}]
     text = story.out["controls-text"].stdout
     assert "ctl-kill" in text and "as_expected" in text
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")]
+            for line in text.splitlines() if line.startswith("│")]
+    assert rows == [["ctl-kill", "engine_kill", "NO_DECISION engine_killed",
+                     "NO_DECISION engine_killed", "as_expected"]]
 
 
 def test_requeue_hold_release_and_expire(story: Story) -> None:

@@ -9,7 +9,16 @@ from typing import IO
 
 import typer
 
-from cli.common import EXIT_CODES, INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import (
+    EXIT_CODES,
+    INT_MAX,
+    console,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    new_table,
+    state,
+)
 from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
 from ledger import migrate
@@ -226,9 +235,7 @@ def _recorded_at(text: str, option: str) -> str:
 
 
 def _print_events(rows: object) -> None:
-    from rich.table import Table
-
-    table = Table("pos", "stream", "ver", "type", "recorded_at", "hash", box=None)
+    table = new_table("pos", "stream", "ver", "type", "recorded_at", "hash", box=None)
     count = 0
     for r in rows:  # type: ignore[attr-defined]
         assert isinstance(r, RecordedEvent)

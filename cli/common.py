@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -16,6 +16,9 @@ from rich.console import Console
 from ledger.errors import LedgerError
 from ledger.limits import json_integer_abs_max
 from ledger.store import _DATABASE_ERRORS, DEFAULT_URL, EventStore, _store_error
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "EXIT_CODES",
@@ -27,6 +30,7 @@ __all__ = [
     "err_console",
     "fail",
     "handle_errors",
+    "new_table",
     "output_width",
     "state",
 ]
@@ -80,6 +84,15 @@ def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
 
 
 console = _Console(soft_wrap=True, width=output_width(sys.stdout, os.environ))
+
+
+def new_table(*headers: str, **options: Any) -> Table:
+    """Returns a rich Table whose cells fold onto another line rather than end in "…" when
+    the terminal is too narrow: a hotkey, id or digest is shown whole. (rich.table is
+    imported here, by the commands that print a table, not by every command.)"""
+    from rich.table import Column, Table
+
+    return Table(*(Column(header, overflow="fold") for header in headers), **options)
 err_console = _Console(stderr=True, soft_wrap=True)
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -7,9 +7,8 @@ from typing import Any
 
 import typer
 from rich.rule import Rule
-from rich.table import Table
 
-from cli.common import console, emit_json, handle_errors, state
+from cli.common import console, emit_json, handle_errors, new_table, state
 
 __all__ = ["register"]
 
@@ -50,7 +49,7 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
 
 def _render(summary: Any) -> None:
     console.print(Rule("summary"), width=min(console.width, 80))  # not across a pipe's width
-    table = Table("hotkey", "status", "reason", "cause", box=None)
+    table = new_table("hotkey", "status", "reason", "cause", box=None)
     for row in summary.submissions:
         table.add_row(row["hotkey"], row["status"], row["reason"] or "-", row["cause"])
     console.print(table)

@@ -80,9 +80,10 @@ def render_cli_md() -> str:
         "Global options come before the command: `arena-ledger [--db URL] [--log-level L] "
         "COMMAND …`. `--db` defaults to `$ARENA_LEDGER_DB`, else `sqlite:///arena-ledger.db`; "
         "`--log-level` is debug, info, warning (the default) or error, in any case.",
-        "Every read command takes `--json`; lists print JSON Lines. Tables fit a terminal; "
-        "piped to a file or another program they keep every cell whole (set `COLUMNS` to lay "
-        "them out at a given width).",
+        "Every read command takes `--json`; lists print JSON Lines. Tables fit a terminal, "
+        "folding a cell that does not fit onto the next line; piped to a file or another "
+        "program they keep every cell on one line (set `COLUMNS` to lay them out at a given "
+        "width).",
         "",
         "## Exit codes",
         "",

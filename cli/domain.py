@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
-from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, new_table, state
 from ledger.codec import loads
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput, require_file
@@ -241,7 +240,7 @@ def submissions(
     if as_json:
         emit_jsonl(rows)
         return
-    table = Table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
+    table = new_table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
     for row in rows:
         table.add_row(
             row["submission_id"][:16],
@@ -266,7 +265,7 @@ def controls(
     if as_json:
         emit_jsonl(rows)
         return
-    table = Table("control", "kind", "expected", "observed", "outcome")
+    table = new_table("control", "kind", "expected", "observed", "outcome")
     for row in rows:
         expected = f"{row['expected_verdict']} {row.get('expected_reason') or ''}".strip()
         observed = f"{row.get('verdict') or '-'} {row.get('reason') or ''}".strip()

@@ -10,9 +10,8 @@ from typing import Any
 
 import typer
 from rich.markup import escape
-from rich.table import Column, Table
 
-from cli.common import console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import console, emit_json, emit_jsonl, handle_errors, new_table, state
 from cli.db import db_app
 from ledger import ops
 
@@ -109,8 +108,8 @@ def _render_stats(doc: dict[str, Any]) -> None:
         behind = f"{age} position{'' if age == 1 else 's'} behind the head"
         console.print(f"checkpoint  #{cp['id']} size {cp['tree_size']}, {behind}; origin "
                       f"{cp['origin']}, signed {cp['created_at']}", markup=False)
-    events = Table("event type", "count", title=f"events: {doc['events']['total']}",
-                   title_justify="left", box=None)
+    events = new_table("event type", "count", title=f"events: {doc['events']['total']}",
+                       title_justify="left", box=None)
     for name, count in doc["events"]["by_type"].items():
         events.add_row(name, str(count))
     console.print(events)
@@ -126,8 +125,8 @@ def _render_arenas(doc: dict[str, Any]) -> None:
     # Only the statuses that occur, so the table fits a terminal; --json lists them all.
     statuses = [s for s in next(iter(arenas.values()))
                 if s != "total" and any(counts[s] for counts in arenas.values())]
-    table = Table("arena", *statuses, "total", "NO_DECISION / decided", "rate",
-                  title="submissions by status", title_justify="left", box=None)
+    table = new_table("arena", *statuses, "total", "NO_DECISION / decided", "rate",
+                      title="submissions by status", title_justify="left", box=None)
     for arena, counts in arenas.items():
         nd = doc["no_decision"][arena]
         table.add_row(arena, *(str(counts[s]) for s in statuses), str(counts["total"]),
@@ -140,8 +139,8 @@ def _render_holds(doc: dict[str, Any]) -> None:
     if not placed and not current:
         console.print("holds: none placed")
         return
-    holds = Table("hold reason", "held now", "placed ever", title="holds", title_justify="left",
-                  box=None)
+    holds = new_table("hold reason", "held now", "placed ever", title="holds",
+                      title_justify="left", box=None)
     for reason in sorted(set(current) | set(placed)):
         holds.add_row(escape(reason), str(current.get(reason, 0)), str(placed.get(reason, 0)))
     console.print(holds)
@@ -160,8 +159,8 @@ def history(
     if not rows:
         console.print(f"no submissions from {hotkey}", markup=False)
         return
-    table = Table("arrival", "arena", "submission", "status",
-                  Column("reason", overflow="fold"), "cause", "next step", box=None)
+    table = new_table("arrival", "arena", "submission", "status", "reason", "cause",
+                      "next step", box=None)
     for row in rows:
         block, index, subindex = row["arrival"]
         table.add_row(f"{block}/{index}/{subindex}", row["arena_id"],

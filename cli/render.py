@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
-from cli.common import console
+from cli.common import console, new_table
 
 __all__ = ["render_explain"]
 
@@ -39,7 +37,7 @@ def _attempt(doc: dict[str, Any]) -> None:
         f"[bold]attempt[/bold] {doc['attempt_id']} ({doc.get('plan')}) state "
         f"{doc.get('state')}  commission {str(doc.get('commission_digest'))[:16]}…"
     )
-    windows = Table(
+    windows = new_table(
         "window",
         "orientation",
         "stock ns",
@@ -59,7 +57,7 @@ def _attempt(doc: dict[str, Any]) -> None:
     console.print(windows)
     if doc.get("futility_limit"):
         console.print(f"  futility: R1 {doc.get('r1')} vs limit {doc['futility_limit']}")
-    looks = Table(
+    looks = new_table(
         "look",
         "R1",
         "R2",
@@ -83,7 +81,7 @@ def _attempt(doc: dict[str, Any]) -> None:
             str(k["outcome"]),
         )
     console.print(looks)
-    audit = Table(
+    audit = new_table(
         "node",
         "calls",
         "violations",

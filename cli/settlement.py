@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
-from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, new_table, state
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput
 
@@ -41,7 +40,7 @@ def _render_settlement(settlement: Any, as_json: bool, position: int | None = No
     if as_json:
         emit_json({**payload, "position": position})
         return
-    table = Table(
+    table = new_table(
         "hotkey",
         "weight (ppm)",
         title=f"weights at block {settlement.block} as of position {settlement.as_of_position}",
@@ -93,7 +92,9 @@ def rewards(
     if as_json:
         emit_jsonl(rows)
         return
-    table = Table("submission", "arena", "hotkey", "speedup", "best before", "status", "blocked by")
+    table = new_table(
+        "submission", "arena", "hotkey", "speedup", "best before", "status", "blocked by"
+    )
     for row in rows:
         table.add_row(
             str(row.get("submission_id", ""))[:16],
@@ -118,7 +119,7 @@ def fees(
     if as_json:
         emit_json(summary)
         return
-    table = Table("arena", "consumed rao", "released rao", "net rao", "credits rao")
+    table = new_table("arena", "consumed rao", "released rao", "net rao", "credits rao")
     rows = [*summary["arenas"].items(), ("TOTAL", summary["total"])]
     for name, row in rows:
         table.add_row(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from cli.common import INT_MAX, console, emit_json, handle_errors, state
+from cli.common import INT_MAX, console, emit_json, handle_errors, new_table, state
 from ledger.bundle import BundleReport, export_bundle, import_bundle, verify_bundle
 from ledger.checkpoint import (
     consistency_document,
@@ -91,9 +91,7 @@ def checkpoints(
     if as_json:
         emit_json(rows)
         return
-    from rich.table import Table
-
-    table = Table("id", "tree_size", "root_hash", "origin", "key", "created_at", box=None)
+    table = new_table("id", "tree_size", "root_hash", "origin", "key", "created_at", box=None)
     for row in rows:
         table.add_row(str(row["id"]), str(row["tree_size"]), str(row["root_hash"])[:16] + "…",
                       str(row["origin"]), str(row["key_name"]), str(row["created_at"]))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cli.common import console
+from cli.common import console, new_table
 from cli.render import _d, render_explain
 from cli.settlement import _progress, _render_replay
 from ledger.domain import submission_row
@@ -230,3 +230,21 @@ def test_the_progress_bar_runs_only_on_a_terminal_and_never_with_json(
     with small as advance:
         advance(1)
         assert small.bar.tasks[0].completed == 1
+
+
+def test_a_narrow_terminal_folds_a_long_cell_and_cuts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(console, "width", 40)
+    hotkey = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"  # 48 characters, as SS58
+    table = new_table("hotkey", "status")
+    table.add_row(hotkey, "rewarded")
+    with console.capture() as captured:
+        console.print(table)
+    text = captured.get()
+    assert "…" not in text
+    rows = [line.strip("│ ").split("│") for line in text.splitlines() if line.startswith("│")]
+    assert len(rows) > 1  # folded over several lines, each within the width
+    assert all(len(line) <= 40 for line in text.splitlines())
+    assert "".join(row[0].strip() for row in rows) == hotkey
+    assert rows[0][1].strip() == "rewarded"

@@ -19,6 +19,18 @@ from cli.common import handle_errors, output_width, piped_width, state
 from ledger.errors import InvalidInput, require_file
 
 
+def _exit_code_of(raised: BaseException) -> int:
+    """Runs a command that raises ``raised`` under ``handle_errors``; returns its exit code."""
+
+    @handle_errors
+    def command() -> None:
+        raise raised
+
+    with pytest.raises(typer.Exit) as exited:
+        command()
+    return exited.value.exit_code
+
+
 @pytest.mark.parametrize(
     ("raised", "code", "exit_code", "text"),
     [
@@ -36,14 +48,7 @@ def test_a_command_error_is_one_line_and_its_exit_code(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(state, "db_url", "postgresql+psycopg://u:secret@db.internal/x")
-
-    @handle_errors
-    def command() -> None:
-        raise raised
-
-    with pytest.raises(typer.Exit) as exited:
-        command()
-    assert exited.value.exit_code == exit_code
+    assert _exit_code_of(raised) == exit_code
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error[{code}]"), err
     assert text in err and "secret" not in err and "Traceback" not in err
@@ -65,26 +70,14 @@ def test_a_command_error_is_one_line_and_its_exit_code(
 def test_the_error_line_names_the_place_and_a_reason_once(
     raised: InvalidInput, line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    @handle_errors
-    def command() -> None:
-        raise raised
-
-    with pytest.raises(typer.Exit) as exited:
-        command()
-    assert exited.value.exit_code == 1
+    assert _exit_code_of(raised) == 1
     assert capsys.readouterr().err == line
 
 
 def test_an_interrupt_exits_130_with_one_word(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    @handle_errors
-    def interrupted() -> None:
-        raise KeyboardInterrupt
-
-    with pytest.raises(typer.Exit) as exited:
-        interrupted()
-    assert exited.value.exit_code == 130  # 128 + SIGINT, as a shell reports it
+    assert _exit_code_of(KeyboardInterrupt()) == 130  # 128 + SIGINT, as a shell reports it
     assert capsys.readouterr().err == "interrupted\n"
 
 

@@ -1,5 +1,6 @@
-"""Unit tests of the CLI's human forms: ``explain`` (``cli.render``) and ``replay``'s report
-and progress bar (``cli.settlement``).
+"""Unit tests of the CLI's human forms: ``explain`` (``cli.render``), ``evaluate``'s stages
+(``cli.evaluate``), ``replay``'s report and progress bar (``cli.settlement``) and how a table
+fits a narrow terminal (``cli.common.new_table``).
 
 The explain documents are the real ones (``machines.attempt.explain`` of folded attempts and
 ``ledger.domain.submission_row``), so a renamed key fails here, not in front of a user.
@@ -13,12 +14,14 @@ from typing import Any
 import pytest
 
 from cli.common import console, new_table
+from cli.evaluate import _printer
 from cli.render import _d, render_explain
 from cli.settlement import _progress, _render_replay
 from ledger.domain import submission_row
 from ledger.events import InfrastructureFault
 from ledger.replay import Divergence, ReplayReport
 from machines import samples
+from machines.arithmetic import Decision
 from machines.attempt import AttemptState, explain
 from machines.projection import LedgerFold
 from machines.reasons import describe
@@ -248,3 +251,33 @@ def test_a_narrow_terminal_folds_a_long_cell_and_cuts_nothing(
     assert all(len(line) <= 40 for line in text.splitlines())
     assert "".join(row[0].strip() for row in rows) == hotkey
     assert rows[0][1].strip() == "rewarded"
+
+
+def _stages(show: Any) -> list[str]:
+    """Feeds ``evaluate``'s printer each stage as the runner reports it (real payloads)."""
+    with console.capture() as captured:
+        show("window", samples.window(1, 1, 1_000_000_000, 990_000_000).model_dump(mode="json"))
+        show("audit", {"nodes": 4})
+        show("quality", samples.quality().model_dump(mode="json"))
+        show("fault", {"code": "engine_killed", "stage": "speed"})
+        show("control", {"control_id": "ctl-kill", "kind": "engine_kill"})
+        show("decided", Decision("FAIL", "futility", "COMPLETE", None, None, 2)._asdict())
+    return captured.get().splitlines()
+
+
+def test_evaluate_prints_each_stage_and_the_verdict_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _printer(as_json=True) is None  # --json: one document at the end, nothing else
+    stages = [
+        "  window 1 (orientation 1): stock 1,000,000,000 ns, candidate 990,000,000 ns, "
+        "ratio 0.9900",
+        "  audit: 4 node(s) graded",
+        "  quality: agreement 0.998, regression False, envelope True",
+        "  infrastructure fault engine_killed at speed",
+        "control ctl-kill (engine_kill)",
+    ]
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert _stages(_printer(as_json=False)) == stages  # the command prints the verdict last
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert _stages(_printer(as_json=False)) == [*stages, "  -> FAIL futility"]

@@ -208,6 +208,19 @@ def test_a_replay_that_reproduces_the_expected_digest_says_ok_and_nothing_more()
     lines = _replay_lines(report)
     assert lines[0].startswith("replay OK: 81 events to position 81, ")
     assert lines[2:] == [f"head hash {'0' * 64}", f"settlement digest {'ef' * 32}"]
+    assert _replay_lines(ReplayReport(events=81, settlement_digest="ef" * 32))[2:] == lines[2:]
+
+
+def test_a_replay_that_misses_the_expected_digest_says_which_it_expected() -> None:
+    report = ReplayReport(
+        events=81, last_position=81, settlement_digest="ef" * 32, expected_digest="0" * 64
+    )
+    lines = _replay_lines(report)
+    assert lines[0].startswith("replay DIVERGED: 81 events to position 81, ")
+    assert lines[2:] == [
+        f"head hash {'0' * 64}", f"settlement digest {'ef' * 32}",
+        f"expected digest {'0' * 64} differs",
+    ]
 
 
 def test_the_progress_bar_runs_only_on_a_terminal_and_never_with_json(
@@ -219,14 +232,14 @@ def test_the_progress_bar_runs_only_on_a_terminal_and_never_with_json(
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     with _progress(1_000, quiet=True) as advance:
         assert advance is None
-    bar = _progress(1_000, quiet=False)
+    bar = _progress(40_000, quiet=False)
     with bar as advance:
         (task,) = bar.bar.tasks
         shown = []
-        for position in (3, 5, 7, 995, 999, 1_000):  # every 5th (1/200 of it) and the last
+        for position in (199, 200, 201, 399, 400, 39_999, 40_000):  # every 1/200 and the last
             advance(position)
             shown.append(task.completed)
-        assert shown == [0, 5, 5, 995, 995, 1_000]
+        assert shown == [0, 200, 200, 200, 400, 400, 40_000]
         assert bar.bar.live.is_started
     assert not bar.bar.live.is_started
     small = _progress(150, quiet=False)  # fewer than 200 positions: every one

@@ -32,6 +32,7 @@ __all__ = [
     "handle_errors",
     "new_table",
     "output_width",
+    "piped_width",
     "state",
 ]
 
@@ -84,6 +85,7 @@ def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
 
 
 console = _Console(soft_wrap=True, width=output_width(sys.stdout, os.environ))
+err_console = _Console(stderr=True, soft_wrap=True)
 
 
 def new_table(*headers: str, **options: Any) -> Table:
@@ -93,7 +95,8 @@ def new_table(*headers: str, **options: Any) -> Table:
     from rich.table import Column, Table
 
     return Table(*(Column(header, overflow="fold") for header in headers), **options)
-err_console = _Console(stderr=True, soft_wrap=True)
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

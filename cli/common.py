@@ -89,11 +89,13 @@ err_console = _Console(stderr=True, soft_wrap=True)
 
 
 def new_table(*headers: str, **options: Any) -> Table:
-    """Returns a rich Table whose cells fold onto another line rather than end in "…" when
-    the terminal is too narrow: a hotkey, id or digest is shown whole. (rich.table is
-    imported here, by the commands that print a table, not by every command.)"""
+    """Returns a rich Table in the house style: cells fold onto another line rather than end
+    in "…" when the terminal is too narrow (a hotkey, id or digest is shown whole), and a
+    title sits at the left. (rich.table is imported here, by the commands that print a
+    table, not by every command.)"""
     from rich.table import Column, Table
 
+    options.setdefault("title_justify", "left")
     return Table(*(Column(header, overflow="fold") for header in headers), **options)
 
 

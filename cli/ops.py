@@ -109,7 +109,7 @@ def _render_stats(doc: dict[str, Any]) -> None:
         console.print(f"checkpoint  #{cp['id']} size {cp['tree_size']}, {behind}; origin "
                       f"{cp['origin']}, signed {cp['created_at']}", markup=False)
     events = new_table("event type", "count", title=f"events: {doc['events']['total']}",
-                       title_justify="left", box=None)
+                       box=None)
     for name, count in doc["events"]["by_type"].items():
         events.add_row(name, str(count))
     console.print(events)
@@ -126,7 +126,7 @@ def _render_arenas(doc: dict[str, Any]) -> None:
     statuses = [s for s in next(iter(arenas.values()))
                 if s != "total" and any(counts[s] for counts in arenas.values())]
     table = new_table("arena", *statuses, "total", "NO_DECISION / decided", "rate",
-                      title="submissions by status", title_justify="left", box=None)
+                      title="submissions by status", box=None)
     for arena, counts in arenas.items():
         nd = doc["no_decision"][arena]
         table.add_row(arena, *(str(counts[s]) for s in statuses), str(counts["total"]),
@@ -139,8 +139,7 @@ def _render_holds(doc: dict[str, Any]) -> None:
     if not placed and not current:
         console.print("holds: none placed")
         return
-    holds = new_table("hold reason", "held now", "placed ever", title="holds",
-                      title_justify="left", box=None)
+    holds = new_table("hold reason", "held now", "placed ever", title="holds", box=None)
     for reason in sorted(set(current) | set(placed)):
         holds.add_row(escape(reason), str(current.get(reason, 0)), str(placed.get(reason, 0)))
     console.print(holds)

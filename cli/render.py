@@ -44,7 +44,6 @@ def _attempt(doc: dict[str, Any]) -> None:
         "candidate ns",
         "ratio",
         title="speed windows",
-        title_justify="left",
     )
     for w in doc.get("windows", []):
         windows.add_row(
@@ -67,7 +66,6 @@ def _attempt(doc: dict[str, Any]) -> None:
         "pass line L",
         "S-1 ≥ L?",
         title="looks",
-        title_justify="left",
     )
     for k in doc.get("looks", []):
         looks.add_row(
@@ -90,7 +88,6 @@ def _attempt(doc: dict[str, Any]) -> None:
         "min score",
         "outcome",
         title="audit",
-        title_justify="left",
     )
     for node, tally in (doc.get("audit") or {}).items():
         audit.add_row(

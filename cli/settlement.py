@@ -44,7 +44,6 @@ def _render_settlement(settlement: Any, as_json: bool, position: int | None = No
         "hotkey",
         "weight (ppm)",
         title=f"weights at block {settlement.block} as of position {settlement.as_of_position}",
-        title_justify="left",
     )
     for hotkey, ppm in sorted(payload["weights_ppm"].items()):
         table.add_row(hotkey, f"{ppm:,}")

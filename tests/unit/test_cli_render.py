@@ -40,6 +40,11 @@ def _rendered(kind: str, document: dict[str, Any]) -> str:
     return captured.get()
 
 
+def _cells(row: str) -> list[str]:
+    """Returns the cells of one table row, stripped."""
+    return [cell.strip() for cell in row.strip("│").split("│")]
+
+
 def _attempt(scenario: Scenario, attempt_id: str) -> dict[str, Any]:
     state = scenario.fold.attempt(attempt_id)
     assert isinstance(state, AttemptState)
@@ -66,7 +71,7 @@ def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None
     )
     for w in doc["windows"]:
         row = next(line for line in lines if line.startswith(f"│ {w['window']} "))
-        cells = [cell.strip() for cell in row.strip("│").split("│")]
+        cells = _cells(row)
         assert cells == [
             str(w["window"]),
             str(w["orientation"]),
@@ -77,7 +82,7 @@ def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None
     (look,) = doc["looks"]
     assert look["speedup"].startswith("1.01912895")  # the table cuts it, not rounds
     look_row = next(line for line in lines if line.startswith(f"│ {look['window']}    │"))
-    cells = [cell.strip() for cell in look_row.strip("│").split("│")]
+    cells = _cells(look_row)
     assert cells == [
         "3",
         _d(look["r1"]),
@@ -90,7 +95,7 @@ def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None
     ]
     (node,) = doc["audit"]
     audit_row = next(line for line in lines if line.startswith(f"│ {node} "))
-    assert [cell.strip() for cell in audit_row.strip("│").split("│")] == [
+    assert _cells(audit_row) == [
         node,
         "64",
         "0",

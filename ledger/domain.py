@@ -13,7 +13,7 @@ are imported inside the functions that need them (see tests/unit/test_layers.py)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from machines.projection import LedgerFold
+    from machines.reasons import ReasonCode
     from machines.refusal import Refusal
+    from machines.submission import SubmissionState
 
 __all__ = [
     "CONTROL_HOTKEY",
@@ -677,7 +679,9 @@ def _row_dict(row: Any) -> dict[str, Any]:
     return dict(vars(row))
 
 
-def submission_row(sub: Any, describe: Any) -> dict[str, Any]:
+def submission_row(
+    sub: SubmissionState, describe: Callable[[str], ReasonCode | None]
+) -> dict[str, Any]:
     """Returns one submission as a JSON-ready row with its stated cause and next step."""
     reason = _stated_reason(sub)
     info = describe(reason) if reason else None
@@ -688,15 +692,15 @@ def submission_row(sub: Any, describe: Any) -> dict[str, Any]:
         "content_hash": sub.content_hash,
         "arrival": list(sub.arrival_key[:3]),
         "status": sub.status,
-        "verdict": getattr(sub, "verdict", None),
+        "verdict": sub.verdict,
         "reason": reason,
-        "cause": getattr(info, "cause", "") if info else _status_cause(sub.status),
-        "next_step": getattr(info, "next_step", "") if info else _status_next(sub.status),
-        "attempts": getattr(sub, "attempts", 0),
+        "cause": info.cause if info else _status_cause(sub.status),
+        "next_step": info.next_step if info else _status_next(sub.status),
+        "attempts": sub.attempts,
     }
 
 
-def _stated_reason(sub: Any) -> str:
+def _stated_reason(sub: SubmissionState) -> str:
     if sub.status == "REJECTED":
         return str(sub.rejection or "")
     if sub.status == "HELD":

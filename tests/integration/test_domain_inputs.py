@@ -102,3 +102,20 @@ def test_append_holds_an_expected_version_given_with_an_event(ledger: ArenaLedge
     assert ledger.store.head() == before
     written = ledger.append([("arena-mlp-arena", control, 1)])
     assert written.positions == (before.position + 1,)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("a" * 118, repr("a" * 118)),  # 120 characters with its quotes: shown whole
+        ("a" * 119, repr("a" * 119)[:119] + "…"),  # 121: cut to 119 and an ellipsis
+        ({"5Alice": 1}, "{'5Alice': 1}"),
+    ],
+)
+def test_a_refusal_quotes_a_value_cut_to_120_characters(value: Any, shown: str) -> None:
+    # A SettlementComputed refused for a differing field quotes the recorded and the
+    # recomputed value; a weight vector of 256 hotkeys would otherwise fill the terminal.
+    from ledger.domain import _short
+
+    assert _short(value) == shown
+    assert len(_short(value)) <= 120

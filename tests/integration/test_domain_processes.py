@@ -332,6 +332,22 @@ def test_repeating_intake_claim_and_conclude_returns_what_was_recorded(desk: Des
     assert desk.head == head + 2
 
 
+def test_repeating_a_rejected_intake_returns_the_rejection_not_a_new_derivation(
+    desk: Desk,
+) -> None:
+    # The retry brings a payment that would now suffice; intake was decided (rejected) when
+    # the arrival was recorded, and a retry gets that record back, not a second decision.
+    desk.commission()
+    arrival = desk.arrival(content="d1", payment_ref="pay-1")
+    first = desk.ledger.intake(arrival, payment_amount_rao=FEE - 1)
+    assert (first.admitted, first.reason) == (False, "eval_cost_payment_invalid")
+    head = desk.head
+    again = desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert (again.admitted, again.reason, again.fee, again.positions, again.already_recorded) == (
+        False, "eval_cost_payment_invalid", None, first.positions, True)
+    assert desk.head == head
+
+
 def test_repeating_the_intake_of_an_epochs_sixteenth_admission_returns_it(desk: Desk) -> None:
     # A validator retrying an intake whose answer it lost must get the original positions,
     # even though the submission's own admission now counts toward the epoch limit.

@@ -417,6 +417,11 @@ def test_a_settlement_with_a_changed_weight_is_refused_and_nothing_is_written(
     # content field is wrong: the digest only follows from the weights.
     assert caught.value.context["reason"] == "settlement_mismatch"
     assert caught.value.context["field"] == "weights_ppm", caught.value.message
+    # The message shows both values (each cut to 120 characters: test_domain_inputs).
+    assert caught.value.message == (
+        f"SettlementComputed differs from the ledger at field 'weights_ppm': recorded "
+        f"{forged['weights_ppm']!r}, recomputed {honest['weights_ppm']!r}; nothing was written"
+    )
     assert ledger.store.head() == head
     assert _rows(ledger) == 80
     assert ledger.store.verify().ok

@@ -13,7 +13,13 @@ from pathlib import Path
 import typer
 
 from cli.common import INT_MAX, console, emit_json, handle_errors, new_table, state
-from ledger.bundle import BundleReport, export_bundle, import_bundle, verify_bundle
+from ledger.bundle import (
+    CHECKPOINT_FILE,
+    BundleReport,
+    export_bundle,
+    import_bundle,
+    verify_bundle,
+)
 from ledger.checkpoint import (
     consistency_document,
     default_origin,
@@ -161,13 +167,18 @@ def _report(verb: str, report: BundleReport, as_json: bool) -> None:
     if as_json:
         emit_json(report.to_json())
         return
-    signed = (f"checkpoint of {report.checkpoint_origin}" if report.checkpoint_origin
-              else "no checkpoint")
-    checked = "signature verified" if report.signature_checked else "signature not checked"
     if verb == "exported":
-        checked = "signed" if report.checkpoint_origin else "unsigned (add --key to sign)"
+        signed = (f"checkpoint of {report.checkpoint_origin}, signed" if report.checkpoint_origin
+                  else "no checkpoint, unsigned (add --key to sign)")
+    elif report.signature_checked:
+        signed = f"checkpoint of {report.checkpoint_origin}, signature verified"
+    elif report.checkpoint_included:  # its origin is unread: nothing vouches for it
+        signed = (f"{CHECKPOINT_FILE} not checked"
+                  f"{', not imported' if verb == 'imported' else ''} (--no-signature-check)")
+    else:
+        signed = "no checkpoint, signature not checked"
     console.print(f"{verb} {report.events} events ({report.path}); root {report.merkle_root}, "
-                  f"head {report.head_hash}; {signed}, {checked}", markup=False)
+                  f"head {report.head_hash}; {signed}", markup=False)
 
 
 @handle_errors

@@ -633,7 +633,13 @@ def _check_totals(scan: _Scan, manifest: Manifest) -> None:
 
 @dataclass(frozen=True, slots=True)
 class BundleReport:
-    """Reports an export, verification or import: sizes, hashes and the checkpoint met."""
+    """Reports an export, verification or import: sizes, hashes and the checkpoint met.
+
+    ``checkpoint_origin`` is the origin of a checkpoint that was signed (export) or whose
+    signature was checked (verify, import), else None; ``checkpoint_included`` tells
+    whether the bundle carries a checkpoint note at all, checked or not (with
+    ``--no-signature-check`` one travels unread, and an import does not store it).
+    """
 
     path: str
     events: int
@@ -642,6 +648,7 @@ class BundleReport:
     events_sha256: str
     checkpoint_origin: str | None
     signature_checked: bool
+    checkpoint_included: bool
 
     def to_json(self) -> dict[str, Any]:
         """Returns the report as a JSON-ready object."""
@@ -654,6 +661,7 @@ class BundleReport:
             "events_sha256": self.events_sha256,
             "checkpoint_origin": self.checkpoint_origin,
             "signature_checked": self.signature_checked,
+            "checkpoint_included": self.checkpoint_included,
         }
 
 
@@ -672,7 +680,7 @@ def verify_bundle(
     _check_totals(scan, manifest)
     return BundleReport(
         str(bundle), scan.events, scan.head_hash, scan.merkle_root, scan.sha256,
-        signed[0].origin if signed else None, signed is not None,
+        signed[0].origin if signed else None, signed is not None, manifest.checkpoint,
     )
 
 
@@ -801,7 +809,7 @@ def export_bundle(
     origin_line = note.split("\n", 1)[0] if note else None
     _log.info("bundle_exported", path=str(bundle), events=size, signed=signer is not None)
     return BundleReport(str(bundle), manifest.events, manifest.head_hash, manifest.merkle_root,
-                        manifest.events_sha256, origin_line, False)
+                        manifest.events_sha256, origin_line, False, note is not None)
 
 
 # ------------------------------------------------------------------------------ import
@@ -943,7 +951,8 @@ def import_bundle(
     _log.info("bundle_imported", path=str(bundle), events=first.events,
               signature_checked=signed is not None)
     return BundleReport(str(bundle), first.events, first.head_hash, first.merkle_root,
-                        first.sha256, signed[0].origin if signed else None, signed is not None)
+                        first.sha256, signed[0].origin if signed else None, signed is not None,
+                        manifest.checkpoint)
 
 
 # ------------------------------------------------------------------------------ replay source

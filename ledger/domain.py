@@ -13,6 +13,7 @@ are imported inside the functions that need them (see tests/unit/test_layers.py)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -659,7 +660,7 @@ class ArenaLedger:
         """Returns the arena's controls with expected and observed outcomes."""
         fold = self.fold
         _require_commissioned(fold, arena_id)
-        return [_row_dict(row) for row in fold.controls(arena_id)]
+        return [dataclasses.asdict(row) for row in fold.controls(arena_id)]
 
 
 def _require_commissioned(fold: LedgerFold, arena_id: str | None) -> None:
@@ -669,14 +670,6 @@ def _require_commissioned(fold: LedgerFold, arena_id: str | None) -> None:
     """
     if arena_id is not None and fold.arena(arena_id) is None:
         raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
-
-
-def _row_dict(row: Any) -> dict[str, Any]:
-    if hasattr(row, "to_dict"):
-        return dict(row.to_dict())
-    if hasattr(row, "_asdict"):
-        return dict(row._asdict())
-    return dict(vars(row))
 
 
 def submission_row(

@@ -193,3 +193,72 @@ def test_a_flipped_byte_is_refused_naming_the_line_and_nothing_is_imported(
     done = cli("import", ledger.bundle, "--key", ledger.pub, db=store_url, cwd=ledger.root,
                expect=1)
     assert "empty ledger" in done.stderr
+
+
+def _line(verb: str, report: dict[str, object], signed: str) -> str:
+    return (f"{verb} {report['events']} events ({report['path']}); root {report['merkle_root']}, "
+            f"head {report['head_hash']}; {signed}\n")
+
+
+OURS = "checkpoint of arena-ledger/ops.example"
+
+
+def test_the_bundle_and_proof_commands_say_in_one_line_what_their_json_says(
+    ledger: Ledger,
+) -> None:
+    # Each human line against the same command's --json (read the other way round, a line
+    # that dropped a hash, the origin, or said "verified" of an unchecked signature).
+    root, away = ledger.root, offline(ledger.root)
+    checked = json.loads(cli("verify-bundle", ledger.bundle, "--key", ledger.pub, "--json",
+                             db=away, cwd=root).stdout)
+    assert (checked["signature_checked"], checked["checkpoint_included"]) == (True, True)
+    done = cli("verify-bundle", ledger.bundle, "--key", ledger.pub, db=away, cwd=root)
+    assert done.stdout == _line("verified", checked, f"{OURS}, signature verified")
+    # Unchecked, the note's origin is not shown (nothing vouches for it), nor is it denied.
+    unchecked = json.loads(cli("verify-bundle", ledger.bundle, "--no-signature-check", "--json",
+                               db=away, cwd=root).stdout)
+    assert (unchecked["checkpoint_origin"], unchecked["signature_checked"],
+            unchecked["checkpoint_included"]) == (None, False, True)
+    done = cli("verify-bundle", ledger.bundle, "--no-signature-check", db=away, cwd=root)
+    assert done.stdout == _line(
+        "verified", checked, "checkpoint.note not checked (--no-signature-check)")
+
+    # Export at the checkpointed size: the stored checkpoint travels (signed, no key given).
+    done = cli("export", "again", db=ledger.db, cwd=root)
+    assert done.stdout == _line("exported", {**checked, "path": "again"}, f"{OURS}, signed")
+    # At a size no checkpoint was signed at: none, and how to get one.
+    done = cli("export", "seven", "--to-position", "7", db=ledger.db, cwd=root)
+    seven = json.loads(cli("verify-bundle", "seven", "--no-signature-check", "--json",
+                           db=away, cwd=root).stdout)
+    assert (seven["events"], seven["checkpoint_included"]) == (7, False)
+    assert done.stdout == _line("exported", seven, "no checkpoint, unsigned (add --key to sign)")
+    done = cli("verify-bundle", "seven", "--no-signature-check", db=away, cwd=root)
+    assert done.stdout == _line("verified", seven, "no checkpoint, signature not checked")
+
+    target = f"sqlite:///{root / 'imported.db'}"
+    cli("init", db=target, cwd=root)
+    done = cli("import", ledger.bundle, "--key", ledger.pub, db=target, cwd=root)
+    assert done.stdout == _line("imported", checked, f"{OURS}, signature verified")
+    waived = f"sqlite:///{root / 'waived.db'}"
+    cli("init", db=waived, cwd=root)
+    done = cli("import", ledger.bundle, "--no-signature-check", db=waived, cwd=root)
+    assert done.stdout == _line(
+        "imported", checked, "checkpoint.note not checked, not imported (--no-signature-check)")
+    assert json.loads(cli("checkpoints", "--json", db=waived, cwd=root).stdout) == []
+
+    (root / "line-inc.json").write_text(cli("prove", "inclusion", "--position", "2", "--size",
+                                            "6", db=ledger.db, cwd=root).stdout)
+    (root / "line-con.json").write_text(cli("prove", "consistency", "--from", "6", "--to", "9",
+                                            db=ledger.db, cwd=root).stdout)
+    inclusion = json.loads(cli("verify-proof", "line-inc.json", "--checkpoint", ledger.note6,
+                               "--key", ledger.pub, "--json", db=away, cwd=root).stdout)
+    done = cli("verify-proof", "line-inc.json", "--checkpoint", ledger.note6, "--key",
+               ledger.pub, db=away, cwd=root)
+    assert done.stdout == (
+        f"ok: position 2 (entry {inclusion['entry_hash']}) is in the tree of size 6 signed by "
+        "arena-ledger/ops.example\n")
+    done = cli("verify-proof", "line-con.json", "--checkpoint", ledger.note6, "--checkpoint",
+               ledger.note9, "--key", ledger.pub, db=away, cwd=root)
+    assert done.stdout == (
+        "ok: the tree of size 6 is a prefix of the tree of size 9; checked against "
+        "checkpoint(s) at size 6, 9 of arena-ledger/ops.example\n")

@@ -69,12 +69,14 @@ def _global(
 def init() -> None:
     """Creates (or upgrades) the ledger's tables at --db; an existing ledger must verify first."""
     from ledger import ops
+    from ledger.store import safe_url
 
     ops.upgrade(state.db_url)
     with state.store() as store:
         head = store.head()
-    console.print(f"ledger ready at {state.db_url} (head {head.position}, "
-                  f"revision {migrate.current(state.db_url)})")
+    # The URL as it may be shown (no password), printed as it is (no rich markup in a path).
+    console.print(f"ledger ready at {safe_url(state.db_url)} (head {head.position}, "
+                  f"revision {migrate.current(state.db_url)})", markup=False)
 
 
 def _batches(lines: list[DraftLine], size: int | None) -> list[list[DraftLine]]:

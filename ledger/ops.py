@@ -40,7 +40,7 @@ from ledger.errors import (
 from ledger.events import AttemptClaimed, AttemptDecided
 from ledger.fields import require_hotkey
 from ledger.model import Head, RecordedEvent, VerifyReport
-from ledger.store import EventStore
+from ledger.store import EventStore, safe_url
 
 __all__ = [
     "BackupReport",
@@ -215,7 +215,7 @@ def _sqlite_file(store: EventStore) -> Path:
     database = store.engine.url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         raise InvalidInput("backup and restore need a SQLite file URL (sqlite:///PATH)",
-                           url=store.url)
+                           url=safe_url(store.url))
     return Path(database)
 
 
@@ -223,7 +223,7 @@ def _require_sqlite_file(store: EventStore) -> None:
     # Opening a missing SQLite file would create an empty one; say what is wrong instead.
     file = _sqlite_file(store)
     if not file.is_file():
-        raise SchemaNotInitialised(f"there is no ledger at {file}", url=store.url)
+        raise SchemaNotInitialised(f"there is no ledger at {file}", url=safe_url(store.url))
 
 
 def _dbapi(store: EventStore) -> Any:
@@ -354,13 +354,13 @@ def _sqlite_target_is_empty(store: EventStore) -> bool:
             raise InvalidInput(
                 f"the ledger at {file} is not empty (head position {head.position}); restore "
                 "never overwrites recorded events: restore into a new file",
-                url=store.url, position=head.position,
+                url=safe_url(store.url), position=head.position,
             )
         return False
     if _sqlite_objects(store) == 0:
         return False  # an empty database file (opening a missing file creates one)
     raise InvalidInput(f"{file} exists and is not an arena-ledger database; restore into a "
-                       "new file", url=store.url)
+                       "new file", url=safe_url(store.url))
 
 
 def _sqlite_objects(store: EventStore) -> int:
@@ -395,8 +395,8 @@ def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
         _install(store, partial, file, new_file)
     if store.head() != head:
         raise StoreError(f"the restored ledger at {file} does not hold the backup's head; "
-                         "was another process writing to it?", url=store.url)
-    return RestoreReport(store.url, "sqlite-backup-api", head, report,
+                         "was another process writing to it?", url=safe_url(store.url))
+    return RestoreReport(safe_url(store.url), "sqlite-backup-api", head, report,
                          migrate.current(store.url), migrate.pending(store.url))
 
 
@@ -482,7 +482,7 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
     if store.is_initialised() or migrate.current(store.url) is not None:
         raise InvalidInput(
             "the target database already holds ledger tables; restore a pg_dump archive into "
-            "a freshly created, empty database (createdb NAME)", url=store.url,
+            "a freshly created, empty database (createdb NAME)", url=safe_url(store.url),
         )
     listing = _run_tool([tool, "--list", str(source)], dict(os.environ), InvalidInput)
     if "TABLE DATA public events" not in listing:
@@ -498,7 +498,7 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
             f"({report.problem}); do not use it: drop the database",
             first_bad_position=report.first_bad_position, kind=report.kind,
         )
-    return RestoreReport(store.url, "pg_restore", store.head(), report,
+    return RestoreReport(safe_url(store.url), "pg_restore", store.head(), report,
                          migrate.current(store.url), migrate.pending(store.url))
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "PreparedEvent",
     "parse_expected_version",
     "recorded_at_text",
+    "safe_url",
 ]
 
 #: The embedded default database: a SQLite file in the working directory.
@@ -207,7 +208,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             f"database driver {parsed.drivername!r} is not supported: the ledger talks to "
             "SQLite through Python's sqlite3 (sqlite:///PATH) and to PostgreSQL through "
             "psycopg 3 (postgresql://… or postgresql+psycopg://…)",
-            url=_safe(url),
+            url=safe_url(url),
         )
     if backend == "sqlite":
         url = _read_only_media_url(parsed.database) or url
@@ -261,7 +262,7 @@ def no_ledger_file(path: str, url: str) -> SchemaNotInitialised:
     return SchemaNotInitialised(
         f"there is no ledger at {path} (no such file); check --db, or run `arena-ledger "
         "init` to create one there",
-        url=_safe(url),
+        url=safe_url(url),
     )
 
 
@@ -512,7 +513,7 @@ class EventStore:
                 raise SchemaNotInitialised(
                     "the ledger's tables are missing or not at the latest revision; run "
                     "`arena-ledger db upgrade`",
-                    url=_safe(self.url),
+                    url=safe_url(self.url),
                 ) from None
             raise
         if row is None:
@@ -946,7 +947,8 @@ def cannot_open(exc: DatabaseError, url: str) -> StoreUnavailable:
     names the database (password hidden) and the driver's reason."""
     reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
     return StoreUnavailable(
-        f"cannot open the database {_safe(url)}: {reason}", url=_safe(url), reason=reason
+        f"cannot open the database {safe_url(url)}: {reason}", url=safe_url(url),
+        reason=reason,
     )
 
 
@@ -956,18 +958,25 @@ def _store_error(exc: Exception, url: str) -> LedgerError:
     lowered = message.lower()
     if "no such table" in lowered or ("does not exist" in lowered and "relation" in lowered):
         return SchemaNotInitialised(
-            "the ledger's tables do not exist; run `arena-ledger init`", url=_safe(url)
+            "the ledger's tables do not exist; run `arena-ledger init`", url=safe_url(url)
         )
     if "append-only" in lowered:
         return StoreError(f"the database refused a change to recorded events: {message}")
     unavailable = ("locked", "readonly", "read-only", "disk", "full", "connect", "unable to open")
     if any(word in lowered for word in unavailable):
-        return StoreUnavailable(f"the database is unavailable: {message}", url=_safe(url))
-    return StoreError(f"database error: {message}", url=_safe(url))
+        return StoreUnavailable(f"the database is unavailable: {message}", url=safe_url(url))
+    return StoreError(f"database error: {message}", url=safe_url(url))
 
 
-def _safe(url: str) -> str:
+def safe_url(url: str) -> str:
+    """Returns ``url`` as it may be shown or logged: as written, but with a password hidden
+    (``***``); ``<invalid url>`` for text that is not a URL.
+
+    A URL without a password is returned as written: rendered again, a SQLite path's
+    brackets or ``%`` would come back percent-escaped, the same file spelt another way.
+    """
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "<invalid url>"
+    return url if parsed.password is None else parsed.render_as_string(hide_password=True)

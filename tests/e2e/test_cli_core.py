@@ -246,6 +246,33 @@ def test_a_database_that_does_not_open_exits_5_naming_it_and_changes_nothing(
     assert not (tmp_path / "missing").exists()
 
 
+def test_init_names_the_ledger_as_written_and_never_its_password(
+    cli: Any, tmp_path: Any
+) -> None:
+    """init's line once took a path's brackets for rich markup (`[bold]` vanished from the
+    path it named) and printed a PostgreSQL URL with its password."""
+    from ledger.migrate import heads
+
+    folder = tmp_path / "[bold]ledgers"
+    folder.mkdir()
+    path = folder / "l.db"
+    done = type(cli)(cli.root, f"sqlite:///{path}")("init")
+    assert done.stdout == f"ledger ready at sqlite:///{path} (head 0, revision {heads()[0]})\n"
+    assert path.is_file()
+
+
+@pytest.mark.postgres
+def test_init_on_postgresql_hides_the_password(cli: Any, pg_database: str) -> None:
+    from ledger.migrate import heads
+
+    # Trust authentication ignores the password; a server that asked for it would not.
+    url = pg_database.replace("@", ":hunter2@", 1)
+    assert "hunter2" in url
+    done = type(cli)(cli.root, url)("init")
+    assert done.stdout == (f"ledger ready at {url.replace('hunter2', '***')} (head 0, revision "
+                           f"{heads()[0]})\n")
+
+
 def test_a_missing_sqlite_file_is_named_and_never_created_except_by_init(
     cli: Any, tmp_path: Any
 ) -> None:

@@ -572,8 +572,13 @@ def test_a_postgres_backup_restores_into_a_new_database_and_verifies(
     with pytest.raises(InvalidInput, match="already exists"):
         ops.backup(url, archive)
 
-    restored = ops.restore(fresh_pg_database, archive)
+    # A password in the URL (trust authentication ignores it) never reaches the report,
+    # which `db restore --json` prints.
+    with_password = fresh_pg_database.replace("@", ":hunter2@", 1)
+    restored = ops.restore(with_password, archive)
 
+    assert restored.url == with_password.replace("hunter2", "***")
+    assert "hunter2" not in repr(restored.to_json())
     assert restored.method == "pg_restore" and restored.verified.ok
     assert restored.head == report.head and restored.revision == migrate.heads()[0]
     assert _fingerprint(fresh_pg_database) == _fingerprint(url)

@@ -41,10 +41,10 @@ from ledger.merkle import root_from_leaves
 from ledger.model import ANY, NO_STREAM, EventDraft, Head, StreamState
 from ledger.store import (
     EventStore,
-    _safe,
     _store_error,
     cannot_open,
     parse_expected_version,
+    safe_url,
     sqlite_busy_timeout_ms,
 )
 from ledger.tree import stored_level_min
@@ -669,12 +669,15 @@ def test_a_database_failure_becomes_the_store_error_that_names_it(
 def test_urls_in_errors_hide_the_password() -> None:
     url = "postgresql+psycopg://ledger:s3cret@db.example:5432/ledger"
     safe = "postgresql+psycopg://ledger:***@db.example:5432/ledger"
-    assert _safe(url) == safe
-    assert _safe("not a url") == "<invalid url>"
+    assert safe_url(url) == safe
+    assert safe_url("not a url") == "<invalid url>"
+    # Without a password, the URL as written (not re-rendered with its brackets escaped).
+    for plain in ("sqlite:////tmp/[x] 100%/l.db", "postgresql+psycopg://ledger@db/ledger"):
+        assert safe_url(plain) == plain
     refused = url.replace("db.example:5432", "127.0.0.1:1")  # nothing listens on port 1
     with pytest.raises(StoreUnavailable) as caught:
         EventStore(refused).head()
-    assert caught.value.context["url"] == _safe(refused) != refused
+    assert caught.value.context["url"] == safe_url(refused) != refused
     assert "s3cret" not in caught.value.message
     error = cannot_open(OperationalError("SELECT 1", {}, sqlite3.OperationalError(
         "unable to open database file\nmore detail")), url)

@@ -84,8 +84,11 @@ def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
     return None if on_terminal else piped_width
 
 
-console = _Console(soft_wrap=True, width=output_width(sys.stdout, os.environ))
-err_console = _Console(stderr=True, soft_wrap=True)
+#: markup=False: what the CLI prints is data (hotkeys, hold reasons, fault details, paths),
+#: and a hotkey may be any printable ASCII: rich's markup would hide ``[b]`` in one (two
+#: hotkeys shown alike) and fail on ``[/]``. Styles are given as ``rich.text.Text``.
+console = _Console(soft_wrap=True, markup=False, width=output_width(sys.stdout, os.environ))
+err_console = _Console(stderr=True, soft_wrap=True, markup=False)
 
 
 def new_table(*headers: str, **options: Any) -> Table:

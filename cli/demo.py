@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 from rich.rule import Rule
+from rich.text import Text
 
 from cli.common import console, emit_json, handle_errors, new_table, state
 
@@ -15,21 +16,25 @@ __all__ = ["register"]
 
 def _narrate(stage: str, info: dict[str, Any]) -> None:
     if stage == "commissioned":
-        console.print(
-            f"[bold]commissioned[/bold] {info['arena_id']} at block {info['block']} "
-            "(torch reference engine, paired-windows.v1)"
-        )
+        console.print(Text.assemble(
+            ("commissioned", "bold"),
+            f" {info['arena_id']} at block {info['block']} (torch reference engine, "
+            "paired-windows.v1)",
+        ))
     elif stage == "control":
-        console.print(f"[bold]control[/bold] {info['control_id']} ({info['kind']})")
+        console.print(Text.assemble(("control", "bold"), f" {info['control_id']} ({info['kind']})"))
     elif stage == "evaluate":
-        console.print(
-            f"[bold]evaluate[/bold] {info['hotkey']} {info['delta']} {info['submission_id'][:16]}…"
-        )
+        console.print(Text.assemble(
+            ("evaluate", "bold"),
+            f" {info['hotkey']} {info['delta']} {info['submission_id'][:16]}…",
+        ))
     elif stage == "intake":
         verdict = "admitted" if info["admitted"] else f"rejected: {info['reason']}"
         fee = info.get("fee") or {}
         paid = f" ({fee.get('kind')} {fee.get('amount_rao', 0):,} rao)" if fee else ""
-        console.print(f"[bold]intake[/bold] {info['hotkey']} {info['delta']}: {verdict}{paid}")
+        console.print(Text.assemble(
+            ("intake", "bold"), f" {info['hotkey']} {info['delta']}: {verdict}{paid}"
+        ))
     elif stage == "window":
         ratio = info["candidate_cost_ns"] / info["stock_cost_ns"]
         console.print(
@@ -42,9 +47,10 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
     elif stage == "fault":
         console.print(f"    infrastructure fault: {info['code']}")
     elif stage == "decided":
-        console.print(
-            f"    -> [bold]{info['verdict']}[/bold] {info['reason']} speedup {info['speedup']}"
-        )
+        console.print(Text.assemble(
+            "    -> ", (str(info["verdict"]), "bold"),
+            f" {info['reason']} speedup {info['speedup']}",
+        ))
 
 
 def _render(summary: Any) -> None:

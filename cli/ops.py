@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from cli.common import console, emit_json, emit_jsonl, handle_errors, new_table, state
 from cli.db import db_app
@@ -141,7 +140,7 @@ def _render_holds(doc: dict[str, Any]) -> None:
         return
     holds = new_table("hold reason", "held now", "placed ever", title="holds", box=None)
     for reason in sorted(set(current) | set(placed)):
-        holds.add_row(escape(reason), str(current.get(reason, 0)), str(placed.get(reason, 0)))
+        holds.add_row(reason, str(current.get(reason, 0)), str(placed.get(reason, 0)))
     console.print(holds)
 
 
@@ -163,7 +162,7 @@ def history(
     for row in rows:
         block, index, subindex = row["arrival"]
         table.add_row(f"{block}/{index}/{subindex}", row["arena_id"],
-                      _short(row["submission_id"]), row["status"], escape(row["reason"] or "-"),
+                      _short(row["submission_id"]), row["status"], row["reason"] or "-",
                       row["cause"], row["next_step"])
     console.print(table)
     console.print(f"{len(rows)} submissions from {hotkey}", markup=False)

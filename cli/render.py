@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
+
 from cli.common import console, new_table
 
 __all__ = ["render_explain"]
@@ -21,11 +23,13 @@ def render_explain(kind: str, document: dict[str, Any]) -> None:
 
 
 def _submission(doc: dict[str, Any]) -> None:
-    console.print(f"[bold]submission[/bold] {doc['submission_id']}")
+    console.print(Text.assemble(("submission", "bold"), f" {doc['submission_id']}"))
     console.print(
         f"  arena {doc['arena_id']}  hotkey {doc['hotkey']}  arrival {tuple(doc['arrival'])}"
     )
-    console.print(f"  status [bold]{doc['status']}[/bold]  reason {doc['reason'] or '-'}")
+    console.print(Text.assemble(
+        "  status ", (str(doc["status"]), "bold"), f"  reason {doc['reason'] or '-'}"
+    ))
     if doc.get("cause"):
         console.print(f"  cause: {doc['cause']}")
     if doc.get("next_step"):
@@ -33,10 +37,11 @@ def _submission(doc: dict[str, Any]) -> None:
 
 
 def _attempt(doc: dict[str, Any]) -> None:
-    console.print(
-        f"[bold]attempt[/bold] {doc['attempt_id']} ({doc.get('plan')}) state "
-        f"{doc.get('state')}  commission {str(doc.get('commission_digest'))[:16]}…"
-    )
+    console.print(Text.assemble(
+        ("attempt", "bold"),
+        f" {doc['attempt_id']} ({doc.get('plan')}) state {doc.get('state')}  commission "
+        f"{str(doc.get('commission_digest'))[:16]}…",
+    ))
     windows = new_table(
         "window",
         "orientation",
@@ -110,12 +115,13 @@ def _attempt(doc: dict[str, Any]) -> None:
     if doc.get("fault"):
         console.print(f"  fault: {doc['fault']}")
     decision = doc.get("decision") or {}
-    console.print(
-        f"  [bold]verdict {decision.get('verdict', '-')}[/bold] reason "
-        f"{decision.get('reason') or '-'} disposition {decision.get('disposition', '-')}"
+    console.print(Text.assemble(
+        "  ",
+        (f"verdict {decision.get('verdict', '-')}", "bold"),
+        f" reason {decision.get('reason') or '-'} disposition {decision.get('disposition', '-')}"
         f" speedup {decision.get('speedup')} pass line {decision.get('pass_line')} "
-        f"look {decision.get('look_window')}"
-    )
+        f"look {decision.get('look_window')}",
+    ))
 
 
 def _d(value: Any) -> str:

@@ -283,3 +283,26 @@ def test_repeating_an_intake_prints_already_recorded(story: Story) -> None:
     assert again.stdout.strip() == (f"submission {story.ids['a']} admitted at positions 3..5 "
                                     "(already recorded)")
     assert story.cli.head() == 29
+
+
+def test_brackets_in_a_hotkey_or_reason_are_printed_as_written(cli_factory: Any) -> None:
+    # A hotkey is any printable ASCII; rich's markup once ate "[b]" (two hotkeys then read
+    # alike in every table) and raised on "[/]" (every human read of the ledger failed).
+    cli = cli_factory("brackets")
+    hotkey, reason = "5[b]Mal[/]ory", "[/]review [red]now"
+    cli("init")
+    cli("commission", cli.write("arena.json", {**COMMISSION, "fee_rao": 0}))
+    sid = cli.json("intake", cli.write("a.json", arrival("delta-x", hotkey=hotkey)))[
+        "submission_id"]
+    cli("hold", sid, "--reason", reason, "--block", "1010")
+    listed, explained, history, stats, intake = cli.many([
+        (("submissions",), 0), (("explain", "submission", sid), 0),
+        (("history", "--hotkey", hotkey), 0), (("stats",), 0),
+        (("intake", cli.root / "a.json"), 0)])
+    row = next(line for line in listed.stdout.splitlines() if sid[:12] in line)
+    assert hotkey in row and "HELD" in row and reason in row, listed.stdout
+    assert f"hotkey {hotkey}  arrival" in explained.stdout, explained.stdout
+    assert f"status HELD  reason {reason}\n" in explained.stdout, explained.stdout
+    assert reason in history.stdout and "HELD" in history.stdout, history.stdout
+    assert reason in stats.stdout, stats.stdout
+    assert intake.stdout.startswith(f"submission {sid} "), intake.stdout

@@ -54,7 +54,9 @@ def commission(
 @handle_errors
 def register_control(
     arena_id: str = typer.Argument(..., help="The arena."),
-    control_id: str = typer.Option(..., "--id", help="Control id ([a-z0-9._-], 1-64)."),
+    control_id: str = typer.Option(
+        ..., "--id", help="Control id: 1-64 of a-z, 0-9, '.', '_', '-'."
+    ),
     kind: str = typer.Option(
         ...,
         "--kind",

@@ -299,3 +299,22 @@ def test_evaluate_prints_each_stage_and_the_verdict_only_on_a_terminal(
     assert _stages(_printer(as_json=False)) == stages  # the command prints the verdict last
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert _stages(_printer(as_json=False)) == [*stages, "  -> FAIL futility"]
+
+
+def test_no_help_text_holds_square_brackets_that_rich_would_take_for_markup() -> None:
+    # typer renders --help through rich markup: "Control id ([a-z0-9._-], 1-64)." was shown
+    # as "Control id (, 1-64)." Help texts spell character classes out instead.
+    import typer.main
+
+    from cli.app import app
+
+    def texts(command: Any, path: str) -> Any:
+        yield path, command.help or ""
+        for param in command.params:
+            yield f"{path} {param.name}", getattr(param, "help", None) or ""
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            yield from texts(sub, f"{path} {name}")
+
+    found = list(texts(typer.main.get_command(app), "arena-ledger"))
+    assert len(found) > 150  # every command and option was walked
+    assert [(where, text) for where, text in found if "[" in text] == []

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
+from rich.text import Text
 
 from ledger.errors import LedgerError
 from ledger.limits import json_integer_abs_max
@@ -34,6 +37,7 @@ __all__ = [
     "output_width",
     "piped_width",
     "state",
+    "visible",
 ]
 
 #: The largest value of every integer option (positions, blocks, amounts, limits): the
@@ -53,13 +57,44 @@ EXIT_CODES = {
 }
 
 
+#: The characters a terminal acts on rather than shows: C0 controls but tab and line feed,
+#: DEL and C1 (ESC and CSI start cursor moves, screen clears, title changes; CR overwrites).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """Returns ``text`` with every control character a terminal would act on written out as
+    ``\\xNN`` (tab and line feed kept).
+
+    Why: the CLI prints data recorded by others. A fault detail is the text of an exception
+    raised in a miner's candidate code, a reason is free text; printed raw, an escape
+    sequence in one could clear the screen or move the cursor and write "PASS" over "FAIL"
+    in front of an operator. JSON output escapes them already.
+    """
+    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 class _Console(Console):
-    """rich's Console, except that a reader that stops early (``arena-ledger events | head``)
-    ends a table the way ``handle_errors`` ends JSON output, exit 0, not rich's exit 1."""
+    """rich's Console, except that it prints data's control characters visibly (``visible``)
+    and that a reader that stops early (``arena-ledger events | head``) ends a table the way
+    ``handle_errors`` ends JSON output, exit 0, not rich's exit 1."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        # Every string printed or put in a table cell is made a Text here (and measured so).
+        return super().render_str(visible(text), **options)
+
+    def render(self, renderable: Any, options: ConsoleOptions | None = None) -> Iterator[Segment]:
+        # What did not pass through render_str (a Text built by hand): rich's own control
+        # segments (a progress bar's cursor moves) carry ``control`` and are left alone.
+        for segment in super().render(renderable, options):
+            if segment.control or not _CONTROLS.search(segment.text):
+                yield segment
+            else:
+                yield Segment(visible(segment.text), segment.style)
 
 
 #: The width tables are laid out in when stdout is neither a terminal nor sized by COLUMNS
@@ -133,8 +168,8 @@ def fail(error: LedgerError) -> NoReturn:
     where = ""
     for key in ("line", "path"):
         if key in error.context:
-            where += f" [{key} {error.context[key]}]"
-    message = " ".join(error.message.split())  # one line, whatever the message held
+            where += f" [{key} {visible(str(error.context[key]))}]"
+    message = visible(" ".join(error.message.split()))  # one line, whatever the message held
     reason = error.context.get("reason")
     if isinstance(reason, str) and reason not in message:
         message += f" (reason: {reason})"

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from cli.common import console, new_table
+from cli.common import console, new_table, visible
 
 __all__ = ["render_explain"]
 
@@ -27,8 +27,9 @@ def _submission(doc: dict[str, Any]) -> None:
     console.print(
         f"  arena {doc['arena_id']}  hotkey {doc['hotkey']}  arrival {tuple(doc['arrival'])}"
     )
+    # visible() before Text: rich's Text drops CR, BEL and a few others without a trace.
     console.print(Text.assemble(
-        "  status ", (str(doc["status"]), "bold"), f"  reason {doc['reason'] or '-'}"
+        "  status ", (str(doc["status"]), "bold"), f"  reason {visible(doc['reason'] or '-')}"
     ))
     if doc.get("cause"):
         console.print(f"  cause: {doc['cause']}")

@@ -65,6 +65,9 @@ def test_a_command_error_is_one_line_and_its_exit_code(
         # Line before path, each named; a message over several lines is one line.
         (InvalidInput("bad\n  value", path="$.x", line=3),
          "error[invalid_input] [line 3] [path $.x]: bad value\n"),
+        # A terminal's control sequences, in the message or the place, are written out.
+        (InvalidInput("stage \x1b[2Jx\x9b", path="run\x1b]0;t\x07"),
+         "error[invalid_input] [path run\\x1b]0;t\\x07]: stage \\x1b[2Jx\\x9b\n"),
     ],
 )
 def test_the_error_line_names_the_place_and_a_reason_once(

@@ -155,6 +155,35 @@ def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() 
     )
 
 
+def test_control_characters_in_recorded_text_are_shown_not_obeyed() -> None:
+    # Recorded free text is written by others: a hold reason by any operator of a shared
+    # ledger, a fault detail by the candidate's code (an exception's text), and all of it by
+    # another validator when an auditor imports their bundle. Printed raw, this text would
+    # clear the screen, home the cursor and show a PASS; it is written out instead, in a
+    # line, a Text and a table cell alike.
+    hostile = "\x1b[2J\x1b[H  verdict PASS\rx\x9b1A\x07"
+    shown = "\\x1b[2J\\x1b[H  verdict PASS\\x0dx\\x9b1A\\x07"
+    scenario = Scenario(LedgerFold(detail=True))
+    scenario.commission()
+    sid = scenario.arrive(payment_ref="pay-1", paid_rao=1_000_000_000)
+    scenario.claim(sid, "att-1")
+    scenario.append(
+        "attempt-att-1", InfrastructureFault(code="engine_killed", stage="speed", detail=hostile)
+    )
+    attempt = _rendered("attempt", _attempt(scenario, "att-1"))
+    assert "'detail': '\\x1b[2J\\x1b[H  verdict PASS\\rx\\x9b1A\\x07'}" in attempt, attempt
+    row = submission_row(scenario.fold.submission(sid), describe)  # type: ignore[arg-type]
+    text = _rendered("submission", {**row, "reason": hostile, "attempts": []})
+    assert f"  status QUALIFYING  reason {shown}\n" in text, text
+    with console.capture() as captured:
+        table = new_table("reason")
+        table.add_row(hostile)
+        console.print(table)
+    assert shown in captured.get()
+    for output in (attempt, text, captured.get()):
+        assert not set(output) & {"\x1b", "\r", "\x07", "\x9b"}
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [

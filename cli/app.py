@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
+from itertools import islice
 from pathlib import Path
 from typing import IO
 
@@ -16,7 +18,6 @@ from cli.common import (
     emit_json,
     emit_jsonl,
     handle_errors,
-    new_table,
     state,
 )
 from cli.db import db_app
@@ -196,7 +197,8 @@ def events(
         if as_json:
             emit_jsonl(r.to_json() for r in rows)
         else:
-            _print_events(rows)
+            head = store.head().position
+            _print_events(rows, head if upper is None else min(upper, head))
 
 
 def _check_types(types: list[str]) -> None:
@@ -236,16 +238,39 @@ def _recorded_at(text: str, option: str) -> str:
         ) from None
 
 
-def _print_events(rows: object) -> None:
-    table = new_table("pos", "stream", "ver", "type", "recorded_at", "hash", box=None)
-    count = 0
-    for r in rows:  # type: ignore[attr-defined]
-        assert isinstance(r, RecordedEvent)
-        table.add_row(str(r.position), r.stream, str(r.version),
-                      f"{r.type} v{r.schema_version}", r.recorded_at, r.entry_hash[:16])
-        count += 1
-    console.print(table)
+#: Rows of the ``events`` listing laid out and printed at a time. The listing streams: as one
+#: rich table, 100,000 events took 53 s and 500 MB before the first line was printed.
+events_chunk_rows = 1_000
+_EVENT_HEADERS = ("pos", "stream", "ver", "type", "recorded_at", "hash")
+
+
+def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
+    """Prints the events as aligned columns, a chunk at a time, then how many there were.
+
+    The position column is as wide as ``last_position`` needs, the others as the first chunk
+    needs; a longer value later pushes its line out rather than being cut.
+    """
+    widths: list[int] | None = None
+    count, it = 0, iter(rows)
+    while chunk := list(islice(it, events_chunk_rows)):
+        cells = [(str(r.position), r.stream, str(r.version), f"{r.type} v{r.schema_version}",
+                  r.recorded_at, r.entry_hash[:16]) for r in chunk]
+        lines = []
+        if widths is None:
+            widths = [max(len(h), *(len(c[i]) for c in cells))
+                      for i, h in enumerate(_EVENT_HEADERS)]
+            widths[0] = max(widths[0], len(str(last_position)))
+            lines.append(_columns(_EVENT_HEADERS, widths))
+        lines += [_columns(c, widths) for c in cells]
+        console.print("\n".join(lines), highlight=False)
+        count += len(chunk)
+    if widths is None:
+        console.print(_columns(_EVENT_HEADERS, [len(h) for h in _EVENT_HEADERS]))
     console.print(f"{count} events")
+
+
+def _columns(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
 @app.command()

@@ -66,10 +66,10 @@ def visible(text: str) -> str:
     """Returns ``text`` with every control character a terminal would act on written out as
     ``\\xNN`` (tab and line feed kept).
 
-    Why: the CLI prints data recorded by others. A fault detail is the text of an exception
-    raised in a miner's candidate code, a reason is free text; printed raw, an escape
-    sequence in one could clear the screen or move the cursor and write "PASS" over "FAIL"
-    in front of an operator. JSON output escapes them already.
+    Why: the CLI prints data recorded by others: a hold or release reason is free text from
+    any operator of a shared ledger, and every string of an imported bundle is another
+    validator's. Printed raw, an escape sequence in one could clear the screen or move the
+    cursor and write "PASS" over "FAIL" in front of an auditor. JSON output escapes them.
     """
     return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 

@@ -184,6 +184,23 @@ def test_control_characters_in_recorded_text_are_shown_not_obeyed() -> None:
         assert not set(output) & {"\x1b", "\r", "\x07", "\x9b"}
 
 
+def test_a_text_built_by_hand_is_written_out_and_riches_own_controls_are_kept() -> None:
+    # A rich Text never passes through render_str; the console's render catches it. What
+    # rich itself emits to move the cursor (a progress bar) are control segments: kept.
+    from rich.control import Control
+    from rich.segment import Segment
+    from rich.text import Text
+
+    with console.capture() as captured:
+        console.print(Text.assemble(("bold", "bold"), " r\x1b[2Jx"))
+    assert captured.get() == "bold r\\x1b[2Jx\n"
+    moved = [s for s in console.render(Control.move_to(3, 2)) if isinstance(s, Segment)]
+    assert moved and all(s.control for s in moved)
+    assert "".join(s.text for s in moved) == "\x1b[3;4H"
+    plain = list(console.render(Text("no controls here")))
+    assert "".join(s.text for s in plain) == "no controls here\n"
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [

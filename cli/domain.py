@@ -210,7 +210,9 @@ def expire(
 @handle_errors
 def explain(
     kind: str = typer.Argument(..., help="submission or attempt"),
-    ident: str = typer.Argument(..., help="Its id."),
+    ident: str = typer.Argument(..., help="Its id (a submission's: all 64 characters, or a "
+                                "prefix of 8 or more that only it starts with, as the tables "
+                                "show)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Explains a verdict: every window, look, audit node, quality and the decision."""

@@ -598,13 +598,22 @@ class ArenaLedger:
         return document
 
     def explain_submission(self, sid: str) -> dict[str, Any]:
-        """Returns a submission's status, stated cause, next step and every attempt explained."""
+        """Returns a submission's status, stated cause, next step and every attempt explained.
+
+        ``sid`` is the 64-character id or a prefix of it that names one submission, at
+        least ``submission_prefix_min`` characters (the tables show the first 16).
+        """
         from machines.reasons import describe
 
         fold = self.fold
+        sid = _resolve_prefix(fold, sid)
         sub = fold.submission(sid)
         if sub is None:
-            raise NotFound(f"submission {sid} does not exist", submission_id=sid)
+            raise NotFound(
+                f"submission {sid} does not exist (give its 64-character id, or a prefix of "
+                f"at least {submission_prefix_min} characters that only it starts with)",
+                submission_id=sid,
+            )
         attempts = [  # in the order they were claimed
             str(e.payload["attempt_id"])
             for e in self.store.read_stream(f"submission-{sid}")
@@ -661,6 +670,35 @@ class ArenaLedger:
         fold = self.fold
         _require_commissioned(fold, arena_id)
         return [dataclasses.asdict(row) for row in fold.controls(arena_id)]
+
+
+#: Fewest characters of a submission id that ``explain_submission`` takes as a prefix.
+submission_prefix_min = 8
+_HEX = frozenset("0123456789abcdef")
+
+
+def _resolve_prefix(fold: LedgerFold, text: str) -> str:
+    """Returns the one submission id that starts with ``text`` (any case), or ``text``
+    itself when it is a whole id, too short, not hex or no id's prefix (NotFound follows).
+
+    InvalidInput when more than one submission starts with it: which one was meant is not
+    for the ledger to guess.
+    """
+    lowered = text.lower()
+    if len(text) >= 64 or len(text) < submission_prefix_min or not _HEX.issuperset(lowered):
+        return text
+    found = [
+        sub.submission_id
+        for arena in fold.arenas()
+        for sub in fold.submissions(arena.arena_id)
+        if sub.submission_id.startswith(lowered)
+    ]
+    if len(found) > 1:
+        raise InvalidInput(
+            f"{len(found)} submissions start with {text!r}; give more of the id",
+            path="submission_id",
+        )
+    return found[0] if found else text
 
 
 def _require_commissioned(fold: LedgerFold, arena_id: str | None) -> None:

@@ -306,3 +306,14 @@ def test_brackets_in_a_hotkey_or_reason_are_printed_as_written(cli_factory: Any)
     assert reason in history.stdout and "HELD" in history.stdout, history.stdout
     assert reason in stats.stdout, stats.stdout
     assert intake.stdout.startswith(f"submission {sid} "), intake.stdout
+
+
+def test_an_id_as_the_tables_show_it_is_enough_for_explain(story: Story) -> None:
+    # The submissions table cuts ids to 16 characters; explain takes what it shows.
+    shown = story.ids["a"][:16]
+    assert shown in story.out["submissions-text"].stdout
+    by_prefix, whole = story.cli.many([
+        (("explain", "submission", shown, "--json"), 0),
+        (("explain", "submission", story.ids["a"], "--json"), 0)])
+    assert json.loads(by_prefix.stdout) == json.loads(whole.stdout)
+    assert json.loads(whole.stdout)["submission_id"] == story.ids["a"]

@@ -378,6 +378,35 @@ def test_repeating_the_intake_of_a_submission_that_since_failed_returns_it(desk:
     assert desk.head == head
 
 
+def test_explain_takes_a_unique_prefix_of_a_submission_id(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tables show a submission id's first 16 characters; an auditor copies those.
+    from collections import Counter
+
+    from ledger import domain
+
+    desk.commission(fee_rao=0)
+    sids = [desk.intake(None, content=f"p{i}", block=720 + i).submission_id for i in range(17)]
+    head = desk.head
+    full = desk.ledger.explain_submission(sids[0])
+    assert desk.ledger.explain_submission(sids[0][:16]) == full
+    assert desk.ledger.explain_submission(sids[0][:8].upper()) == full
+    with pytest.raises(NotFound) as caught:
+        desk.ledger.explain_submission(sids[0][:7])  # shorter than any prefix taken
+    assert "or a prefix of at least 8 characters" in caught.value.message
+    # 17 ids over 16 hex digits: two share a first character, so that prefix names none.
+    monkeypatch.setattr(domain, "submission_prefix_min", 1)
+    shared, count = Counter(sid[0] for sid in sids).most_common(1)[0]
+    assert count >= 2
+    with pytest.raises(InvalidInput) as ambiguous:
+        desk.ledger.explain_submission(shared)
+    assert ambiguous.value.message == (
+        f"{count} submissions start with {shared!r}; give more of the id")
+    assert ambiguous.value.context["path"] == "submission_id"
+    assert desk.head == head
+
+
 def test_intake_for_an_arena_that_does_not_exist_writes_nothing(desk: Desk) -> None:
     with pytest.raises(NotFound) as caught:
         desk.intake(FEE, arena_id="nowhere", content="d1")

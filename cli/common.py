@@ -58,20 +58,26 @@ EXIT_CODES = {
 
 
 #: The characters a terminal acts on rather than shows: C0 controls but tab and line feed,
-#: DEL and C1 (ESC and CSI start cursor moves, screen clears, title changes; CR overwrites).
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: DEL and C1 (ESC and CSI start cursor moves, screen clears, title changes; CR overwrites),
+#: and the bidirectional overrides and isolates (they reorder the text around them).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _written_out(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def visible(text: str) -> str:
     """Returns ``text`` with every control character a terminal would act on written out as
-    ``\\xNN`` (tab and line feed kept).
+    ``\\xNN`` or ``\\uNNNN`` (tab and line feed kept).
 
     Why: the CLI prints data recorded by others: a hold or release reason is free text from
     any operator of a shared ledger, and every string of an imported bundle is another
     validator's. Printed raw, an escape sequence in one could clear the screen or move the
     cursor and write "PASS" over "FAIL" in front of an auditor. JSON output escapes them.
     """
-    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    return _CONTROLS.sub(_written_out, text)
 
 
 class _Console(Console):

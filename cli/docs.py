@@ -84,9 +84,9 @@ def render_cli_md() -> str:
         "folding a cell that does not fit onto the next line; piped to a file or another "
         "program they keep every cell on one line (set `COLUMNS` to lay them out at a given "
         "width). Text is printed as recorded: square brackets are not markup, and a control "
-        "character a terminal would act on (ESC, CR, BEL…) is written out as `\\xNN`, so "
-        "free text recorded by another operator, a candidate's error or a foreign bundle "
-        "cannot move the cursor or rewrite what is on screen.",
+        "character a terminal would act on (ESC, CR, BEL, a bidirectional override…) is "
+        "written out as `\\xNN` or `\\uNNNN`, so free text recorded by another operator or "
+        "a foreign bundle cannot move the cursor or rewrite what is on screen.",
         "",
         "## Exit codes",
         "",

@@ -120,3 +120,20 @@ def test_tables_keep_every_cell_off_a_terminal_and_fit_a_terminal_or_columns() -
     assert output_width(object(), {}) == piped_width  # no isatty at all
     assert output_width(_Stream(True), {}) is None  # rich measures the terminal
     assert output_width(_Stream(False), {"COLUMNS": "100"}) is None  # rich reads COLUMNS
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("tab\there\nnext line", "tab\there\nnext line"),  # kept: the CLI's own layout
+        ("\x00\x08\x0b\x1f", "\\x00\\x08\\x0b\\x1f"),  # C0, both sides of tab and line feed
+        ("~\x7f\x80\x9f\xa0", "~\\x7f\\x80\\x9f\xa0"),  # DEL and C1; their neighbours shown
+        ("a\u202eb\u202ac\u2066d\u2069e\u2067", "a\\u202eb\\u202ac\\u2066d\\u2069e\\u2067"),
+        ("\u2029\u202f\u2065\u206a", "\u2029\u202f\u2065\u206a"),  # next to the bidi ranges
+        ("5[b]Mal[/]ory é ✓", "5[b]Mal[/]ory é ✓"),
+    ],
+)
+def test_visible_writes_out_what_a_terminal_would_act_on(text: str, shown: str) -> None:
+    from cli.common import visible
+
+    assert visible(text) == shown

@@ -206,8 +206,8 @@ OURS = "checkpoint of arena-ledger/ops.example"
 def test_the_bundle_and_proof_commands_say_in_one_line_what_their_json_says(
     ledger: Ledger,
 ) -> None:
-    # Each human line against the same command's --json (read the other way round, a line
-    # that dropped a hash, the origin, or said "verified" of an unchecked signature).
+    # Each human line is held to the same command's --json: a line that dropped a hash or
+    # the origin, or said "verified" of a signature nobody checked, fails here.
     root, away = ledger.root, offline(ledger.root)
     checked = json.loads(cli("verify-bundle", ledger.bundle, "--key", ledger.pub, "--json",
                              db=away, cwd=root).stdout)

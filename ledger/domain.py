@@ -45,7 +45,7 @@ from ledger.events import (
     SubmissionResolved,
     WindowMeasured,
 )
-from ledger.fields import require_hotkey
+from ledger.fields import is_digest, require_hotkey
 from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion
 from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
 
@@ -400,6 +400,8 @@ class ArenaLedger:
         plan: str = "normal",
     ) -> AttemptClaimed:
         """Claims a QUEUED submission (or the arena's next): claim + QualificationStarted."""
+        if submission_id is not None:
+            self._require_whole_id(submission_id)
         fold = self.fold
         if submission_id is None:
             if arena_id is None:
@@ -495,23 +497,44 @@ class ArenaLedger:
 
     # -- holds, requeues, expiry -----------------------------------------------------------
 
+    def _require_whole_id(self, sid: str) -> None:
+        """Raises InvalidInput unless ``sid`` is a whole submission id (64 lowercase hex).
+
+        A write names exactly what it acts on: the prefix ``explain`` takes is refused here,
+        and the message names the submission it starts, when one does (it would otherwise
+        surface as a malformed stream name the operator never typed).
+        """
+        if is_digest(sid):
+            return
+        full = _resolve_prefix(self.fold, sid)
+        start = f"; {sid!r} is the start of submission {full}" if full != sid else ""
+        raise InvalidInput(
+            f"a submission is named here by its whole id, 64 lowercase hex characters{start}",
+            path="submission_id",
+        )
+
     def hold(self, sid: str, reason: str, block: int) -> AppendResult:
         """Appends SubmissionHeld (any non-terminal submission)."""
+        self._require_whole_id(sid)
         event = _model(SubmissionHeld, {"reason": reason, "block": block})
         return self.append([(f"submission-{sid}", event)])
 
     def release(self, sid: str, reason: str, block: int, operator: str) -> AppendResult:
         """Appends HoldReleased, naming the operator."""
+        self._require_whole_id(sid)
         event = _model(HoldReleased, {"reason": reason, "block": block, "operator": operator})
         return self.append([(f"submission-{sid}", event)])
 
     def requeue(self, sid: str, reason: str, block: int) -> AppendResult:
         """Appends SubmissionRequeued for a completed NO_DECISION."""
+        self._require_whole_id(sid)
         event = _model(SubmissionRequeued, {"reason": reason, "block": block})
         return self.append([(f"submission-{sid}", event)])
 
     def expire(self, block: int, sid: str | None = None) -> list[str]:
         """Expires the given submission, or every live one whose SLA has passed at ``block``."""
+        if sid is not None:
+            self._require_whole_id(sid)
         due = [s.submission_id for s in self.fold.expirable(block)]
         targets = due if sid is None else [sid]
         if not targets:

@@ -407,6 +407,40 @@ def test_explain_takes_a_unique_prefix_of_a_submission_id(
     assert desk.head == head
 
 
+def test_a_write_names_a_submission_by_its_whole_id_and_is_told_which_a_prefix_starts(
+    desk: Desk,
+) -> None:
+    # A write acts on exactly what it names. A prefix copied from a table used to surface
+    # as "stream 'submission-…' does not carry a valid submission id" [path stream].
+    desk.commission()
+    sid = desk.ledger.intake(desk.arrival(content="d1", payment_ref="pay-1"),
+                             payment_amount_rao=FEE).submission_id
+    head = desk.head
+    writes = [
+        lambda named: desk.ledger.hold(named, "review", 1_010),
+        lambda named: desk.ledger.release(named, "reviewed", 1_010, "5Operator"),
+        lambda named: desk.ledger.requeue(named, "again", 1_010),
+        lambda named: desk.ledger.expire(1_010, named),
+        lambda named: desk.ledger.claim(attempt_id="att-1", pair_id="p", block=1_010,
+                                        validator_hotkey="5V", submission_id=named),
+    ]
+    for write in writes:
+        with pytest.raises(InvalidInput) as prefix:
+            write(sid[:16])
+        assert prefix.value.message == (
+            "a submission is named here by its whole id, 64 lowercase hex characters; "
+            f"{sid[:16]!r} is the start of submission {sid}")
+        assert prefix.value.context["path"] == "submission_id"
+        for named in ("nope", sid.upper(), sid + "0"):
+            with pytest.raises(InvalidInput) as malformed:
+                write(named)
+            assert malformed.value.message == (
+                "a submission is named here by its whole id, 64 lowercase hex characters")
+    assert desk.head == head
+    desk.ledger.hold(sid, "review", 1_010)  # the whole id is written as before
+    assert desk.head == head + 1
+
+
 def test_intake_for_an_arena_that_does_not_exist_writes_nothing(desk: Desk) -> None:
     with pytest.raises(NotFound) as caught:
         desk.intake(FEE, arena_id="nowhere", content="d1")

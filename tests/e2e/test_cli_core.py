@@ -246,11 +246,11 @@ def test_a_database_that_does_not_open_exits_5_naming_it_and_changes_nothing(
     assert not (tmp_path / "missing").exists()
 
 
-def test_init_names_the_ledger_as_written_and_never_its_password(
+def test_init_names_a_sqlite_path_as_written(
     cli: Any, tmp_path: Any
 ) -> None:
-    """init's line once took a path's brackets for rich markup (`[bold]` vanished from the
-    path it named) and printed a PostgreSQL URL with its password."""
+    """init's line once took a path's brackets for rich markup: `[bold]` vanished from the
+    path it named (the password half of that fault: the PostgreSQL test below)."""
     from ledger.migrate import heads
 
     folder = tmp_path / "[bold]ledgers"

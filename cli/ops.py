@@ -107,11 +107,14 @@ def _render_stats(doc: dict[str, Any]) -> None:
         behind = f"{age} position{'' if age == 1 else 's'} behind the head"
         console.print(f"checkpoint  #{cp['id']} size {cp['tree_size']}, {behind}; origin "
                       f"{cp['origin']}, signed {cp['created_at']}", markup=False)
-    events = new_table("event type", "count", title=f"events: {doc['events']['total']}",
-                       box=None)
-    for name, count in doc["events"]["by_type"].items():
-        events.add_row(name, str(count))
-    console.print(events)
+    if doc["events"]["by_type"]:
+        events = new_table("event type", "count", title=f"events: {doc['events']['total']}",
+                           box=None)
+        for name, count in doc["events"]["by_type"].items():
+            events.add_row(name, str(count))
+        console.print(events)
+    else:  # not a table of headers with nothing under them
+        console.print(f"events: {doc['events']['total']}")
     _render_arenas(doc)
     _render_holds(doc)
 

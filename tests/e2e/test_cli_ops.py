@@ -125,6 +125,13 @@ def test_history_refuses_a_bad_hotkey_and_needs_one(ops_cli: tuple[Any, dict[str
     assert long_one.stdout == "" and "submission" in listed.stdout
 
 
+def test_stats_of_an_empty_ledger_says_so_without_empty_tables(cli: Any) -> None:
+    cli("init")
+    lines = cli("stats").stdout.splitlines()
+    assert lines[-4:] == ["checkpoint  none signed yet (`arena-ledger checkpoint --key …`)",
+                          "events: 0", "no arenas commissioned", "holds: none placed"]
+
+
 def test_stats_and_backup_need_a_ledger(cli: Any) -> None:
     stats, backup = cli.many([(("stats",), 5), (("db", "backup", cli.root / "b.db"), 5)])
     cli.error_line(stats.stderr, "store_not_initialised")

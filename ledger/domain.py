@@ -500,16 +500,16 @@ class ArenaLedger:
     def _require_whole_id(self, sid: str) -> None:
         """Raises InvalidInput unless ``sid`` is a whole submission id (64 lowercase hex).
 
-        A write names exactly what it acts on: the prefix ``explain`` takes is refused here,
-        and the message names the submission it starts, when one does (it would otherwise
-        surface as a malformed stream name the operator never typed).
+        A write names exactly what it acts on: the prefix (or capitals) ``explain`` takes is
+        refused here, and the message names the submission it stands for, when one does (it
+        would otherwise surface as a malformed stream name the operator never typed).
         """
         if is_digest(sid):
             return
         full = _resolve_prefix(self.fold, sid)
-        start = f"; {sid!r} is the start of submission {full}" if full != sid else ""
+        meant = f"; {sid!r} stands for submission {full}" if full != sid else ""
         raise InvalidInput(
-            f"a submission is named here by its whole id, 64 lowercase hex characters{start}",
+            f"a submission is named here by its whole id, 64 lowercase hex characters{meant}",
             path="submission_id",
         )
 
@@ -701,15 +701,18 @@ _HEX = frozenset("0123456789abcdef")
 
 
 def _resolve_prefix(fold: LedgerFold, text: str) -> str:
-    """Returns the one submission id that starts with ``text`` (any case), or ``text``
-    itself when it is a whole id, too short, not hex or no id's prefix (NotFound follows).
+    """Returns the one submission id that starts with ``text`` (any case; a whole id in any
+    case is that id), or ``text`` itself when it is too short or too long, not hex or no
+    id's prefix (NotFound follows).
 
     InvalidInput when more than one submission starts with it: which one was meant is not
     for the ledger to guess.
     """
     lowered = text.lower()
-    if len(text) >= 64 or len(text) < submission_prefix_min or not _HEX.issuperset(lowered):
+    if len(text) > 64 or len(text) < submission_prefix_min or not _HEX.issuperset(lowered):
         return text
+    if len(text) == 64:
+        return lowered  # a whole id in capitals, as some tools print hashes
     found = [
         sub.submission_id
         for arena in fold.arenas()

@@ -392,6 +392,7 @@ def test_explain_takes_a_unique_prefix_of_a_submission_id(
     full = desk.ledger.explain_submission(sids[0])
     assert desk.ledger.explain_submission(sids[0][:16]) == full
     assert desk.ledger.explain_submission(sids[0][:8].upper()) == full
+    assert desk.ledger.explain_submission(sids[0].upper()) == full
     with pytest.raises(NotFound) as caught:
         desk.ledger.explain_submission(sids[0][:7])  # shorter than any prefix taken
     assert "or a prefix of at least 8 characters" in caught.value.message
@@ -407,7 +408,7 @@ def test_explain_takes_a_unique_prefix_of_a_submission_id(
     assert desk.head == head
 
 
-def test_a_write_names_a_submission_by_its_whole_id_and_is_told_which_a_prefix_starts(
+def test_a_write_names_a_submission_by_its_whole_id_and_is_told_which_a_prefix_means(
     desk: Desk,
 ) -> None:
     # A write acts on exactly what it names. A prefix copied from a table used to surface
@@ -425,13 +426,14 @@ def test_a_write_names_a_submission_by_its_whole_id_and_is_told_which_a_prefix_s
                                         validator_hotkey="5V", submission_id=named),
     ]
     for write in writes:
-        with pytest.raises(InvalidInput) as prefix:
-            write(sid[:16])
-        assert prefix.value.message == (
-            "a submission is named here by its whole id, 64 lowercase hex characters; "
-            f"{sid[:16]!r} is the start of submission {sid}")
-        assert prefix.value.context["path"] == "submission_id"
-        for named in ("nope", sid.upper(), sid + "0"):
+        for named in (sid[:16], sid.upper()):
+            with pytest.raises(InvalidInput) as meant:
+                write(named)
+            assert meant.value.message == (
+                "a submission is named here by its whole id, 64 lowercase hex characters; "
+                f"{named!r} stands for submission {sid}")
+            assert meant.value.context["path"] == "submission_id"
+        for named in ("nope", sid + "0"):
             with pytest.raises(InvalidInput) as malformed:
                 write(named)
             assert malformed.value.message == (

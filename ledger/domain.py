@@ -506,8 +506,10 @@ class ArenaLedger:
         """
         if is_digest(sid):
             return
-        full = _resolve_prefix(self.fold, sid)
-        meant = f"; {sid!r} stands for submission {full}" if full != sid else ""
+        fold = self.fold
+        full = _resolve_prefix(fold, sid)
+        exists = full != sid and fold.submission(full) is not None
+        meant = f"; {sid!r} stands for submission {full}" if exists else ""
         raise InvalidInput(
             f"a submission is named here by its whole id, 64 lowercase hex characters{meant}",
             path="submission_id",

@@ -433,7 +433,7 @@ def test_a_write_names_a_submission_by_its_whole_id_and_is_told_which_a_prefix_m
                 "a submission is named here by its whole id, 64 lowercase hex characters; "
                 f"{named!r} stands for submission {sid}")
             assert meant.value.context["path"] == "submission_id"
-        for named in ("nope", sid + "0"):
+        for named in ("nope", sid + "0", "F" * 64):  # capitals of no submission: no hint
             with pytest.raises(InvalidInput) as malformed:
                 write(named)
             assert malformed.value.message == (

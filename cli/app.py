@@ -75,9 +75,9 @@ def init() -> None:
     ops.upgrade(state.db_url)
     with state.store() as store:
         head = store.head()
-    # The URL as it may be shown (no password), printed as it is (no rich markup in a path).
+    # The URL as it may be shown: a password hidden.
     console.print(f"ledger ready at {safe_url(state.db_url)} (head {head.position}, "
-                  f"revision {migrate.current(state.db_url)})", markup=False)
+                  f"revision {migrate.current(state.db_url)})")
 
 
 def _batches(lines: list[DraftLine], size: int | None) -> list[list[DraftLine]]:
@@ -306,8 +306,7 @@ def verify(
                       f"({report.from_position}..{report.to_position}), "
                       f"head {report.head_hash}")
     else:
-        console.print(f"FAILED at position {report.first_bad_position}: {report.problem}",
-                      markup=False)
+        console.print(f"FAILED at position {report.first_bad_position}: {report.problem}")
     if not report.ok:
         raise typer.Exit(4)
 

@@ -46,7 +46,7 @@ def upgrade(
                       f"{report.verified.head_hash})")
     elif report.skipped_verify:
         err_console.print("warning: --skip-verify: the hash chain was not verified before "
-                          "migrating", markup=False)
+                          "migrating")
     console.print(f"now at {report.after}")
 
 

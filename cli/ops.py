@@ -39,16 +39,16 @@ def backup(
     if as_json:
         emit_json(report.to_json())
         return
-    console.print(f"wrote {report.path} ({report.bytes:,} bytes, {report.method})", markup=False)
+    console.print(f"wrote {report.path} ({report.bytes:,} bytes, {report.method})")
     if report.verified is not None:
         console.print(f"verified: {report.verified.checked} events, head position "
                       f"{report.head.position if report.head else '?'} entry_hash "
-                      f"{report.verified.head_hash}", markup=False)
+                      f"{report.verified.head_hash}")
     elif report.head is not None:
         console.print(f"holds head position {report.head.position} entry_hash "
-                      f"{report.head.entry_hash} (not verified: {report.note})", markup=False)
+                      f"{report.head.entry_hash} (not verified: {report.note})")
     else:
-        console.print(f"not verified: {report.note}", markup=False)
+        console.print(f"not verified: {report.note}")
 
 
 @handle_errors
@@ -68,10 +68,10 @@ def restore(
         return
     console.print(f"restored {path} ({report.method}): {report.verified.checked} events "
                   f"verified, head position {report.head.position} entry_hash "
-                  f"{report.head.entry_hash}", markup=False)
+                  f"{report.head.entry_hash}")
     if report.pending:
         console.print(f"schema at {report.revision}; run `arena-ledger db upgrade` to apply "
-                      + ", ".join(report.pending), markup=False)
+                      + ", ".join(report.pending))
 
 
 @handle_errors
@@ -92,12 +92,12 @@ def stats(as_json: bool = typer.Option(False, "--json", help=_JSON_HELP)) -> Non
 
 def _render_stats(doc: dict[str, Any]) -> None:
     head, merkle, tip = doc["head"], doc["merkle"], doc["tip"]
-    console.print(f"{doc['backend']} ledger at revision {doc['revision']}", markup=False)
+    console.print(f"{doc['backend']} ledger at revision {doc['revision']}")
     console.print(f"head        position {head['position']}  entry_hash {head['entry_hash']}")
     if tip is not None:
         agree = "matches the head" if doc["tip_matches_head"] else "DIFFERS from the head"
         console.print(f"chain tip   position {tip['position']}  {tip['type']} on {tip['stream']}"
-                      f"  recorded {tip['recorded_at']}  ({agree})", markup=False)
+                      f"  recorded {tip['recorded_at']}  ({agree})")
     console.print(f"merkle      size {merkle['tree_size']}  root {merkle['root_hash']}")
     cp = doc["last_checkpoint"]
     if cp is None:
@@ -106,7 +106,7 @@ def _render_stats(doc: dict[str, Any]) -> None:
         age = cp["age_positions"]
         behind = f"{age} position{'' if age == 1 else 's'} behind the head"
         console.print(f"checkpoint  #{cp['id']} size {cp['tree_size']}, {behind}; origin "
-                      f"{cp['origin']}, signed {cp['created_at']}", markup=False)
+                      f"{cp['origin']}, signed {cp['created_at']}")
     if doc["events"]["by_type"]:
         events = new_table("event type", "count", title=f"events: {doc['events']['total']}",
                            box=None)
@@ -158,7 +158,7 @@ def history(
         emit_jsonl(rows)
         return
     if not rows:
-        console.print(f"no submissions from {hotkey}", markup=False)
+        console.print(f"no submissions from {hotkey}")
         return
     table = new_table("arrival", "arena", "submission", "status", "reason", "cause",
                       "next step", box=None)
@@ -168,7 +168,7 @@ def history(
                       _short(row["submission_id"]), row["status"], row["reason"] or "-",
                       row["cause"], row["next_step"])
     console.print(table)
-    console.print(f"{len(rows)} submissions from {hotkey}", markup=False)
+    console.print(f"{len(rows)} submissions from {hotkey}")
 
 
 def register(app: typer.Typer) -> None:

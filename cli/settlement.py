@@ -241,7 +241,6 @@ def _render_replay(report: Any, timing: dict[str, Any]) -> None:
     console.print(
         f"took {timing['seconds']:.2f} s, {timing['events_per_second']:,} events/s "
         f"({timing['cpu_seconds']:.2f} s of CPU; {timing['build']} build)",
-        markup=False,
     )
     console.print(f"head hash {report.head_hash}")
     console.print(f"settlement digest {report.settlement_digest or '-'}")
@@ -251,10 +250,9 @@ def _render_replay(report: Any, timing: dict[str, Any]) -> None:
             f"first divergence at position {d.position} ({d.stream}, {d.type}): "
             f"{d.code} field {d.field}: recorded {d.recorded!r}, recomputed "
             f"{d.recomputed!r}",
-            markup=False,
         )
     elif report.expected_digest is not None and not report.ok:
-        console.print(f"expected digest {report.expected_digest} differs", markup=False)
+        console.print(f"expected digest {report.expected_digest} differs")
 
 
 def _best(best: Any) -> str:

@@ -62,10 +62,10 @@ def key_generate(
     """Generates an Ed25519 signing key: PATH (private, 0600) and PATH.pub (verifier key)."""
     files = write_key_files(name, out, force=force)
     console.print(f"private key: {files.private_path} (mode 0600; keep it secret, never "
-                  "commit it)", markup=False)
-    console.print(f"public key:  {files.public_path}", markup=False)
-    console.print(f"verifier key: {files.verifier_key}", markup=False)
-    console.print(f"default origin: {default_origin(name)}", markup=False)
+                  "commit it)")
+    console.print(f"public key:  {files.public_path}")
+    console.print(f"verifier key: {files.verifier_key}")
+    console.print(f"default origin: {default_origin(name)}")
 
 
 @handle_errors
@@ -155,12 +155,11 @@ def verify_proof_command(
         emit_json(verdict.to_json())
     elif verdict.kind == "inclusion":
         console.print(f"ok: position {verdict.position} (entry {verdict.entry_hash}) is in the "
-                      f"tree of size {verdict.tree_size} signed by {verdict.origin}", markup=False)
+                      f"tree of size {verdict.tree_size} signed by {verdict.origin}")
     else:
         console.print(f"ok: the tree of size {verdict.from_size} is a prefix of the tree of "
                       f"size {verdict.tree_size}; checked against checkpoint(s) at size "
-                      f"{', '.join(map(str, verdict.checkpoint_sizes))} of {verdict.origin}",
-                      markup=False)
+                      f"{', '.join(map(str, verdict.checkpoint_sizes))} of {verdict.origin}")
 
 
 def _report(verb: str, report: BundleReport, as_json: bool) -> None:
@@ -178,7 +177,7 @@ def _report(verb: str, report: BundleReport, as_json: bool) -> None:
     else:
         signed = "no checkpoint, signature not checked"
     console.print(f"{verb} {report.events} events ({report.path}); root {report.merkle_root}, "
-                  f"head {report.head_hash}; {signed}", markup=False)
+                  f"head {report.head_hash}; {signed}")
 
 
 @handle_errors

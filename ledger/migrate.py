@@ -185,10 +185,15 @@ def _refuse_dropping_records(conn: Connection, revision: str) -> None:
         )
 
 
+def _shipped() -> ScriptDirectory:
+    """Returns the shipped migration scripts (no database: the URL only fills the config)."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
 def _reversed_by(at: str | None, revision: str) -> list[str]:
     """Returns the revisions a downgrade from ``at`` to ``revision`` reverses (the shipped
     history is one line). Empty where alembic will refuse the target itself."""
-    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    script = _shipped()
     oldest_first = [rev.revision for rev in reversed(list(script.walk_revisions()))]
     if at not in oldest_first:
         return []
@@ -227,12 +232,12 @@ def current(url: str) -> str | None:
 
 def heads() -> list[str]:
     """Returns the head revision(s) of the shipped migrations."""
-    return list(ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads())
+    return list(_shipped().get_heads())
 
 
 def history() -> list[dict[str, str | None]]:
     """Lists every shipped revision, newest first."""
-    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    script = _shipped()
     return [
         {
             "revision": rev.revision,
@@ -253,7 +258,7 @@ def require_revision(revision: str) -> None:
     body = revision[1:]
     if revision[:1] in "+-" and body.isdigit():
         return  # relative: resolved against the database's revision by alembic itself
-    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    script = _shipped()
     try:
         if not revision.strip():  # alembic asserts on an empty name rather than refusing it
             raise CommandError("empty revision")
@@ -268,7 +273,7 @@ def require_revision(revision: str) -> None:
 
 def pending(url: str) -> list[str]:
     """Lists the revisions an upgrade to head would apply, oldest first."""
-    script = ScriptDirectory.from_config(alembic_config(url))
+    script = _shipped()
     at = current(url)
     revisions = [r.revision for r in script.iterate_revisions("heads", at)]
     return list(reversed(revisions))

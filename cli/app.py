@@ -11,15 +11,7 @@ from typing import IO
 
 import typer
 
-from cli.common import (
-    EXIT_CODES,
-    INT_MAX,
-    console,
-    emit_json,
-    emit_jsonl,
-    handle_errors,
-    state,
-)
+from cli.common import EXIT_CODES, INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
 from ledger import migrate

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -16,7 +17,7 @@ from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 from rich.text import Text
 
-from ledger.errors import LedgerError
+from ledger.errors import InvalidInput, LedgerError
 from ledger.limits import json_integer_abs_max
 from ledger.store import _DATABASE_ERRORS, DEFAULT_URL, EventStore, _store_error
 
@@ -34,6 +35,7 @@ __all__ = [
     "fail",
     "handle_errors",
     "new_table",
+    "options_named",
     "output_width",
     "piped_width",
     "state",
@@ -204,6 +206,31 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(0) from None
 
     return wrapper
+
+
+@contextlib.contextmanager
+def options_named(**options: str) -> Iterator[None]:
+    """Names the option a person typed when the library refuses the payload field it fed.
+
+    A command that builds an event from its options (``hold --reason``) hands the library
+    fields it names by their place in the event (``$.payload.reason``) or by its own
+    parameter's name (``submission_id``); the person typed ``--reason``, so the error names
+    that. ``options`` maps field or parameter → option; input errors of other fields, and
+    every other error, pass unchanged.
+    """
+    try:
+        yield
+    except InvalidInput as error:
+        path = error.context.get("path")
+        field = path.removeprefix("$.payload.") if isinstance(path, str) else None
+        option = options.get(field) if field is not None else None
+        if option is None:
+            raise
+        _, found, detail = error.message.partition(f"{path}: ")
+        renamed = type(error)(
+            f"{option}: {detail if found else error.message}", **{**error.context, "path": option}
+        )
+        raise renamed from None
 
 
 def emit_json(value: Any) -> None:

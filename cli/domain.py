@@ -8,7 +8,16 @@ from typing import Any
 
 import typer
 
-from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, new_table, state
+from cli.common import (
+    INT_MAX,
+    console,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    new_table,
+    options_named,
+    state,
+)
 from ledger.codec import loads
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput, require_file
@@ -76,7 +85,14 @@ def register_control(
     }
     if expected_reason is not None:
         control["expected_reason"] = expected_reason
-    with _ledger() as ledger:
+    named = options_named(
+        control_id="--id",
+        kind="--kind",
+        delta_digest="--delta-digest",
+        expected_verdict="--expect",
+        expected_reason="--expect-reason",
+    )
+    with named, _ledger() as ledger:
         result = ledger.register_control(arena_id, control)
     console.print(f"control {control_id} registered at position {_positions(result)}")
 
@@ -126,7 +142,16 @@ def claim(
     plan: str = typer.Option("normal", "--plan", help="normal or calibration_observation."),
 ) -> None:
     """Claims a QUEUED submission for an attempt (AttemptClaimed + QualificationStarted)."""
-    with _ledger() as ledger:
+    if submission_id is None and arena_id is None:
+        raise InvalidInput("claim needs --submission or --arena", path="--submission")
+    named = options_named(
+        attempt_id="--attempt",
+        submission_id="--submission",
+        pair_id="--pair",
+        validator_hotkey="--validator",
+        plan="--plan",
+    )
+    with named, _ledger() as ledger:
         claimed = ledger.claim(
             attempt_id=attempt_id,
             pair_id=pair_id,
@@ -166,7 +191,7 @@ def hold(
     block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
 ) -> None:
     """Holds a non-terminal submission."""
-    with _ledger() as ledger:
+    with options_named(reason="--reason"), _ledger() as ledger:
         result = ledger.hold(sid, reason, block)
     console.print(f"held at position {_positions(result)}")
 
@@ -179,7 +204,7 @@ def release(
     operator: str = typer.Option(..., "--operator", help="Operator hotkey."),
 ) -> None:
     """Releases a hold; the submission is queued again."""
-    with _ledger() as ledger:
+    with options_named(reason="--reason", operator="--operator"), _ledger() as ledger:
         result = ledger.release(sid, reason, block, operator)
     console.print(f"released at position {_positions(result)}")
 
@@ -191,7 +216,7 @@ def requeue(
     block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
 ) -> None:
     """Queues a completed NO_DECISION again."""
-    with _ledger() as ledger:
+    with options_named(reason="--reason"), _ledger() as ledger:
         result = ledger.requeue(sid, reason, block)
     console.print(f"requeued at position {_positions(result)}")
 
@@ -202,7 +227,7 @@ def expire(
     sid: str | None = typer.Option(None, "--submission", help="Only this one."),
 ) -> None:
     """Expires submissions whose SLA has passed at the finalized block."""
-    with _ledger() as ledger:
+    with options_named(submission_id="--submission"), _ledger() as ledger:
         expired = ledger.expire(block, sid)
     console.print(f"expired {len(expired)} submission(s)" + "".join(f"\n  {s}" for s in expired))
 
@@ -285,7 +310,8 @@ def grant_credit(
     note: str = typer.Option("", "--note"),
 ) -> None:
     """Grants an evaluation credit to a hotkey."""
-    with _ledger() as ledger:
+    named = options_named(credit_id="--id", hotkey="--hotkey", note="--note")
+    with named, _ledger() as ledger:
         result = ledger.grant_credit(credit_id, hotkey, amount_rao, note)
     console.print(f"credit {credit_id} granted at position {_positions(result)}")
 

@@ -10,7 +10,16 @@ from typing import Any
 
 import typer
 
-from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, new_table, state
+from cli.common import (
+    INT_MAX,
+    console,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    new_table,
+    options_named,
+    state,
+)
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput
 
@@ -28,7 +37,8 @@ def emission_policy(
     validator_hotkey: str = typer.Option(..., "--validator-hotkey"),
 ) -> None:
     """Sets the emission policy settlements use from this position on."""
-    with _ledger() as ledger:
+    named = options_named(burn_hotkey="--burn-hotkey", validator_hotkey="--validator-hotkey")
+    with named, _ledger() as ledger:
         result = ledger.set_emission_policy(half_life_blocks, burn_hotkey, validator_hotkey)
     console.print(f"emission policy set at position {result.first}")
 

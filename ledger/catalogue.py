@@ -23,7 +23,14 @@ from ledger import limits
 from ledger.codec import canonical_bytes, normalise, plain_canonical_bytes
 from ledger.errors import LimitExceeded, SchemaError, UnknownEventType
 from ledger.events import ALL_EVENTS_V1, Event
-from ledger.fields import DECIMAL_PATTERN, DECIMAL_PROBLEM, is_arena_id, is_digest, is_local_id
+from ledger.fields import (
+    DECIMAL_PATTERN,
+    DECIMAL_PROBLEM,
+    PATTERN_WORDS,
+    is_arena_id,
+    is_digest,
+    is_local_id,
+)
 
 __all__ = [
     "CATALOGUE",
@@ -294,17 +301,24 @@ def schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaE
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
     path = f"$.payload{loc}"
     message = first["msg"]
-    if (
-        first["type"] == "string_pattern_mismatch"
-        and first.get("ctx", {}).get("pattern") == DECIMAL_PATTERN
-    ):
-        message = f"{first['input']!r} {DECIMAL_PROBLEM}"
+    if first["type"] == "string_pattern_mismatch":
+        pattern = first.get("ctx", {}).get("pattern")
+        if pattern == DECIMAL_PATTERN:
+            message = f"{_shown(first['input'])} {DECIMAL_PROBLEM}"
+        elif pattern in PATTERN_WORDS:
+            message += f" ({PATTERN_WORDS[pattern]}; got {_shown(first['input'])})"
     return SchemaError(
         f"{event_type} v{version}: {path}: {message}",
         path=path,
         type=event_type,
         errors=len(exc.errors()),
     )
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """Returns ``repr(value)``, cut to ``limit`` characters (an error quotes, not dumps)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _default_catalogue() -> Catalogue:

@@ -156,6 +156,7 @@ class DomainGuard:
 
 
 E = TypeVar("E", bound=Event)
+Op = TypeVar("Op", SubmissionHeld, HoldReleased, SubmissionRequeued)
 
 
 def _model(cls: type[E], data: dict[str, Any]) -> E:
@@ -164,6 +165,22 @@ def _model(cls: type[E], data: dict[str, Any]) -> E:
         return cls.model_validate(data)
     except ValidationError as exc:
         raise schema_error(cls.event_type, cls.schema_version, exc) from None
+
+
+def _stated(event: Op) -> Op:
+    """Returns an operator's hold, release or requeue, unless its reason is blank.
+
+    The schema takes any reason up to 256 characters (a PASS decision's is empty), but an
+    operator's action on a miner's submission is what an auditor later asks about: the
+    guard asks for words. InvalidInput names ``$.payload.reason``; nothing is written.
+    """
+    if not event.reason.strip():
+        raise InvalidInput(
+            f"{event.event_type} needs a reason an auditor can read (it is recorded with "
+            f"the action); got {event.reason!r}",
+            path="$.payload.reason",
+        )
+    return event
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -518,19 +535,20 @@ class ArenaLedger:
     def hold(self, sid: str, reason: str, block: int) -> AppendResult:
         """Appends SubmissionHeld (any non-terminal submission)."""
         self._require_whole_id(sid)
-        event = _model(SubmissionHeld, {"reason": reason, "block": block})
+        event = _stated(_model(SubmissionHeld, {"reason": reason, "block": block}))
         return self.append([(f"submission-{sid}", event)])
 
     def release(self, sid: str, reason: str, block: int, operator: str) -> AppendResult:
         """Appends HoldReleased, naming the operator."""
         self._require_whole_id(sid)
-        event = _model(HoldReleased, {"reason": reason, "block": block, "operator": operator})
+        fields = {"reason": reason, "block": block, "operator": operator}
+        event = _stated(_model(HoldReleased, fields))
         return self.append([(f"submission-{sid}", event)])
 
     def requeue(self, sid: str, reason: str, block: int) -> AppendResult:
         """Appends SubmissionRequeued for a completed NO_DECISION."""
         self._require_whole_id(sid)
-        event = _model(SubmissionRequeued, {"reason": reason, "block": block})
+        event = _stated(_model(SubmissionRequeued, {"reason": reason, "block": block}))
         return self.append([(f"submission-{sid}", event)])
 
     def expire(self, block: int, sid: str | None = None) -> list[str]:

@@ -13,6 +13,7 @@ from ledger.errors import InvalidInput
 __all__ = [
     "DECIMAL_PATTERN",
     "DECIMAL_PROBLEM",
+    "PATTERN_WORDS",
     "ArenaId",
     "Block",
     "DecimalStr",
@@ -77,6 +78,15 @@ DECIMAL_PROBLEM = (
     "is not a decimal in canonical spelling (plain notation, no exponent, no '+', no "
     "trailing zeros after the point, '0' for zero)"
 )
+
+#: What each identifier pattern asks for, in words: ``schema_error`` adds them to pydantic's
+#: "String should match pattern '…'" (an operator reads words; a program the pattern).
+PATTERN_WORDS = {
+    _ARENA_ID.pattern: "an arena id is 1-63 of a-z, 0-9 and '-', not starting with '-'",
+    _LOCAL_ID.pattern: "an id is 1-64 of a-z, 0-9, '.', '_' and '-'",
+    _DIGEST.pattern: "a digest is 64 lowercase hex characters",
+    _HOTKEY.pattern: "a hotkey is 1-64 printable ASCII characters, no spaces",
+}
 
 DecimalStr = Annotated[str, StringConstraints(pattern=DECIMAL_PATTERN)]
 Fixed6 = Annotated[str, AfterValidator(_check_fixed6)]

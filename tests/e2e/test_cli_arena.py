@@ -278,6 +278,42 @@ def test_every_event_was_recorded_once_and_the_chain_verifies(story: Story) -> N
     assert story.out["verify"].stdout.startswith("ok: 29 events verified (1..29)")
 
 
+def test_a_bad_option_is_named_as_typed_and_nothing_is_written(story: Story) -> None:
+    # The library names a bad field by its place in the event ($.payload.reason); the
+    # operator typed --reason, so that is what the one error line names.
+    b, a, long = story.ids["b"], story.ids["a"], "x" * 300
+    calls = [
+        (("hold", b, "--reason", long, "--block", "1070"),
+         "[path --reason]: --reason: String should have at most 256 characters"),
+        (("hold", b, "--reason", "  ", "--block", "1070"),
+         "[path --reason]: --reason: SubmissionHeld needs a reason an auditor can read"),
+        (("requeue", b, "--reason", "", "--block", "1070"),
+         "[path --reason]: --reason: SubmissionRequeued needs a reason an auditor can read"),
+        (("release", b, "--reason", "ok", "--block", "1070", "--operator", "has space"),
+         "[path --operator]: --operator: String should match pattern "),
+        (("grant-credit", "--id", "Bad Id", "--hotkey", "5H", "--amount-rao", "1"),
+         "[path --id]: --id: String should match pattern "),
+        (("grant-credit", "--id", "c-9", "--hotkey", "5H", "--amount-rao", "1", "--note", long * 2),
+         "[path --note]: --note: String should have at most 512 characters"),
+        (("emission-policy", "--half-life-blocks", "10", "--burn-hotkey", "",
+          "--validator-hotkey", "5V"), "[path --burn-hotkey]: --burn-hotkey: String should "),
+        (("claim", "--attempt", "att-9", "--validator", "5V", "--block", "1"),
+         "[path --submission]: claim needs --submission or --arena"),
+        (("claim", "--attempt", "Bad Attempt", "--submission", a, "--validator", "5V",
+          "--block", "1"), "[path --attempt]: --attempt: String should match pattern "),
+        (("claim", "--attempt", "att-9", "--submission", a[:16], "--validator", "5V",
+          "--block", "1"), "[path --submission]: --submission: a submission is named here"),
+        (("register-control", ARENA, "--id", "c9", "--kind", "nope", "--delta-digest",
+          "0" * 64, "--expect", "PASS"), "[path --kind]: --kind: Input should be "),
+    ]
+    done = story.cli.many([(args, 1) for args, _ in calls])
+    for (args, line), result in zip(calls, done, strict=True):
+        assert result.stderr.count("\n") == 1 and line in result.stderr, (args, result.stderr)
+    assert "(a hotkey is 1-64 printable ASCII characters, no spaces; got 'has space')" in (
+        done[3].stderr)
+    assert story.cli.head() == 29
+
+
 def test_repeating_an_intake_prints_already_recorded(story: Story) -> None:
     again = story.cli("intake", story.cli.root / "a.json", "--paid-rao", str(FEE))
     assert again.stdout.strip() == (f"submission {story.ids['a']} admitted at positions 3..5 "

@@ -10,7 +10,7 @@ from test_domain_enforcement import Desk  # same directory, prepend import mode
 
 from ledger import migrate
 from ledger.domain import ArenaLedger
-from ledger.errors import ConcurrencyConflict, SchemaError
+from ledger.errors import ConcurrencyConflict, InvalidInput, SchemaError
 from ledger.events import ControlRegistered
 from machines import samples
 
@@ -119,3 +119,26 @@ def test_a_refusal_quotes_a_value_cut_to_120_characters(value: Any, shown: str) 
 
     assert _short(value) == shown
     assert len(_short(value)) <= 120
+
+
+@pytest.mark.parametrize("reason", ["", " ", "\t\n"])
+@pytest.mark.parametrize(
+    ("call", "event_type"),
+    [
+        (lambda led, why: led.hold("0" * 64, why, 5), "SubmissionHeld"),
+        (lambda led, why: led.release("0" * 64, why, 5, "5Operator"), "HoldReleased"),
+        (lambda led, why: led.requeue("0" * 64, why, 5), "SubmissionRequeued"),
+    ],
+)
+def test_an_operator_action_without_a_reason_is_refused_and_writes_nothing(
+    ledger: ArenaLedger, call: Any, event_type: str, reason: str
+) -> None:
+    # The schema takes an empty reason (a PASS decision carries one); an operator's action
+    # on a submission must say why, for the auditor who later asks.
+    before = ledger.store.head()
+    with pytest.raises(InvalidInput) as raised:
+        call(ledger, reason)
+    assert type(raised.value) is InvalidInput
+    assert raised.value.context["path"] == "$.payload.reason"
+    assert raised.value.message.startswith(f"{event_type} needs a reason an auditor can read")
+    assert ledger.store.head() == before

@@ -554,3 +554,43 @@ def test_a_schema_error_names_the_first_bad_field_and_words_decimals_plainly() -
     assert caught.value.context["errors"] == 3
     assert "should match pattern" in caught.value.message
     assert "canonical spelling" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("arena_id", "Upper", "an arena id is 1-63 of a-z, 0-9 and '-', not starting with '-'"),
+        ("attempt_id", "has space", "an id is 1-64 of a-z, 0-9, '.', '_' and '-'"),
+        ("commission_digest", "ABC", "a digest is 64 lowercase hex characters"),
+        ("validator_hotkey", "a b", "a hotkey is 1-64 printable ASCII characters, no spaces"),
+    ],
+)
+def test_a_pattern_mismatch_of_an_identifier_says_what_it_must_be(
+    field: str, value: str, words: str
+) -> None:
+    """pydantic's wording (the pattern, for a program) stays; the words and the value quoted
+    follow it, for a person."""
+    from machines import samples
+
+    payload = {**samples.claimed("0" * 64, "1" * 64).model_dump(), field: value}
+    with pytest.raises(SchemaError) as caught:
+        CATALOGUE.validate("AttemptClaimed", 1, payload)
+    assert caught.value.context["path"] == f"$.payload.{field}"
+    assert caught.value.message.endswith(f"' ({words}; got {value!r})"), caught.value.message
+    assert "should match pattern '^" in caught.value.message
+
+
+def test_a_schema_error_quotes_a_long_value_cut_to_80_characters() -> None:
+    from machines import samples
+
+    long = "x" * 500
+    payload = {**samples.claimed("0" * 64, "1" * 64).model_dump(), "validator_hotkey": long}
+    with pytest.raises(SchemaError) as caught:
+        CATALOGUE.validate("AttemptClaimed", 1, payload)
+    quoted = repr(long)[:79] + "…"
+    assert caught.value.message.endswith(f"; got {quoted})"), caught.value.message
+    document = samples.commission_document()
+    document["policy"] = {**document["policy"], "window_noise": "0." + "0" * 200}
+    with pytest.raises(SchemaError) as caught:
+        CATALOGUE.validate("ArenaCommissioned", 1, document)
+    assert f"{repr('0.' + '0' * 200)[:79]}… is not a decimal" in caught.value.message

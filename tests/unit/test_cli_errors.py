@@ -137,3 +137,30 @@ def test_visible_writes_out_what_a_terminal_would_act_on(text: str, shown: str) 
     from cli.common import visible
 
     assert visible(text) == shown
+
+
+def test_options_named_renames_only_the_fields_it_maps() -> None:
+    from cli.common import options_named
+    from ledger.errors import NotFound, SchemaError
+
+    with pytest.raises(SchemaError) as raised, options_named(reason="--reason"):
+        raise SchemaError("SubmissionHeld v1: $.payload.reason: too long",
+                          path="$.payload.reason", type="SubmissionHeld", errors=2)
+    assert type(raised.value) is SchemaError
+    assert raised.value.message == "--reason: too long"
+    assert raised.value.context == {"path": "--reason", "type": "SubmissionHeld", "errors": 2}
+    # A library parameter's name is mapped too; its message has no path to cut.
+    with pytest.raises(InvalidInput) as raised, options_named(submission_id="--submission"):
+        raise InvalidInput("a whole id, please", path="submission_id")
+    assert (raised.value.message, raised.value.context) == (
+        "--submission: a whole id, please", {"path": "--submission"})
+    unmapped = [
+        SchemaError("X v1: $.payload.block: bad", path="$.payload.block"),
+        SchemaError("X v1: $.payload.reason.x: bad", path="$.payload.reason.x"),
+        InvalidInput("no path"),
+        NotFound("reason", path="reason"),
+    ]
+    for error in unmapped:
+        with pytest.raises(type(error)) as raised, options_named(reason="--reason"):
+            raise error
+        assert raised.value is error

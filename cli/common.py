@@ -29,6 +29,7 @@ __all__ = [
     "INT_MAX",
     "State",
     "console",
+    "counted",
     "emit_json",
     "emit_jsonl",
     "err_console",
@@ -231,6 +232,11 @@ def options_named(**options: str) -> Iterator[None]:
             f"{option}: {detail if found else error.message}", **{**error.context, "path": option}
         )
         raise renamed from None
+
+
+def counted(number: int, noun: str) -> str:
+    """Returns "1 settlement", "0 settlements", "2 settlements": a count and its noun."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def emit_json(value: Any) -> None:

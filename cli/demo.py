@@ -9,7 +9,7 @@ import typer
 from rich.rule import Rule
 from rich.text import Text
 
-from cli.common import console, emit_json, handle_errors, new_table, state
+from cli.common import console, counted, emit_json, handle_errors, new_table, state
 
 __all__ = ["register"]
 
@@ -80,8 +80,9 @@ def _render(summary: Any) -> None:
     replay = summary.replay
     console.print(
         f"replay: {'reproduced' if summary.ok else 'DIVERGED'} "
-        f"({replay['events']} events, {replay['verdicts_checked']} verdicts, "
-        f"{replay['settlements_checked']} settlements); chain "
+        f"({counted(replay['events'], 'event')}, "
+        f"{counted(replay['verdicts_checked'], 'verdict')}, "
+        f"{counted(replay['settlements_checked'], 'settlement')}); chain "
         f"{'verified' if summary.verify.get('ok') else 'BROKEN'}"
     )
 

@@ -13,6 +13,7 @@ import typer
 from cli.common import (
     INT_MAX,
     console,
+    counted,
     emit_json,
     emit_jsonl,
     handle_errors,
@@ -244,9 +245,10 @@ class _progress:
 def _render_replay(report: Any, timing: dict[str, Any]) -> None:
     status = "OK" if report.ok else "DIVERGED"
     console.print(
-        f"replay {status}: {report.events} events to position {report.last_position}, "
-        f"{report.verdicts_checked} verdicts, {report.resolutions_checked} resolutions, "
-        f"{report.settlements_checked} settlements checked"
+        f"replay {status}: {counted(report.events, 'event')} to position "
+        f"{report.last_position}, {counted(report.verdicts_checked, 'verdict')}, "
+        f"{counted(report.resolutions_checked, 'resolution')}, "
+        f"{counted(report.settlements_checked, 'settlement')} checked"
     )
     console.print(
         f"took {timing['seconds']:.2f} s, {timing['events_per_second']:,} events/s "

@@ -134,7 +134,7 @@ def test_settlement_commands_from_policy_to_replay(
 
     human = cli("replay", db=db, cwd=tmp_path).stdout.splitlines()
     assert human[0] == "replay OK: 81 events to position 81, 6 verdicts, 6 resolutions, " \
-        "1 settlements checked"
+        "1 settlement checked"
     assert human[1].startswith("took ") and " events/s (" in human[1]
     assert human[1].endswith(f"; {build_name()} build)")
 
@@ -203,7 +203,7 @@ def test_the_human_forms_show_what_the_json_shows(
     wrong = cli("replay", "--expect", "0" * 64, db=db, cwd=tmp_path, expect=4)
     lines = wrong.stdout.splitlines()
     assert lines[0] == "replay DIVERGED: 81 events to position 81, 6 verdicts, 6 resolutions, " \
-        "1 settlements checked"
+        "1 settlement checked"
     head = as_json(cli("head", "--json", db=db, cwd=tmp_path))["entry_hash"]
     assert lines[2:] == [f"head hash {head}", f"settlement digest {digest}",
                          f"expected digest {'0' * 64} differs"]

@@ -224,6 +224,13 @@ def _replay_lines(report: ReplayReport) -> list[str]:
     return captured.get().splitlines()
 
 
+def test_a_replay_of_one_of_each_says_so_in_the_singular() -> None:
+    report = ReplayReport(events=1, last_position=1, verdicts_checked=1,
+                          resolutions_checked=1, settlements_checked=1)
+    assert _replay_lines(report)[0] == (
+        "replay OK: 1 event to position 1, 1 verdict, 1 resolution, 1 settlement checked")
+
+
 def test_a_replay_divergence_is_shown_with_its_place_field_and_both_values() -> None:
     forged = Divergence(
         41, "attempt-att-1", "AttemptDecided", "verdict", "PASS", "FAIL", "decision_mismatch"

@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_CODES",
     "INT_MAX",
     "State",
+    "as_of_option",
     "console",
     "counted",
     "emit_json",
@@ -39,6 +40,7 @@ __all__ = [
     "options_named",
     "output_width",
     "piped_width",
+    "print_as_of",
     "state",
     "visible",
 ]
@@ -133,6 +135,24 @@ def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
 #: hotkeys shown alike) and fail on ``[/]``. Styles are given as ``rich.text.Text``.
 console = _Console(soft_wrap=True, markup=False, width=output_width(sys.stdout, os.environ))
 err_console = _Console(stderr=True, soft_wrap=True, markup=False)
+
+
+def as_of_option() -> Any:
+    """Returns the ``--as-of N`` option of the query commands (``ArenaLedger.as_of``)."""
+    return typer.Option(
+        None,
+        "--as-of",
+        min=0,
+        max=INT_MAX,
+        help="Answer as the ledger stood at position N (later events unseen; past the head, "
+        "the head).",
+    )
+
+
+def print_as_of(as_of: int | None, position: int) -> None:
+    """Prints the position a query answered as of, when ``--as-of`` asked for one."""
+    if as_of is not None:
+        console.print(f"as of position {position}")
 
 
 def new_table(*headers: str, **options: Any) -> Table:

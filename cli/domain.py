@@ -10,12 +10,14 @@ import typer
 
 from cli.common import (
     INT_MAX,
+    as_of_option,
     console,
     emit_json,
     emit_jsonl,
     handle_errors,
     new_table,
     options_named,
+    print_as_of,
     state,
 )
 from ledger.codec import loads
@@ -25,8 +27,8 @@ from ledger.errors import InvalidInput, require_file
 __all__ = ["register"]
 
 
-def _ledger() -> ArenaLedger:
-    return ArenaLedger(state.db_url, actor=state.actor)
+def _ledger(as_of: int | None = None) -> ArenaLedger:
+    return ArenaLedger(state.db_url, actor=state.actor, as_of=as_of)
 
 
 def _read_json(path: str) -> Any:
@@ -238,21 +240,24 @@ def explain(
     ident: str = typer.Argument(..., help="Its id (a submission's: all 64 characters, or a "
                                 "prefix of 8 or more that only it starts with, as the tables "
                                 "show)."),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Explains a verdict: every window, look, audit node, quality and the decision."""
-    with _ledger() as ledger:
+    with _ledger(as_of) as ledger:
         if kind == "submission":
             document = ledger.explain_submission(ident)
         elif kind == "attempt":
             document = ledger.explain_attempt(ident)
         else:
             raise InvalidInput(f"explain takes 'submission' or 'attempt', not {kind!r}", path=kind)
+        position = ledger.guard.fold.position
     if as_json:
         emit_json(document)
         return
     from cli.render import render_explain
 
+    print_as_of(as_of, position)
     render_explain(kind, document)
 
 
@@ -261,14 +266,17 @@ def submissions(
     arena_id: str | None = typer.Option(None, "--arena"),
     hotkey: str | None = typer.Option(None, "--hotkey"),
     status: str | None = typer.Option(None, "--status"),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one submission a line."),
 ) -> None:
     """Lists submissions in arrival order with status, stated cause and next step."""
-    with _ledger() as ledger:
+    with options_named(status="--status", hotkey="--hotkey"), _ledger(as_of) as ledger:
         rows = ledger.submissions(arena_id, hotkey, status)
+        position = ledger.guard.fold.position
     if as_json:
         emit_jsonl(rows)
         return
+    print_as_of(as_of, position)
     table = new_table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
     for row in rows:
         table.add_row(
@@ -286,14 +294,17 @@ def submissions(
 @handle_errors
 def controls(
     arena_id: str = typer.Argument(...),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
     """Shows each control's expected and observed verdict (as_expected / unexpected / pending)."""
-    with _ledger() as ledger:
+    with _ledger(as_of) as ledger:
         rows = ledger.controls(arena_id)
+        position = ledger.guard.fold.position
     if as_json:
         emit_jsonl(rows)
         return
+    print_as_of(as_of, position)
     table = new_table("control", "kind", "expected", "observed", "outcome")
     for row in rows:
         expected = f"{row['expected_verdict']} {row.get('expected_reason') or ''}".strip()

@@ -10,7 +10,17 @@ from typing import Any
 
 import typer
 
-from cli.common import console, emit_json, emit_jsonl, handle_errors, new_table, state
+from cli.common import (
+    as_of_option,
+    console,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    new_table,
+    options_named,
+    print_as_of,
+    state,
+)
 from cli.db import db_app
 from ledger import ops
 
@@ -150,13 +160,18 @@ def _render_holds(doc: dict[str, Any]) -> None:
 @handle_errors
 def history(
     hotkey: str = typer.Option(..., "--hotkey", help="The miner's hotkey."),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one submission a line."),
 ) -> None:
     """Lists a hotkey's submissions across arenas in arrival order, with cause and next step."""
-    rows = ops.history(state.db_url, hotkey)
+    with options_named(hotkey="--hotkey"):
+        rows = ops.history(state.db_url, hotkey, as_of)
     if as_json:
         emit_jsonl(rows)
         return
+    if as_of is not None:
+        with state.store() as store:  # a view past the head is the head
+            print_as_of(as_of, min(as_of, store.head().position))
     if not rows:
         console.print(f"no submissions from {hotkey}")
         return

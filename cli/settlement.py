@@ -12,6 +12,7 @@ import typer
 
 from cli.common import (
     INT_MAX,
+    as_of_option,
     console,
     counted,
     emit_json,
@@ -19,6 +20,7 @@ from cli.common import (
     handle_errors,
     new_table,
     options_named,
+    print_as_of,
     state,
 )
 from ledger.domain import ArenaLedger
@@ -27,8 +29,8 @@ from ledger.errors import InvalidInput
 __all__ = ["register"]
 
 
-def _ledger() -> ArenaLedger:
-    return ArenaLedger(state.db_url, actor=state.actor)
+def _ledger(as_of: int | None = None) -> ArenaLedger:
+    return ArenaLedger(state.db_url, actor=state.actor, as_of=as_of)
 
 
 @handle_errors
@@ -72,10 +74,12 @@ def _render_settlement(settlement: Any, as_json: bool, position: int | None = No
 @handle_errors
 def weights(
     block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help="Settlement block."),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Previews the settlement at a block without appending it."""
-    with _ledger() as ledger:
+    """Previews the settlement at a block without appending it (as of a recorded settlement's
+    as_of_position: that settlement again, digest and all)."""
+    with _ledger(as_of) as ledger:
         settlement = ledger.weights(block)
     _render_settlement(settlement, as_json)
 
@@ -94,14 +98,17 @@ def settle(
 @handle_errors
 def rewards(
     arena_id: str | None = typer.Option(None, "--arena"),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
     """Shows every PASS with its group, the best before it and its reward status."""
-    with _ledger() as ledger:
+    with _ledger(as_of) as ledger:
         rows = ledger.rewards(arena_id)
+        position = ledger.guard.fold.position
     if as_json:
         emit_jsonl(rows)
         return
+    print_as_of(as_of, position)
     table = new_table(
         "submission", "arena", "hotkey", "speedup", "best before", "status", "blocked by"
     )
@@ -121,14 +128,17 @@ def rewards(
 @handle_errors
 def fees(
     arena_id: str | None = typer.Option(None, "--arena"),
+    as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Shows payments consumed and released, credits, and totals per arena."""
-    with _ledger() as ledger:
+    with _ledger(as_of) as ledger:
         summary = ledger.fees(arena_id)
+        position = ledger.guard.fold.position
     if as_json:
         emit_json(summary)
         return
+    print_as_of(as_of, position)
     table = new_table("arena", "consumed rao", "released rao", "net rao", "credits rao")
     rows = [*summary["arenas"].items(), ("TOTAL", summary["total"])]
     for name, row in rows:

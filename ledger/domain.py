@@ -46,7 +46,7 @@ from ledger.events import (
     WindowMeasured,
 )
 from ledger.fields import is_digest, require_hotkey
-from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion
+from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion, RecordedEvent
 from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
 
 if TYPE_CHECKING:
@@ -91,12 +91,15 @@ def refused_error(refusal: Refusal, index: int | None = None) -> Refused:
 class DomainGuard:
     """Decides each batch with the machines inside the append transaction (an AppendGuard)."""
 
-    def __init__(self, fold: LedgerFold | None = None) -> None:
+    def __init__(self, fold: LedgerFold | None = None, as_of: int | None = None) -> None:
         from machines.projection import LedgerFold
 
         self.fold = fold if fold is not None else LedgerFold()
         #: The latest EmissionPolicySet folded so far (settlements use it from its position on).
         self.emission_policy: EmissionPolicySet | None = None
+        #: Fold no further than this position, and decide no batch (a read-only view of the
+        #: ledger as it stood then; ``ArenaLedger.as_of``). None: every committed event.
+        self.as_of = as_of
 
     def catch_up(self, store: EventStore, conn: Connection | None = None) -> int:
         """Folds every committed event after the fold's position; returns how many.
@@ -111,6 +114,8 @@ class DomainGuard:
 
         apply, count = self.fold.apply, 0
         first, last = self.fold.position + 1, store.head(conn).position
+        if self.as_of is not None:
+            last = min(last, self.as_of)
         for row, payload, event in decoded_rows(store, first, last, conn):
             apply(row[0], row[1], event, payload)
             if type(event) is EmissionPolicySet:  # decode returns catalogue classes, exactly
@@ -119,7 +124,10 @@ class DomainGuard:
         return count
 
     def __call__(self, store: EventStore, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
-        """Raises ``Refused`` for the first event of ``batch`` the machines refuse."""
+        """Raises ``Refused`` for the first event of ``batch`` the machines refuse
+        (InvalidInput for any batch at all, when the guard is a view ``as_of`` a position)."""
+        if self.as_of is not None:
+            raise read_only(self.as_of)
         self.catch_up(store, conn)
         decoded = []
         for prepared in batch:
@@ -157,6 +165,15 @@ class DomainGuard:
 
 E = TypeVar("E", bound=Event)
 Op = TypeVar("Op", SubmissionHeld, HoldReleased, SubmissionRequeued)
+
+
+def read_only(as_of: int) -> InvalidInput:
+    """Returns the error of a write through a view of the ledger as of ``as_of``."""
+    return InvalidInput(
+        f"this is the ledger as of position {as_of}, a view for reading: it appends nothing; "
+        "open the ledger without as_of to write",
+        path="as_of",
+    )
 
 
 def _model(cls: type[E], data: dict[str, Any]) -> E:
@@ -237,17 +254,28 @@ class ArenaLedger:
     #: memory: for a long-running process, whose fold otherwise grows by ~2 KB per
     #: submission ever recorded. Every answer is the same; the fold is slower (docs/machines.md).
     archive_finished: bool = False
+    #: Read the ledger as it stood at this position: every query answers what the events up
+    #: to it say (a later event is not seen), and nothing can be appended (InvalidInput).
+    #: Past the head it is the head. None: the ledger up to its head, writable.
+    as_of: int | None = None
     store: EventStore = field(init=False)
     guard: DomainGuard = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.as_of is not None and (
+            type(self.as_of) is not int or not 0 <= self.as_of <= 2**53 - 1
+        ):
+            raise InvalidInput(
+                f"as_of is a position, an integer from 0 to 2**53 - 1; got {self.as_of!r}",
+                path="as_of",
+            )
         fold = None
         if self.archive_finished:
             from ledger.archive import DiskArchive
             from machines.projection import LedgerFold
 
             fold = LedgerFold(archive=DiskArchive())
-        self.guard = DomainGuard(fold)
+        self.guard = DomainGuard(fold, self.as_of)
         self.store = EventStore(self.url, guard=self.guard)
         self.store.require_initialised()
 
@@ -266,9 +294,28 @@ class ArenaLedger:
 
     @property
     def fold(self) -> LedgerFold:
-        """Returns the machines' fold, caught up with every committed event."""
+        """Returns the machines' fold, caught up with every committed event (up to
+        ``as_of``, when set)."""
         self.guard.catch_up(self.store)
         return self.guard.fold
+
+    def read_stream(self, stream: str) -> list[RecordedEvent]:
+        """Returns a stream's recorded events in version order (up to ``as_of``, when set)."""
+        records = self.store.read_stream(stream)
+        as_of = self.as_of
+        return list(records) if as_of is None else [r for r in records if r.position <= as_of]
+
+    def _seen(self) -> str:
+        """Returns " as of position N" for a view ``as_of`` a position, else "": what a
+        not-found message adds, since the thing may exist later (N: the fold's position,
+        which is the head when ``as_of`` is past it)."""
+        return _seen(self.fold if self.as_of is not None else None)
+
+    def _writable(self) -> None:
+        """Raises InvalidInput when this is a view ``as_of`` a position (before any work; the
+        guard refuses such a view's batches too)."""
+        if self.as_of is not None:
+            raise read_only(self.as_of)
 
     def append(
         self,
@@ -277,6 +324,7 @@ class ArenaLedger:
         key: str | None = None,
     ) -> AppendResult:
         """Appends event models atomically (each checked by its machine)."""
+        self._writable()
         drafts = [
             EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY) for item in batch
         ]
@@ -286,6 +334,7 @@ class ArenaLedger:
 
     def commission(self, payload: dict[str, Any]) -> AppendResult:
         """Appends ArenaCommissioned (a first commission or a re-commission)."""
+        self._writable()
         arena_id = payload.get("arena_id")
         if not isinstance(arena_id, str):
             raise InvalidInput("the commission needs an arena_id", path="$.arena_id")
@@ -333,6 +382,7 @@ class ArenaLedger:
         ``arrival`` holds SubmissionArrived's fields without ``submission_id``;
         ``payment_amount_rao`` is what the chain shows for its payment_ref (None: none).
         """
+        self._writable()  # before a retry returns what was recorded
         from machines import submission as submission_machine
         from machines.intake import Admission, Rejection, intake
 
@@ -417,6 +467,7 @@ class ArenaLedger:
         plan: str = "normal",
     ) -> AttemptClaimed:
         """Claims a QUEUED submission (or the arena's next): claim + QualificationStarted."""
+        self._writable()
         if submission_id is not None:
             self._require_whole_id(submission_id)
         fold = self.fold
@@ -477,6 +528,7 @@ class ArenaLedger:
 
     def conclude(self, attempt_id: str, block: int) -> AttemptDecided:
         """Appends the decision the fold derives (AttemptDecided + SubmissionResolved)."""
+        self._writable()  # before a retry returns what was recorded
         fold = self.fold
         state = fold.attempt(attempt_id)
         if state is None:
@@ -553,6 +605,7 @@ class ArenaLedger:
 
     def expire(self, block: int, sid: str | None = None) -> list[str]:
         """Expires the given submission, or every live one whose SLA has passed at ``block``."""
+        self._writable()
         if sid is not None:
             self._require_whole_id(sid)
         due = [s.submission_id for s in self.fold.expirable(block)]
@@ -569,7 +622,9 @@ class ArenaLedger:
     # -- settlement ------------------------------------------------------------------------
 
     def weights(self, block: int) -> Any:
-        """Computes the settlement at ``block`` as of the head without appending it."""
+        """Computes the settlement at ``block`` as of the head (or ``as_of``) without
+        appending it: as of a recorded SettlementComputed's ``as_of_position``, the same
+        settlement, digest and all."""
         from ledger.settle import compute
 
         fold = self.fold
@@ -579,6 +634,7 @@ class ArenaLedger:
         """Appends SettlementComputed for ``block`` as of the head; returns it and the positions."""
         from machines.settlement import settlement_payload
 
+        self._writable()
         settlement = self.weights(block)
         draft = EventDraft("settlement", "SettlementComputed", settlement_payload(settlement))
         result = self.store.append([draft], actor=self.actor)
@@ -593,7 +649,7 @@ class ArenaLedger:
         from ledger.settle import rewards
 
         fold = self.fold
-        _require_commissioned(fold, arena_id)
+        _require_commissioned(fold, arena_id, self.as_of is not None)
         return rewards(fold, arena_id)
 
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
@@ -602,16 +658,18 @@ class ArenaLedger:
         from ledger.settle import fee_summary
 
         fold = self.fold
-        _require_commissioned(fold, arena_id)
+        _require_commissioned(fold, arena_id, self.as_of is not None)
         return fee_summary(fold, arena_id)
 
     # -- queries ---------------------------------------------------------------------------
 
     def attempt_events(self, attempt_id: str) -> list[Event]:
         """Returns an attempt stream's events as models (NotFound when absent)."""
-        events = [r.event() for r in self.store.read_stream(f"attempt-{attempt_id}")]
+        events = [r.event() for r in self.read_stream(f"attempt-{attempt_id}")]
         if not events:
-            raise NotFound(f"attempt {attempt_id} does not exist", attempt_id=attempt_id)
+            raise NotFound(
+                f"attempt {attempt_id} does not exist{self._seen()}", attempt_id=attempt_id
+            )
         return events
 
     def explain_attempt(self, attempt_id: str) -> dict[str, Any]:
@@ -653,13 +711,14 @@ class ArenaLedger:
         sub = fold.submission(sid)
         if sub is None:
             raise NotFound(
-                f"submission {sid} does not exist (give its 64-character id, or a prefix of "
+                f"submission {sid} does not exist{self._seen()} (give its 64-character id, "
+                "or a prefix of "
                 f"at least {submission_prefix_min} characters that only it starts with)",
                 submission_id=sid,
             )
         attempts = [  # in the order they were claimed
             str(e.payload["attempt_id"])
-            for e in self.store.read_stream(f"submission-{sid}")
+            for e in self.read_stream(f"submission-{sid}")
             if e.type == "QualificationStarted"
         ]
         row = submission_row(sub, describe)
@@ -694,7 +753,7 @@ class ArenaLedger:
             require_hotkey(hotkey)  # a hotkey no submission can carry would list nothing
         fold = self.fold
         if arena_id:
-            _require_commissioned(fold, arena_id)
+            _require_commissioned(fold, arena_id, self.as_of is not None)
             arenas = [arena_id]
         else:
             arenas = [a.arena_id for a in fold.arenas()]
@@ -711,7 +770,7 @@ class ArenaLedger:
     def controls(self, arena_id: str) -> list[dict[str, Any]]:
         """Returns the arena's controls with expected and observed outcomes."""
         fold = self.fold
-        _require_commissioned(fold, arena_id)
+        _require_commissioned(fold, arena_id, self.as_of is not None)
         return [dataclasses.asdict(row) for row in fold.controls(arena_id)]
 
 
@@ -747,13 +806,20 @@ def _resolve_prefix(fold: LedgerFold, text: str) -> str:
     return found[0] if found else text
 
 
-def _require_commissioned(fold: LedgerFold, arena_id: str | None) -> None:
+def _require_commissioned(fold: LedgerFold, arena_id: str | None, view: bool = False) -> None:
     """Raises NotFound when ``arena_id`` (None: every arena) names no arena of ``fold``.
 
-    Takes the fold the caller already caught up (``ArenaLedger.fold`` reads the head again).
+    Takes the fold the caller already caught up (``ArenaLedger.fold`` reads the head again);
+    for a ``view`` as of a position the message says which.
     """
     if arena_id is not None and fold.arena(arena_id) is None:
-        raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+        seen = _seen(fold if view else None)
+        raise NotFound(f"arena {arena_id!r} is not commissioned{seen}", arena_id=arena_id)
+
+
+def _seen(fold: LedgerFold | None) -> str:
+    """Returns " as of position N" (N: ``fold``'s position), or "" for no fold."""
+    return "" if fold is None else f" as of position {fold.position}"
 
 
 def submission_row(

@@ -632,23 +632,24 @@ def stats(url: str) -> dict[str, Any]:
 # -- history ---------------------------------------------------------------------------------
 
 
-def history(url: str, hotkey: str) -> list[dict[str, Any]]:
+def history(url: str, hotkey: str, as_of: int | None = None) -> list[dict[str, Any]]:
     """Returns every submission of ``hotkey`` across arenas in arrival-key order.
 
     Each row carries the status, reason, stated cause and next step (``ArenaLedger.submissions``
     with ``machines.reasons.describe``), the fee, the attempts and the positions of the
-    submission's first and latest events (for ``prove inclusion``).
+    submission's first and latest events (for ``prove inclusion``); as of position
+    ``as_of`` when given (``ArenaLedger.as_of``).
     """
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
     from ledger.domain import ArenaLedger
 
-    with ArenaLedger(url, actor="history") as ledger:
+    with ArenaLedger(url, actor="history", as_of=as_of) as ledger:
         rows = ledger.submissions(hotkey=hotkey)
         fold = ledger.guard.fold
         for row in rows:
             sub = fold.submission(row["submission_id"])
             row["fee"] = None if sub is None or sub.fee is None else dict(sub.fee._asdict())
-            recorded = list(ledger.store.read_stream(f"submission-{row['submission_id']}"))
+            recorded = ledger.read_stream(f"submission-{row['submission_id']}")
             row["attempt_ids"] = [str(r.payload["attempt_id"]) for r in recorded
                                   if r.type == "QualificationStarted"]
             row["arrived_position"] = recorded[0].position if recorded else None

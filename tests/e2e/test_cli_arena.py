@@ -314,6 +314,25 @@ def test_a_bad_option_is_named_as_typed_and_nothing_is_written(story: Story) -> 
     assert story.cli.head() == 29
 
 
+def test_the_ledger_as_of_a_position(story: Story) -> None:
+    # docs/cli-arena.md's "As of a position": b held at 27, its NO_DECISION at 24-25,
+    # att-2 claimed at 20.
+    b = story.ids["b"]
+    held, explained, missing, text = story.cli.many([
+        (("submissions", "--as-of", "27", "--json"), 0),
+        (("explain", "submission", b[:8], "--as-of", "25", "--json"), 0),
+        (("explain", "attempt", "att-2", "--as-of", "19"), 1),
+        (("submissions", "--as-of", "27"), 0)])
+    rows = {r["submission_id"]: r for r in story.cli.lines(held.stdout)}
+    assert (rows[b]["status"], rows[b]["reason"]) == ("HELD", "operator review")
+    document = json.loads(explained.stdout)
+    assert (document["status"], document["reason"]) == ("NO_DECISION", "engine_killed")
+    assert missing.stderr == (
+        "error[not_found]: attempt att-2 does not exist as of position 19\n")
+    assert text.stdout.splitlines()[0] == "as of position 27"
+    assert story.cli.head() == 29
+
+
 def test_repeating_an_intake_prints_already_recorded(story: Story) -> None:
     again = story.cli("intake", story.cli.root / "a.json", "--paid-rao", str(FEE))
     assert again.stdout.strip() == (f"submission {story.ids['a']} admitted at positions 3..5 "

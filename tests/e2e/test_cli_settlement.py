@@ -279,3 +279,31 @@ def test_replay_of_an_uninitialised_database_is_one_line_and_exit_5(tmp_path: Pa
     assert len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("error[store_not_initialised]: ")
     assert "arena-ledger init" in done.stderr
+
+
+def test_queries_as_of_a_position_reproduce_a_recorded_settlement(tmp_path: Path) -> None:
+    # An auditor re-derives a published settlement as of its as_of_position, without
+    # replaying the ledger, and sees what each PASS's status was then.
+    db = f"sqlite:///{tmp_path / 'settled.db'}"
+    ledger = S.open_ledger(db)
+    try:
+        built = S.build_settled(ledger)
+    finally:
+        ledger.close()
+    first, _ = built.settlements[0]
+    names = {sid: name for name, sid in built.sids.items()}
+    weights, rewards, now, history = (
+        cli("weights", "--block", str(first["block"]), "--as-of", str(first["as_of_position"]),
+            "--json", db=db, cwd=tmp_path),
+        cli("rewards", "--arena", S.ARENA_B, "--as-of", str(S.HEAD_BEFORE_POLICY), db=db,
+            cwd=tmp_path),
+        cli("rewards", "--arena", S.ARENA_B, "--json", db=db, cwd=tmp_path),
+        cli("history", "--hotkey", S.CAROL, "--as-of", "1000000", db=db, cwd=tmp_path),
+    )
+    assert as_json(weights) == {**first, "position": None}
+    lines = rewards.stdout.splitlines()
+    assert lines[0] == f"as of position {S.HEAD_BEFORE_POLICY}"
+    assert any(built.sids["b2"][:16] in line and "pending" in line for line in lines)
+    assert [(names[r["submission_id"]], r["status"]) for r in map(json.loads,
+            now.stdout.splitlines())] == [("b2", "rewarded")]
+    assert history.stdout.splitlines()[0] == "as of position 92"  # past the head: the head

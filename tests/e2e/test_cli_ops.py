@@ -120,8 +120,8 @@ def test_history_refuses_a_bad_hotkey_and_needs_one(ops_cli: tuple[Any, dict[str
     assert "--hotkey" in missing.stderr
     # submissions --hotkey takes the same check: no submission can carry a 65-character one.
     assert cli.error_line(long_one.stderr, "invalid_input") == (
-        "error[invalid_input] [path hotkey]: a hotkey is 1-64 printable non-space ASCII "
-        "characters")
+        "error[invalid_input] [path --hotkey]: --hotkey: a hotkey is 1-64 printable non-space "
+        "ASCII characters")
     assert long_one.stdout == "" and "submission" in listed.stdout
 
 

@@ -14,7 +14,6 @@ import typer
 from cli.common import EXIT_CODES, INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
 from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
-from ledger import migrate
 from ledger.catalogue import check_stream_name
 from ledger.errors import InvalidInput, LedgerError, require_file
 from ledger.log import configure_logging
@@ -61,7 +60,7 @@ def _global(
 @handle_errors
 def init() -> None:
     """Creates (or upgrades) the ledger's tables at --db; an existing ledger must verify first."""
-    from ledger import ops
+    from ledger import migrate, ops
     from ledger.store import safe_url
 
     ops.upgrade(state.db_url)

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ledger.errors import InvalidInput, LedgerError
 from ledger.limits import json_integer_abs_max
-from ledger.store import _DATABASE_ERRORS, DEFAULT_URL, EventStore, _store_error
+from ledger.store import DEFAULT_URL, EventStore, _database_errors, _store_error
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -215,7 +215,7 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
         except LedgerError as error:
             fail(error)
-        except _DATABASE_ERRORS as exc:
+        except _database_errors() as exc:
             # The library maps the database's errors where it talks to it; one it did not
             # (a role without privileges, say) is still the store's one line, not a traceback.
             fail(_store_error(exc, state.db_url))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import typer
 
 from cli.common import console, emit_json, err_console, handle_errors, state
-from ledger import migrate, ops
 
 __all__ = ["db_app"]
 
@@ -31,6 +30,8 @@ def upgrade(
     An existing ledger's hash chain is verified first: one that fails is not migrated (exit 4,
     naming the first bad position). A new, empty database upgrades without a check.
     """
+    from ledger import migrate, ops
+
     migrate.require_revision(revision)
     if sql:
         typer.echo(migrate.upgrade(state.db_url, revision, sql=True))
@@ -66,6 +67,8 @@ def downgrade(
     revision that made them) is refused, exit 1 and nothing changed, unless
     --discard-recorded is given: those downgrades are for empty and test ledgers.
     """
+    from ledger import migrate
+
     migrate.require_revision(revision)
     output = migrate.downgrade(state.db_url, revision, sql=sql, discard_recorded=discard_recorded)
     if sql:
@@ -78,6 +81,8 @@ def downgrade(
 @handle_errors
 def current(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Shows the revision the store is at."""
+    from ledger import migrate
+
     revision = migrate.current(state.db_url)
     if as_json:
         emit_json({"current": revision, "heads": migrate.heads()})
@@ -89,6 +94,8 @@ def current(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 @handle_errors
 def history(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Lists the shipped revisions, newest first."""
+    from ledger import migrate
+
     revisions = migrate.history()
     if as_json:
         emit_json(revisions)
@@ -101,5 +108,7 @@ def history(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 @handle_errors
 def check() -> None:
     """Fails (exit 5) when the store's tables drift from the code's table metadata."""
+    from ledger import migrate
+
     migrate.check(state.db_url)
     console.print("no drift: the database matches the table metadata")

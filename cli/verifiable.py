@@ -9,32 +9,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from cli.common import INT_MAX, console, emit_json, handle_errors, new_table, state
-from ledger.bundle import (
-    CHECKPOINT_FILE,
-    BundleReport,
-    export_bundle,
-    import_bundle,
-    verify_bundle,
-)
-from ledger.checkpoint import (
-    consistency_document,
-    default_origin,
-    inclusion_document,
-    load_signer,
-    load_verifier,
-    note_file_bytes_max,
-    parse_proof_document,
-    proof_document_bytes_max,
-    read_file_bytes,
-    read_text_file,
-    sign_tree,
-    verify_proof,
-    write_key_files,
-)
+
+if TYPE_CHECKING:
+    from ledger.bundle import BundleReport
 
 __all__ = ["key_app", "prove_app", "register"]
 
@@ -60,6 +42,8 @@ def key_generate(
     force: bool = typer.Option(False, "--force", help="Replace existing key files."),
 ) -> None:
     """Generates an Ed25519 signing key: PATH (private, 0600) and PATH.pub (verifier key)."""
+    from ledger.checkpoint import default_origin, write_key_files
+
     files = write_key_files(name, out, force=force)
     console.print(f"private key: {files.private_path} (mode 0600; keep it secret, never "
                   "commit it)")
@@ -75,6 +59,8 @@ def checkpoint(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Signs the head (tree size, Merkle root) as a C2SP checkpoint, stores and prints it."""
+    from ledger.checkpoint import load_signer, sign_tree
+
     signer = load_signer(key)
     with state.store() as store:
         issued = sign_tree(store, signer, origin)
@@ -117,6 +103,8 @@ def prove_inclusion(
     ),
 ) -> None:
     """Prints a JSON proof that the event at POSITION is in the tree of SIZE."""
+    from ledger.checkpoint import inclusion_document
+
     with state.store() as store:
         emit_json(inclusion_document(store, position, size))
 
@@ -130,6 +118,8 @@ def prove_consistency(
     ),
 ) -> None:
     """Prints a JSON proof that the tree of size FROM is a prefix of the tree of size TO."""
+    from ledger.checkpoint import consistency_document
+
     with state.store() as store:
         emit_json(consistency_document(store, from_size, to_size))
 
@@ -145,6 +135,16 @@ def verify_proof_command(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Checks a proof against signed checkpoints offline (no database); exit 4 if it fails."""
+    from ledger.checkpoint import (
+        load_verifier,
+        note_file_bytes_max,
+        parse_proof_document,
+        proof_document_bytes_max,
+        read_file_bytes,
+        read_text_file,
+        verify_proof,
+    )
+
     verifier = load_verifier(key)
     document = parse_proof_document(
         read_text_file(proof, "proof file", proof_document_bytes_max), where=str(proof)
@@ -163,6 +163,8 @@ def verify_proof_command(
 
 
 def _report(verb: str, report: BundleReport, as_json: bool) -> None:
+    from ledger.bundle import CHECKPOINT_FILE
+
     if as_json:
         emit_json(report.to_json())
         return
@@ -192,6 +194,9 @@ def export(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Writes the ledger as a bundle: events.jsonl, manifest.json and checkpoint.note."""
+    from ledger.bundle import export_bundle
+    from ledger.checkpoint import load_signer
+
     signer = load_signer(key) if key is not None else None
     with state.store() as store:
         report = export_bundle(store, path, signer=signer, origin=origin,
@@ -211,6 +216,9 @@ def import_(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Verifies a bundle completely, then loads it into an EMPTY ledger in one transaction."""
+    from ledger.bundle import import_bundle
+    from ledger.checkpoint import load_verifier
+
     verifier = load_verifier(key) if key is not None else None
     with state.store() as store:
         report = import_bundle(store, path, verifier, origin=origin,
@@ -229,6 +237,9 @@ def verify_bundle_command(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Checks a bundle offline (no database): every line, the root, digests and signature."""
+    from ledger.bundle import verify_bundle
+    from ledger.checkpoint import load_verifier
+
     verifier = load_verifier(key) if key is not None else None
     report = verify_bundle(path, verifier, origin=origin, allow_unsigned=no_signature_check)
     _report("verified", report, as_json)

@@ -28,7 +28,6 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal
 from pathlib import Path
 from typing import Any
 
-from ledger import migrate
 from ledger.errors import (
     IntegrityError,
     InvalidInput,
@@ -93,6 +92,8 @@ def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> U
     bad position); a database without ledger tables upgrades without a check. With
     ``skip_verify`` the check is left out (see docs/operations.md for when that is right).
     """
+    from ledger import migrate  # alembic: imported by the commands that need it, not by every one
+
     before = migrate.current(url)
     todo = migrate.pending(url)
     if not todo:
@@ -375,6 +376,8 @@ def _sqlite_objects(store: EventStore) -> int:
 
 
 def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
+    from ledger import migrate
+
     new_file = _sqlite_target_is_empty(store)
     file = _sqlite_file(store)
     with _scratch(file.with_name(file.name + ".restore-partial")) as partial:
@@ -478,6 +481,8 @@ def _backup_postgres(store: EventStore, target: Path) -> BackupReport:
 
 
 def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
+    from ledger import migrate
+
     tool = _tool("pg_restore")
     if store.is_initialised() or migrate.current(store.url) is not None:
         raise InvalidInput(
@@ -590,6 +595,7 @@ def stats(url: str) -> dict[str, Any]:
     type, submissions by status per arena, holds by reason (now held, and every hold ever
     placed), and each arena's NO_DECISION rate (NO_DECISION verdicts / decided attempts).
     """
+    from ledger import migrate
     from machines.submission import STATES
 
     with EventStore(url) as store:

@@ -15,6 +15,7 @@ import json
 import operator
 import os
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -277,7 +278,7 @@ def _store_errors(method: _M) -> _M:
     def mapped(self: EventStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except _DATABASE_ERRORS as exc:
+        except _database_errors() as exc:
             raise _store_error(exc, self.url) from None
 
     return cast(_M, mapped)
@@ -402,7 +403,7 @@ class EventStore:
         started = time.perf_counter()
         try:
             result = self._append_tx(batch, idempotency_key, content, actor)
-        except _DATABASE_ERRORS as exc:
+        except _database_errors() as exc:
             raise _store_error(exc, self.url) from None
         _log.info(
             "append_batch",
@@ -508,7 +509,7 @@ class EventStore:
         try:
             row = cursor.execute(sql.lock_head).fetchone()
             found = cursor.execute(sql.stream_versions, (argument,)).fetchall()
-        except _DRIVER_ERRORS as exc:
+        except _driver_errors() as exc:
             if "ledger_head" in str(exc) or "frontier" in str(exc):
                 raise SchemaNotInitialised(
                     "the ledger's tables are missing or not at the latest revision; run "
@@ -927,18 +928,22 @@ def _driver_errors() -> tuple[type[Exception], ...]:
 
     PostgreSQL appends stream rows through psycopg's COPY and verify reads raw cursor pages,
     below SQLAlchemy, whose error translation therefore does not see a failure there.
+    psycopg's errors are in the tuple once psycopg has been imported (SQLAlchemy imports it
+    to open a PostgreSQL URL): no psycopg error can exist before, and a command on SQLite
+    need not pay its import (a tenth of a second). Called where an ``except`` matches, which
+    Python evaluates only when something was raised.
     """
-    try:
-        import psycopg
-    except ImportError:  # the postgres extra is not installed: no PostgreSQL either
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
+    psycopg = sys.modules.get("psycopg")
+    return _SQLITE_ERRORS if psycopg is None else (sqlite3.Error, psycopg.Error)
 
 
-#: What a failed append or verify may raise from the database: SQLAlchemy's errors and the
-#: driver's (both talk to the driver directly on their hot paths).
-_DRIVER_ERRORS: tuple[type[Exception], ...] = _driver_errors()
-_DATABASE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, *_DRIVER_ERRORS)
+def _database_errors() -> tuple[type[Exception], ...]:
+    """Returns what a failed append or verify may raise from the database: SQLAlchemy's
+    errors and the driver's (both talk to the driver directly on their hot paths)."""
+    return (SQLAlchemyError, *_driver_errors())
+
+
+_SQLITE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,)
 
 
 def cannot_open(exc: DatabaseError, url: str) -> StoreUnavailable:

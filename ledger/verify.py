@@ -164,7 +164,7 @@ def _pages(
     Python frame per row), and a failure is mapped to the store's error here, where every
     database call of the read happens.
     """
-    from ledger.store import _DATABASE_ERRORS, _store_error
+    from ledger.store import _database_errors, _store_error
 
     sql = _SQL.format(p="%s" if store.backend == "postgresql" else "?")
     page = limits.read_page_events
@@ -182,7 +182,7 @@ def _pages(
                     yield cursor.fetchall()
             finally:
                 cursor.close()
-    except _DATABASE_ERRORS as exc:  # named as the store names it, not a driver traceback
+    except _database_errors() as exc:  # named as the store names it, not a driver traceback
         raise _store_error(exc, store.url) from None
 
 

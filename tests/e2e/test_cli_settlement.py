@@ -262,8 +262,8 @@ def test_a_misspelt_arena_or_digest_is_one_error_line_naming_it(
     assert done.stdout == ""
     assert done.stderr == (
         "error[invalid_input] [path --status]: --status: unknown submission status 'PASSED'; "
-        "the statuses are ARRIVED, QUEUED, QUALIFYING, QUALIFIED, FAILED, NO_DECISION, HELD, REJECTED, "
-        "EXPIRED\n")
+        "the statuses are ARRIVED, QUEUED, QUALIFYING, QUALIFIED, FAILED, NO_DECISION, HELD, "
+        "REJECTED, EXPIRED\n")
 
     # Refused before a single event is read: no replay line, no timing, on stdout.
     done = cli("replay", "--expect", "deadbeef", "--json", db=db, cwd=tmp_path, expect=1)

@@ -164,3 +164,21 @@ def test_options_named_renames_only_the_fields_it_maps() -> None:
         with pytest.raises(type(error)) as raised, options_named(reason="--reason"):
             raise error
         assert raised.value is error
+
+
+def test_starting_the_cli_imports_neither_alembic_nor_psycopg_nor_the_bundle_code() -> None:
+    # Every command starts the interpreter and imports cli.app; alembic (a fifth of a second
+    # on our hosts), psycopg and the bundle and checkpoint code are imported by the commands
+    # that use them. The error tuple of the store adds psycopg's once psycopg is loaded.
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, cli.app, ledger.store as s; "
+        "print(sorted(m for m in ('alembic', 'psycopg', 'ledger.bundle', 'ledger.checkpoint',"
+        " 'ledger.migrate') if m in sys.modules)); print(s._database_errors()[1:]); "
+        "import psycopg; print(psycopg.Error in s._database_errors())"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=120)
+    assert done.stdout.splitlines() == ["[]", "(<class 'sqlite3.Error'>,)", "True"], done

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -78,27 +79,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if module.compiler_missing() is not None:
             return  # the test skips, saying why
         out = Path(tempfile.mkdtemp(prefix="arena-ledger-compiled-"))
-        session.config.stash[module.COMPILED_CHECK] = (module.start(out / "check"), out / "check")
-        session.config.stash[_COMPILED_DIR] = out
+        job = module.start(out / "check")
+        session.config.stash[module.COMPILED_CHECK] = (job, out / "check")
+        session.config.stash[_COMPILED_JOB] = (job, out)
         return
 
 
-_COMPILED_DIR = pytest.StashKey[Path]()
+#: The compiled-build check this session started, and its scratch directory.
+_COMPILED_JOB = pytest.StashKey[tuple[subprocess.Popen[bytes], Path]]()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stops a compiled-build check still running (an interrupted or -x session) and removes
     its scratch directory."""
-    out = session.config.stash.get(_COMPILED_DIR, None)
-    if out is None:
+    started = session.config.stash.get(_COMPILED_JOB, None)
+    if started is None:
         return
-    for item in session.items:
-        module = getattr(item, "module", None)
-        if getattr(item, "originalname", None) == _COMPILED_TEST and module is not None:
-            job, _ = session.config.stash.get(module.COMPILED_CHECK, (None, None))
-            if job is not None and job.poll() is None:
-                os.killpg(job.pid, signal.SIGKILL)  # the build or test run under it too
-                job.wait()
+    job, out = started
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)  # the build or test run under it too
+        job.wait()
     shutil.rmtree(out, ignore_errors=True)
 
 

@@ -10,8 +10,8 @@ place, next to the sources:
     ARENA_LEDGER_COMPILE=1 .venv/bin/python setup.py build_ext --inplace --force
 
 ``ARENA_LEDGER_COMPILE_OPT`` sets the C compiler's optimisation level (0-3, default 3, the
-build that was measured); tests/integration/test_compiled_build.py builds with 0: the same
-mypyc translation, checked by the same tests, in a third less time.
+build that was measured); the suite's check of this build (tests/integration/compiled_check.py)
+uses 0: the same mypyc translation, checked by the same tests, in a third less time.
 
 An extension module shadows its ``.py``: after editing a compiled module, build again or
 remove ``ledger/*.so`` and ``machines/*.so`` (``tests/conftest.py`` refuses to run on a

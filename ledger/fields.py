@@ -60,7 +60,7 @@ def is_hotkey(text: str) -> bool:
 def require_hotkey(text: str, path: str = "hotkey") -> None:
     """Raises InvalidInput naming ``path`` unless ``text`` is a hotkey (``is_hotkey``)."""
     if not is_hotkey(text):
-        raise InvalidInput("a hotkey is 1-64 printable non-space ASCII characters", path=path)
+        raise InvalidInput(PATTERN_WORDS[_HOTKEY.pattern], path=path)
 
 
 def _check_fixed6(text: str) -> str:
@@ -85,7 +85,7 @@ PATTERN_WORDS = {
     _ARENA_ID.pattern: "an arena id is 1-63 of a-z, 0-9 and '-', not starting with '-'",
     _LOCAL_ID.pattern: "an id is 1-64 of a-z, 0-9, '.', '_' and '-'",
     _DIGEST.pattern: "a digest is 64 lowercase hex characters",
-    _HOTKEY.pattern: "a hotkey is 1-64 printable ASCII characters, no spaces",
+    _HOTKEY.pattern: "a hotkey is 1-64 printable non-space ASCII characters",
 }
 
 DecimalStr = Annotated[str, StringConstraints(pattern=DECIMAL_PATTERN)]

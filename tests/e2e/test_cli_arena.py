@@ -309,7 +309,7 @@ def test_a_bad_option_is_named_as_typed_and_nothing_is_written(story: Story) -> 
     done = story.cli.many([(args, 1) for args, _ in calls])
     for (args, line), result in zip(calls, done, strict=True):
         assert result.stderr.count("\n") == 1 and line in result.stderr, (args, result.stderr)
-    assert "(a hotkey is 1-64 printable ASCII characters, no spaces; got 'has space')" in (
+    assert "(a hotkey is 1-64 printable non-space ASCII characters; got 'has space')" in (
         done[3].stderr)
     assert story.cli.head() == 29
 

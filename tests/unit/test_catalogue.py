@@ -562,7 +562,7 @@ def test_a_schema_error_names_the_first_bad_field_and_words_decimals_plainly() -
         ("arena_id", "Upper", "an arena id is 1-63 of a-z, 0-9 and '-', not starting with '-'"),
         ("attempt_id", "has space", "an id is 1-64 of a-z, 0-9, '.', '_' and '-'"),
         ("commission_digest", "ABC", "a digest is 64 lowercase hex characters"),
-        ("validator_hotkey", "a b", "a hotkey is 1-64 printable ASCII characters, no spaces"),
+        ("validator_hotkey", "a b", "a hotkey is 1-64 printable non-space ASCII characters"),
     ],
 )
 def test_a_pattern_mismatch_of_an_identifier_says_what_it_must_be(

@@ -85,18 +85,23 @@ def restore(
 
 
 @handle_errors
-def stats(as_json: bool = typer.Option(False, "--json", help=_JSON_HELP)) -> None:
+def stats(
+    as_of: int | None = as_of_option(),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
     """Shows the ledger's vital signs: head, checkpoint age, events, statuses, holds, NO_DECISION.
 
     Everything is read as of one head position: the head and chain tip, the Merkle root, the
     last checkpoint (age = head position - its size), events by type, submissions by status
     per arena, holds by reason (held now / placed ever) and each arena's NO_DECISION rate
-    (NO_DECISION verdicts / decided attempts, 6 places).
+    (NO_DECISION verdicts / decided attempts, 6 places). With --as-of N, as of position N:
+    the last checkpoint is then the newest whose tree covers at most N positions.
     """
-    document = ops.stats(state.db_url)
+    document = ops.stats(state.db_url, as_of)
     if as_json:
         emit_json(document)
         return
+    print_as_of(as_of, document["head"]["position"])
     _render_stats(document)
 
 
@@ -165,13 +170,11 @@ def history(
 ) -> None:
     """Lists a hotkey's submissions across arenas in arrival order, with cause and next step."""
     with options_named(hotkey="--hotkey"):
-        rows = ops.history(state.db_url, hotkey, as_of)
+        position, rows = ops.history_at(state.db_url, hotkey, as_of)
     if as_json:
         emit_jsonl(rows)
         return
-    if as_of is not None:
-        with state.store() as store:  # a view past the head is the head
-            print_as_of(as_of, min(as_of, store.head().position))
+    print_as_of(as_of, position)
     if not rows:
         console.print(f"no submissions from {hotkey}")
         return

@@ -45,7 +45,7 @@ from ledger.events import (
     SubmissionResolved,
     WindowMeasured,
 )
-from ledger.fields import is_digest, require_hotkey
+from ledger.fields import is_digest, require_as_of, require_hotkey
 from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion, RecordedEvent
 from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
 
@@ -262,13 +262,7 @@ class ArenaLedger:
     guard: DomainGuard = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.as_of is not None and (
-            type(self.as_of) is not int or not 0 <= self.as_of <= 2**53 - 1
-        ):
-            raise InvalidInput(
-                f"as_of is a position, an integer from 0 to 2**53 - 1; got {self.as_of!r}",
-                path="as_of",
-            )
+        require_as_of(self.as_of)
         fold = None
         if self.archive_finished:
             from ledger.archive import DiskArchive

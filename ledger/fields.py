@@ -29,6 +29,8 @@ __all__ = [
     "is_digest",
     "is_hotkey",
     "is_local_id",
+    "require_as_of",
+    "require_hotkey",
 ]
 
 _ARENA_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -61,6 +63,15 @@ def require_hotkey(text: str, path: str = "hotkey") -> None:
     """Raises InvalidInput naming ``path`` unless ``text`` is a hotkey (``is_hotkey``)."""
     if not is_hotkey(text):
         raise InvalidInput(PATTERN_WORDS[_HOTKEY.pattern], path=path)
+
+
+def require_as_of(as_of: object, path: str = "as_of") -> None:
+    """Raises InvalidInput naming ``path`` unless ``as_of`` is None or a position a query can
+    be answered as of: an integer from 0 to 2**53 - 1 (past the head it is the head)."""
+    if as_of is not None and (type(as_of) is not int or not 0 <= as_of <= 2**53 - 1):
+        raise InvalidInput(
+            f"as_of is a position, an integer from 0 to 2**53 - 1; got {as_of!r}", path=path
+        )
 
 
 def _check_fixed6(text: str) -> str:

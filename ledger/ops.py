@@ -37,7 +37,7 @@ from ledger.errors import (
     require_file,
 )
 from ledger.events import AttemptClaimed, AttemptDecided
-from ledger.fields import require_hotkey
+from ledger.fields import require_as_of, require_hotkey
 from ledger.model import Head, RecordedEvent, VerifyReport
 from ledger.store import EventStore, safe_url
 
@@ -47,6 +47,7 @@ __all__ = [
     "UpgradeReport",
     "backup",
     "history",
+    "history_at",
     "restore",
     "stats",
     "upgrade",
@@ -570,17 +571,22 @@ def _fold_and_count(store: EventStore, size: int) -> tuple[Any, _Tally]:
     return fold, tally
 
 
-def _snapshot(store: EventStore) -> tuple[Head, int, str]:
-    """Reads the head and the Merkle root at the same size."""
+def _snapshot(store: EventStore, as_of: int | None) -> tuple[Head, int, str]:
+    """Reads the head and the Merkle root at the same size: the head's, or ``as_of``'s
+    (the head when ``as_of`` is past it)."""
     size, root = store.merkle_root()
     head = store.head()
-    if head.position != size:  # an append landed in between: take the root at the head
+    if as_of is not None and as_of < head.position:
+        size, root = store.merkle_root(as_of)
+        head = Head(as_of, store.entry_hash_at(as_of))
+    elif head.position != size:  # an append landed in between: take the root at the head
         size, root = store.merkle_root(head.position)
     return head, size, root.hex()
 
 
 def _last_checkpoint(store: EventStore, head: Head) -> dict[str, Any] | None:
-    found = store.checkpoints(limit=1)
+    """Returns the newest checkpoint whose tree the ledger up to ``head`` holds, or None."""
+    found = store.checkpoints(limit=1, tree_size_max=head.position)
     if not found:
         return None
     row = {k: v for k, v in found[0].items() if k != "note"}
@@ -588,19 +594,25 @@ def _last_checkpoint(store: EventStore, head: Head) -> dict[str, Any] | None:
     return row
 
 
-def stats(url: str) -> dict[str, Any]:
+def stats(url: str, as_of: int | None = None) -> dict[str, Any]:
     """Returns the ledger's vital signs as of its head, read in one pass over the events.
 
     Head and chain tip, Merkle root, the last checkpoint and its age in positions, events by
     type, submissions by status per arena, holds by reason (now held, and every hold ever
     placed), and each arena's NO_DECISION rate (NO_DECISION verdicts / decided attempts).
+
+    With ``as_of`` (past the head, the head) every figure is the ledger's as it stood at
+    that position: the head is that position and its entry hash, the Merkle root is the
+    tree of that size, and the last checkpoint is the newest one whose tree that ledger
+    holds (it may have been signed later); ``as_of_position`` names the position.
     """
     from ledger import migrate
     from machines.submission import STATES
 
+    require_as_of(as_of)
     with EventStore(url) as store:
         store.require_initialised()
-        head, size, root = _snapshot(store)
+        head, size, root = _snapshot(store, as_of)
         fold, tally = _fold_and_count(store, size)
         checkpoint = _last_checkpoint(store, head)
         backend = store.backend
@@ -617,6 +629,7 @@ def stats(url: str) -> dict[str, Any]:
     return {
         "backend": backend,
         "revision": migrate.current(url),
+        "as_of_position": None if as_of is None else head.position,
         "head": _head_json(head),
         "tip": tally.tip(),
         "tip_matches_head": tally.last is None or tally.last.entry_hash == head.entry_hash,
@@ -646,12 +659,21 @@ def history(url: str, hotkey: str, as_of: int | None = None) -> list[dict[str, A
     submission's first and latest events (for ``prove inclusion``); as of position
     ``as_of`` when given (``ArenaLedger.as_of``).
     """
+    return history_at(url, hotkey, as_of)[1]
+
+
+def history_at(
+    url: str, hotkey: str, as_of: int | None = None
+) -> tuple[int, list[dict[str, Any]]]:
+    """Returns ``history``'s rows with the position they answer as of: the head, or
+    ``as_of`` when given (the head when ``as_of`` is past it), from the same read."""
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
     from ledger.domain import ArenaLedger
 
     with ArenaLedger(url, actor="history", as_of=as_of) as ledger:
         rows = ledger.submissions(hotkey=hotkey)
         fold = ledger.guard.fold
+        position = fold.position
         for row in rows:
             sub = fold.submission(row["submission_id"])
             row["fee"] = None if sub is None or sub.fee is None else dict(sub.fee._asdict())
@@ -661,4 +683,4 @@ def history(url: str, hotkey: str, as_of: int | None = None) -> list[dict[str, A
             row["arrived_position"] = recorded[0].position if recorded else None
             row["latest_position"] = recorded[-1].position if recorded else None
     rows.sort(key=lambda r: (*r["arrival"], r["content_hash"], r["arena_id"]))
-    return rows
+    return position, rows

@@ -734,15 +734,19 @@ class EventStore:
             )
 
     @_store_errors
-    def checkpoints(self, limit: int = 20) -> list[dict[str, Any]]:
-        """Returns stored checkpoints, newest first."""
+    def checkpoints(
+        self, limit: int = 20, *, tree_size_max: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Returns stored checkpoints, newest first; with ``tree_size_max``, only those whose
+        tree covers at most that many positions (the checkpoints of the ledger as of it)."""
+        bound = "" if tree_size_max is None else "WHERE tree_size <= :m "
         with self.engine.connect() as conn:
             rows = conn.execute(
                 text(
                     "SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
-                    "FROM checkpoints ORDER BY id DESC LIMIT :n"
+                    f"FROM checkpoints {bound}ORDER BY id DESC LIMIT :n"
                 ),
-                {"n": limit},
+                {"n": limit, "m": tree_size_max},
             ).all()
         keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
         return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -100,6 +100,23 @@ def test_stats_and_history_print_readable_tables(ops_cli: tuple[Any, dict[str, s
     assert "missing_eval_cost_payment" in history.stdout
 
 
+def test_stats_as_of_a_position_says_so_and_counts_only_what_came_before(
+    ops_cli: tuple[Any, dict[str, str]],
+) -> None:
+    cli, _ = ops_cli
+    human, as_json, first, bad = cli.many([
+        (("stats", "--as-of", "5"), 0), (("stats", "--as-of", "5", "--json"), 0),
+        (("events", "--as-of", "5", "--json"), 0), (("stats", "--as-of", "-1"), 2)])
+    lines = human.stdout.splitlines()
+    assert lines[0] == "as of position 5" and lines[2].startswith("head        position 5  ")
+    doc = json.loads(as_json.stdout)
+    fifth = [json.loads(line) for line in first.stdout.splitlines()][-1]
+    assert doc["as_of_position"] == 5 and doc["events"]["total"] == 5
+    assert doc["head"] == {"position": 5, "entry_hash": fifth["hash"]}
+    assert doc["tip"]["type"] == fifth["type"] and doc["tip_matches_head"] is True
+    assert "--as-of" in bad.stderr and bad.stdout == ""
+
+
 def test_history_json_lists_a_hotkey_in_arrival_order(ops_cli: tuple[Any, dict[str, str]]) -> None:
     cli, ids = ops_cli
     rows = cli.jsonl("history", "--hotkey", "5Alice")

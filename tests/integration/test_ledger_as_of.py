@@ -30,6 +30,7 @@ from ledger import ops
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput, NotFound
 from ledger.model import EventDraft
+from ledger.store import EventStore
 from machines import samples
 from machines.settlement import settlement_payload
 
@@ -92,6 +93,12 @@ def test_queries_answer_what_the_events_up_to_the_position_say(
     assert [(r["submission_id"], r["status"]) for r in history][:1] == [(b1, "QUEUED")]
     assert all(r["latest_position"] <= 24 for r in history)
     assert [r["status"] for r in ops.history(url, "5Carol")][:1] == ["FAILED"]
+    # history_at names the position it answered as of, from the same read (past the head,
+    # the head).
+    with EventStore(url) as store:
+        top = store.head().position
+    assert ops.history_at(url, "5Carol", as_of=24) == (24, history)
+    assert ops.history_at(url, "5Carol", as_of=top + 5) == (top, ops.history(url, "5Carol"))
 
 
 def test_a_view_past_the_head_is_the_head_and_as_of_zero_is_empty(

@@ -224,6 +224,50 @@ def test_stats_refuses_an_uninitialised_database(store_url: str) -> None:
         ops.stats(store_url)
 
 
+def test_stats_as_of_a_position_is_the_stats_the_ledger_gave_then(
+    built: tuple[str, dict[str, str]],
+) -> None:
+    """Every figure as of N equals what stats said when N was the head, checkpoints included:
+    one signed later over a larger tree is not the ledger's as of N; the newest one whose
+    tree N holds is, even when it was signed after a larger one."""
+    url, _ = built
+    with EventStore(url) as store:
+        signer = Signer.generate("ops.test")
+        early = sign_tree(store, signer, size=20)
+        then = ops.stats(url)
+        store.append([EventDraft("credit-late", "CreditGranted", {
+            "credit_id": "late", "hotkey": "5Erin", "amount_rao": 5, "note": "after"})],
+            actor="tester")
+        sign_tree(store, signer, size=EVENTS_TOTAL + 1)
+        small = sign_tree(store, signer, size=10)  # after a larger tree, over a smaller one
+        sign_tree(store, signer, size=EVENTS_TOTAL + 1)  # the newest: past N
+
+    as_of = ops.stats(url, as_of=EVENTS_TOTAL)
+
+    assert then["head"]["position"] == EVENTS_TOTAL and then["last_checkpoint"]["id"] == early.id
+    assert as_of["as_of_position"] == EVENTS_TOTAL and then["as_of_position"] is None
+    checkpoint = as_of.pop("last_checkpoint")
+    assert (checkpoint["id"], checkpoint["tree_size"]) == (small.id, 10)
+    assert checkpoint["age_positions"] == EVENTS_TOTAL - 10
+    then.pop("last_checkpoint")
+    assert {**as_of, "as_of_position": None} == then
+    # Past the head it is the head; at 0, the empty ledger.
+    past = ops.stats(url, as_of=10**9)
+    assert past["as_of_position"] == past["events"]["total"] == EVENTS_TOTAL + 1
+    assert {**past, "as_of_position": None} == ops.stats(url)
+    empty = ops.stats(url, as_of=0)
+    assert empty["head"]["position"] == 0 and empty["events"] == {"total": 0, "by_type": {}}
+    assert empty["last_checkpoint"] is None and empty["submissions"] == {}
+
+
+@pytest.mark.parametrize("bad", [-1, 2**53, "7", 1.0, True])
+def test_stats_refuses_a_bad_as_of_before_reading(store_url: str, bad: Any) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        ops.stats(store_url, as_of=bad)  # an uninitialised store: the check comes first
+    assert caught.value.context["path"] == "as_of"
+    assert "an integer from 0 to 2**53 - 1" in caught.value.message
+
+
 # -- history ---------------------------------------------------------------------------------
 
 

@@ -6,16 +6,24 @@ import sys
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from itertools import islice
-from pathlib import Path
 from typing import IO
 
 import typer
 
-from cli.common import EXIT_CODES, INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import (
+    EXIT_CODES,
+    INT_MAX,
+    console,
+    counted,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    state,
+)
 from cli.db import db_app
 from cli.reader import DraftLine, read_drafts
 from ledger.catalogue import check_stream_name
-from ledger.errors import InvalidInput, LedgerError, require_file
+from ledger.errors import InvalidInput, LedgerError, open_input, unreadable
 from ledger.log import configure_logging
 from ledger.model import AppendResult, RecordedEvent
 
@@ -92,8 +100,7 @@ def _batch_key(batch: list[DraftLine]) -> str | None:
 def _open_input(path: str) -> IO[bytes]:
     if path == "-":
         return sys.stdin.buffer
-    require_file(path, "input file")
-    return Path(path).open("rb")
+    return open_input(path, "input file")
 
 
 @app.command()
@@ -113,7 +120,10 @@ def append(
     with its line number and nothing of its batch is written.
     """
     with _open_input(file) as source:
-        lines = list(read_drafts(source))
+        try:
+            lines = list(read_drafts(source))
+        except OSError as exc:  # a failing disk, a pipe's writer gone wrong
+            raise unreadable(file, "input file", exc) from None
     if not lines:
         raise InvalidInput("the input holds no events", path=file)
     from ledger.domain import ArenaLedger
@@ -148,8 +158,11 @@ def _report_append(chunk: list[DraftLine], result: AppendResult, as_json: bool) 
         }])
         return
     verb = "already recorded at" if result.already_recorded else "appended"
-    console.print(f"{verb} positions {result.first}..{result.last} "
-                  f"({len(result.positions)} events, lines {chunk[0].line}..{chunk[-1].line})")
+    first, last = chunk[0].line, chunk[-1].line
+    where = (f"position {result.first}" if result.first == result.last
+             else f"positions {result.first}..{result.last}")
+    lines = f"line {first}" if first == last else f"lines {first}..{last}"
+    console.print(f"{verb} {where} ({counted(len(result.positions), 'event')}, {lines})")
 
 
 @app.command()

@@ -31,6 +31,7 @@ __all__ = [
     "as_of_option",
     "console",
     "counted",
+    "decision_text",
     "emit_json",
     "emit_jsonl",
     "err_console",
@@ -41,6 +42,7 @@ __all__ = [
     "output_width",
     "piped_width",
     "print_as_of",
+    "shown",
     "state",
     "visible",
 ]
@@ -257,6 +259,27 @@ def options_named(**options: str) -> Iterator[None]:
 def counted(number: int, noun: str) -> str:
     """Returns "1 settlement", "0 settlements", "2 settlements": a count and its noun."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def shown(value: Any) -> str:
+    """Returns a value as a human line shows it: "-" for none (a verdict without a speedup,
+    a PASS without a reason), else its text."""
+    return "-" if value is None else str(value)
+
+
+def decision_text(decision: Mapping[str, Any]) -> str:
+    """Returns a decision in one line: "PASS (COMPLETE) speedup 1.019129 pass line 0.018884",
+    "NO_DECISION engine_killed (COMPLETE) speedup - pass line -" (a reason only when there
+    is one; the disposition and pass line when the decision carries them)."""
+    words = [shown(decision.get("verdict"))]
+    if decision.get("reason"):
+        words.append(str(decision["reason"]))
+    if decision.get("disposition"):
+        words.append(f"({decision['disposition']})")
+    words.append(f"speedup {shown(decision.get('speedup'))}")
+    if "pass_line" in decision:
+        words.append(f"pass line {shown(decision['pass_line'])}")
+    return " ".join(words)
 
 
 def emit_json(value: Any) -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.rule import Rule
 from rich.text import Text
 
-from cli.common import console, counted, emit_json, handle_errors, new_table, state
+from cli.common import console, counted, emit_json, handle_errors, new_table, shown, state
 
 __all__ = ["register"]
 
@@ -49,7 +49,8 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
     elif stage == "decided":
         console.print(Text.assemble(
             "    -> ", (str(info["verdict"]), "bold"),
-            f" {info['reason']} speedup {info['speedup']}",
+            f" {info['reason']}" if info["reason"] else "",
+            f" speedup {shown(info['speedup'])}",
         ))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -12,6 +11,7 @@ from cli.common import (
     INT_MAX,
     as_of_option,
     console,
+    decision_text,
     emit_json,
     emit_jsonl,
     handle_errors,
@@ -22,7 +22,7 @@ from cli.common import (
 )
 from ledger.codec import loads
 from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, require_file
+from ledger.errors import InvalidInput, read_input
 
 __all__ = ["register"]
 
@@ -32,10 +32,7 @@ def _ledger(as_of: int | None = None) -> ArenaLedger:
 
 
 def _read_json(path: str) -> Any:
-    file = Path(path)
-    if path != "-":
-        require_file(file, "file")
-    data = typer.get_binary_stream("stdin").read() if path == "-" else file.read_bytes()
+    data = typer.get_binary_stream("stdin").read() if path == "-" else read_input(path, "file")
     return loads(data, where=path)
 
 
@@ -180,10 +177,7 @@ def conclude(
     if as_json:
         emit_json(decided.model_dump())
         return
-    console.print(
-        f"attempt {attempt_id}: {decided.verdict} {decided.reason or ''} "
-        f"({decided.disposition}) speedup {decided.speedup} line {decided.pass_line}"
-    )
+    console.print(f"attempt {attempt_id}: {decision_text(decided.model_dump())}")
 
 
 @handle_errors

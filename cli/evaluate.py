@@ -7,7 +7,15 @@ from typing import Any
 
 import typer
 
-from cli.common import INT_MAX, console, emit_json, emit_jsonl, handle_errors, state
+from cli.common import (
+    INT_MAX,
+    console,
+    decision_text,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    state,
+)
 from ledger.domain import ArenaLedger
 
 __all__ = ["register"]
@@ -38,7 +46,8 @@ def _printer(as_json: bool) -> Any:
         elif stage == "control":
             console.print(f"control {info['control_id']} ({info['kind']})")
         elif stage == "decided" and interactive:
-            console.print(f"  -> {info['verdict']} {info['reason']}")
+            reason = f" {info['reason']}" if info["reason"] else ""
+            console.print(f"  -> {info['verdict']}{reason}")
 
     return show
 
@@ -89,11 +98,7 @@ def evaluate(
     if as_json:
         emit_json(result.to_json())
         return
-    d = result.decision
-    console.print(
-        f"attempt {result.attempt_id}: {d['verdict']} {d['reason'] or ''} "
-        f"({d['disposition']}) speedup {d['speedup']} pass line {d['pass_line']}"
-    )
+    console.print(f"attempt {result.attempt_id}: {decision_text(result.decision)}")
 
 
 @handle_errors

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from cli.common import console, new_table, visible
+from cli.common import console, new_table, shown, visible
 
 __all__ = ["render_explain"]
 
@@ -120,8 +120,8 @@ def _attempt(doc: dict[str, Any]) -> None:
         "  ",
         (f"verdict {decision.get('verdict', '-')}", "bold"),
         f" reason {decision.get('reason') or '-'} disposition {decision.get('disposition', '-')}"
-        f" speedup {decision.get('speedup')} pass line {decision.get('pass_line')} "
-        f"look {decision.get('look_window')}",
+        f" speedup {shown(decision.get('speedup'))} pass line {shown(decision.get('pass_line'))}"
+        f" look {shown(decision.get('look_window'))}",
     ))
 
 

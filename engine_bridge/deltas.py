@@ -185,7 +185,7 @@ def load_file_delta(path: str | Path, entry_point: str | None = None) -> DeltaSp
     parsed, never executed, here; it must define that function at top level.
     """
     source = Path(path).resolve()
-    require_file(source, "delta file")
+    require_file(source, "delta file", regular=True)  # read again when loaded
     try:
         data = source.read_bytes()
     except OSError as exc:

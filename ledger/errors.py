@@ -27,7 +27,7 @@ attributes. The CLI maps each subtree to a documented exit code.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = [
     "ArchiveUnavailable",
@@ -48,7 +48,10 @@ __all__ = [
     "StoreUnavailable",
     "UnknownEventType",
     "head_row_missing",
+    "open_input",
+    "read_input",
     "require_file",
+    "unreadable",
 ]
 
 
@@ -196,10 +199,51 @@ class EngineFault(LedgerError):
         super().__init__(message, fault_code=fault_code, stage=stage, **context)
 
 
-def require_file(path: str | os.PathLike[str], what: str) -> None:
-    """Raises InvalidInput naming ``what`` and ``path`` unless ``path`` is a file: one that
-    does not exist and a directory are told apart."""
+def require_file(path: str | os.PathLike[str], what: str, *, regular: bool = False) -> None:
+    """Raises InvalidInput naming ``what`` and ``path`` unless ``path`` can be read as a file:
+    one that does not exist and a directory are told apart.
+
+    Anything else that exists passes: a named pipe (the ``<(…)`` of a shell, ``/dev/stdin``)
+    or a device reads as a stream of bytes. With ``regular`` only a regular file passes, for
+    a reader that reads the path more than once or hands it to another program.
+    """
     if os.path.isfile(path):
         return
-    problem = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
+    if os.path.isdir(path):
+        problem = "is a directory, not a file"
+    elif not os.path.exists(path):
+        problem = "does not exist"
+    elif regular:
+        problem = "is not a regular file; give a file, not a pipe or a device"
+    else:
+        return
     raise InvalidInput(f"{what} {os.fspath(path)} {problem}", path=os.fspath(path))
+
+
+def read_input(path: str | os.PathLike[str], what: str) -> bytes:
+    """Returns the bytes of the file (or pipe) at ``path``; InvalidInput naming ``what`` and
+    ``path`` when it does not exist, is a directory or cannot be read (with the system's
+    reason: permission denied, an I/O error)."""
+    require_file(path, what)
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise unreadable(path, what, exc) from None
+
+
+def open_input(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """Opens the file (or pipe) at ``path`` for reading bytes; refuses it as ``read_input``
+    does."""
+    require_file(path, what)
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise unreadable(path, what, exc) from None
+
+
+def unreadable(path: str | os.PathLike[str], what: str, exc: OSError) -> InvalidInput:
+    """Returns the error for a ``what`` at ``path`` the system refused to read."""
+    reason = exc.strerror or type(exc).__name__
+    return InvalidInput(f"{what} {os.fspath(path)} cannot be read: {reason}",
+                        path=os.fspath(path))

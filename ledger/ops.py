@@ -202,7 +202,7 @@ def restore(url: str, path: str | Path) -> RestoreReport:
     PostgreSQL the verification follows ``pg_restore`` (IntegrityError either way).
     """
     source = Path(path)
-    require_file(source, "backup file")
+    require_file(source, "backup file", regular=True)
     with EventStore(url) as store:
         if store.backend == "sqlite":
             return _restore_sqlite(store, source)

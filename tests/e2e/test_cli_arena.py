@@ -222,7 +222,7 @@ def test_a_killed_engine_is_no_decision_and_the_control_is_as_expected(story: St
     assert story.out["claim-b"].stdout.strip() == (
         f"attempt att-2 claims submission {story.ids['b']}")
     assert story.out["conclude-b"].stdout.strip() == (
-        "attempt att-2: NO_DECISION engine_killed (COMPLETE) speedup None line None")
+        "attempt att-2: NO_DECISION engine_killed (COMPLETE) speedup - pass line -")
     assert story.docs["controls"] == [{
         "control_id": "ctl-kill", "kind": "engine_kill", "delta_digest": CONTROL_DELTA,
         "expected_verdict": "NO_DECISION", "expected_reason": "engine_killed",

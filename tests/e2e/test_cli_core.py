@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -97,6 +99,31 @@ def test_repeating_a_keyed_append_returns_the_original_positions(session: Sessio
     assert session.out["keyed"].stdout.strip() == "appended positions 5..6 (2 events, lines 1..2)"
     assert session.out["keyed-again"].stdout.strip() == (
         "already recorded at positions 5..6 (2 events, lines 1..2)")
+
+
+def test_drafts_and_payloads_are_read_from_a_pipe_and_a_device_is_named(cli: Any) -> None:
+    """`append <(jq …)` hands the command a named pipe: it is read like a file (it used to
+    be refused as "does not exist"). A device that reads empty is named for what it holds."""
+    cli("init")
+    fifo = cli.root / "drafts.pipe"
+    os.mkfifo(fifo)
+    line = json.dumps({"stream": "credit-p1", "type": "CreditGranted", "payload": {
+        "credit_id": "p1", "hotkey": "5Miner", "amount_rao": 5, "note": "piped"}}) + "\n"
+    writer = threading.Thread(target=fifo.write_text, args=(line,))
+    writer.start()
+    try:
+        piped = cli("append", fifo)
+    finally:
+        writer.join(timeout=30)
+    assert piped.stdout.strip() == "appended position 1 (1 event, line 1)"
+    empty = cli("append", "/dev/null", expect=1)
+    assert cli.error_line(empty.stderr, "invalid_input") == (
+        "error[invalid_input] [path /dev/null]: the input holds no events")
+    unreadable = cli("append", "/proc/self/mem", expect=1)  # opens, then fails to read
+    assert cli.error_line(unreadable.stderr, "invalid_input") == (
+        "error[invalid_input] [path /proc/self/mem]: input file /proc/self/mem cannot be "
+        "read: Input/output error")
+    assert cli.head() == 1
 
 
 def test_reads_head_verify_and_events_with_filters(session: Session) -> None:

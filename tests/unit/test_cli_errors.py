@@ -7,7 +7,9 @@ its exit code, not a traceback.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from pathlib import Path
 
 import psycopg
@@ -16,7 +18,7 @@ import typer
 from sqlalchemy.exc import OperationalError
 
 from cli.common import handle_errors, output_width, piped_width, state
-from ledger.errors import InvalidInput, require_file
+from ledger.errors import InvalidInput, open_input, read_input, require_file
 
 
 def _exit_code_of(raised: BaseException) -> int:
@@ -102,6 +104,39 @@ def test_a_path_that_is_not_a_file_is_told_apart(tmp_path: Path) -> None:
             require_file(path, "input file")
         assert caught.value.message == f"input file {path} {problem}"
         assert caught.value.context == {"path": str(path)}
+
+
+def test_a_pipe_is_read_as_input_but_refused_where_a_regular_file_is_needed(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "input.pipe"
+    os.mkfifo(fifo)
+    require_file(fifo, "input file")  # a pipe reads as a stream of bytes: no error
+    with pytest.raises(InvalidInput) as caught:
+        require_file(fifo, "backup file", regular=True)
+    assert caught.value.message == (
+        f"backup file {fifo} is not a regular file; give a file, not a pipe or a device")
+    writer = threading.Thread(target=fifo.write_bytes, args=(b'{"a": 1}',))
+    writer.start()
+    try:
+        assert read_input(fifo, "file") == b'{"a": 1}'
+    finally:
+        writer.join(timeout=30)
+    with pytest.raises(InvalidInput) as missing:
+        read_input(tmp_path / "nope.json", "file")
+    assert missing.value.message == f"file {tmp_path / 'nope.json'} does not exist"
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
+def test_a_file_the_system_will_not_read_is_named_with_its_reason() -> None:
+    # /proc/self/mem opens, and its first page (address 0, unmapped) fails to read: an
+    # OSError past the checks, as an unreadable disk or a permission would give.
+    with pytest.raises(InvalidInput) as caught:
+        read_input("/proc/self/mem", "input file")
+    assert caught.value.message == "input file /proc/self/mem cannot be read: Input/output error"
+    assert caught.value.context == {"path": "/proc/self/mem"}
+    with open_input("/proc/self/mem", "input file") as opened:  # opening it succeeds
+        assert opened.readable()
 
 
 class _Stream:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from cli.common import console, new_table
+from cli.common import console, decision_text, new_table, shown
+from cli.demo import _narrate
 from cli.evaluate import _printer
 from cli.render import _d, render_explain
 from cli.settlement import _progress, _render_replay
@@ -151,7 +152,7 @@ def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() 
     assert not any(line.startswith("  quality:") for line in lines)
     undecided = dict(doc, decision=None)
     assert _rendered("attempt", undecided).splitlines()[-1] == (
-        "  verdict - reason - disposition - speedup None pass line None look None"
+        "  verdict - reason - disposition - speedup - pass line - look -"
     )
 
 
@@ -352,6 +353,27 @@ def test_evaluate_prints_each_stage_and_the_verdict_only_on_a_terminal(
     assert _stages(_printer(as_json=False)) == stages  # the command prints the verdict last
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert _stages(_printer(as_json=False)) == [*stages, "  -> FAIL futility"]
+    with console.capture() as captured:  # a PASS has no reason: none is printed
+        _printer(as_json=False)("decided", Decision("PASS", None, "COMPLETE", "1.02", "0.01",
+                                                    3)._asdict())
+    assert captured.get() == "  -> PASS\n"
+
+
+def test_a_decision_line_shows_none_as_a_dash_and_a_missing_reason_as_nothing() -> None:
+    passed = Decision("PASS", None, "COMPLETE", "1.019129", "0.018884", 3)._asdict()
+    killed = Decision("NO_DECISION", "engine_killed", "COMPLETE", None, None, 0)._asdict()
+    assert decision_text(passed) == "PASS (COMPLETE) speedup 1.019129 pass line 0.018884"
+    assert decision_text(killed) == (
+        "NO_DECISION engine_killed (COMPLETE) speedup - pass line -")
+    # The demo's progress (a reason, a speedup, nothing else) takes the same rules.
+    assert decision_text({"verdict": "FAIL", "reason": "futility", "speedup": None}) == (
+        "FAIL futility speedup -")
+    assert (shown(None), shown(0), shown("")) == ("-", "0", "")
+    with console.capture() as captured:
+        _narrate("decided", {"verdict": "PASS", "reason": None, "speedup": "1.041883"})
+        _narrate("decided", {"verdict": "FAIL", "reason": "futility", "speedup": None})
+    assert captured.get().splitlines() == [
+        "    -> PASS speedup 1.041883", "    -> FAIL futility speedup -"]
 
 
 def test_no_help_text_holds_square_brackets_that_rich_would_take_for_markup() -> None:

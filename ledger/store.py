@@ -17,7 +17,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
@@ -212,6 +212,13 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             url=safe_url(url),
         )
     if backend == "sqlite":
+        if _in_memory(parsed.database, parsed.query):
+            raise InvalidInput(
+                f"database URL {url!r} names an in-memory SQLite database: every connection "
+                "gets its own, empty one, and it is gone when the process ends, so no "
+                "ledger can live there; give a file, e.g. sqlite:///arena-ledger.db",
+                url=url,
+            )
         url = _read_only_media_url(parsed.database) or url
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _on_sqlite_connect)
@@ -224,6 +231,16 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     raise InvalidInput(
         f"database backend {backend!r} is not supported (use sqlite:/// or postgresql://)", url=url
     )
+
+
+def _in_memory(path: str | None, query: Mapping[str, Any]) -> bool:
+    """Tells whether a SQLite URL's database is in memory: no path, ``:memory:``, or a
+    ``file:`` URI with ``mode=memory`` (SQLAlchemy's query holds a string or a tuple)."""
+    if not path or path == ":memory:":
+        return True
+    mode = query.get("mode")
+    modes = (mode,) if isinstance(mode, str) else tuple(mode or ())
+    return path.startswith("file:") and "memory" in modes
 
 
 def _read_only_media_url(path: str | None) -> str | None:

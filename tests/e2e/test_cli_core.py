@@ -338,6 +338,24 @@ def test_an_unsupported_driver_is_refused_by_name(cli: Any, tmp_path: Any) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_in_memory_sqlite_url_is_refused_by_name(cli: Any, tmp_path: Any) -> None:
+    """`init` on an in-memory URL used to succeed into a database that vanished, then say
+    "run `arena-ledger init`": every command now refuses the URL itself."""
+    for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:",
+                "sqlite:///file:ledger?mode=memory&uri=true"):
+        for args in (("init",), ("head",), ("db", "upgrade")):
+            done = type(cli)(cli.root, url)(*args, expect=1)
+            assert cli.error_line(done.stderr, "invalid_input") == (
+                f"error[invalid_input]: database URL {url!r} names an in-memory SQLite "
+                "database: every connection gets its own, empty one, and it is gone when the "
+                "process ends, so no ledger can live there; give a file, e.g. "
+                "sqlite:///arena-ledger.db")
+    # A file: URI that is not in memory (read-only, say) is a file like any other.
+    done = type(cli)(cli.root, f"sqlite:///file:{tmp_path / 'none.db'}?mode=ro&uri=true")(
+        "head", expect=5)
+    assert "in-memory" not in done.stderr
+
+
 @pytest.mark.postgres
 def test_a_role_without_privileges_gets_one_error_line_from_every_command(
     cli: Any, pg_database: str

@@ -270,7 +270,7 @@ def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
         count += len(chunk)
     if widths is None:
         console.print(_columns(_EVENT_HEADERS, [len(h) for h in _EVENT_HEADERS]))
-    console.print(f"{count} events")
+    console.print(counted(count, "event"))
 
 
 def _columns(cells: Sequence[str], widths: Sequence[int]) -> str:
@@ -306,7 +306,7 @@ def verify(
     if as_json:
         emit_json(report.to_json())
     elif report.ok:
-        console.print(f"ok: {report.checked} events verified "
+        console.print(f"ok: {counted(report.checked, 'event')} verified "
                       f"({report.from_position}..{report.to_position}), "
                       f"head {report.head_hash}")
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import console, emit_json, err_console, handle_errors, state
+from cli.common import console, counted, emit_json, err_console, handle_errors, state
 
 __all__ = ["db_app"]
 
@@ -43,8 +43,8 @@ def upgrade(
     console.print("pending: " + ", ".join(todo))
     report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify)
     if report.verified is not None:
-        console.print(f"verified {report.verified.checked} events before migrating (head "
-                      f"{report.verified.head_hash})")
+        checked = counted(report.verified.checked, "event")
+        console.print(f"verified {checked} before migrating (head {report.verified.head_hash})")
     elif report.skipped_verify:
         err_console.print("warning: --skip-verify: the hash chain was not verified before "
                           "migrating")

@@ -13,6 +13,7 @@ import typer
 from cli.common import (
     as_of_option,
     console,
+    counted,
     emit_json,
     emit_jsonl,
     handle_errors,
@@ -51,7 +52,7 @@ def backup(
         return
     console.print(f"wrote {report.path} ({report.bytes:,} bytes, {report.method})")
     if report.verified is not None:
-        console.print(f"verified: {report.verified.checked} events, head position "
+        console.print(f"verified: {counted(report.verified.checked, 'event')}, head position "
                       f"{report.head.position if report.head else '?'} entry_hash "
                       f"{report.verified.head_hash}")
     elif report.head is not None:
@@ -76,7 +77,8 @@ def restore(
     if as_json:
         emit_json(report.to_json())
         return
-    console.print(f"restored {path} ({report.method}): {report.verified.checked} events "
+    console.print(f"restored {path} ({report.method}): "
+                  f"{counted(report.verified.checked, 'event')} "
                   f"verified, head position {report.head.position} entry_hash "
                   f"{report.head.entry_hash}")
     if report.pending:
@@ -186,7 +188,7 @@ def history(
                       _short(row["submission_id"]), row["status"], row["reason"] or "-",
                       row["cause"], row["next_step"])
     console.print(table)
-    console.print(f"{len(rows)} submissions from {hotkey}")
+    console.print(f"{counted(len(rows), 'submission')} from {hotkey}")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli.common import INT_MAX, console, emit_json, handle_errors, new_table, state
+from cli.common import INT_MAX, console, counted, emit_json, handle_errors, new_table, state
 
 if TYPE_CHECKING:
     from ledger.bundle import BundleReport
@@ -88,7 +88,7 @@ def checkpoints(
         table.add_row(str(row["id"]), str(row["tree_size"]), str(row["root_hash"])[:16] + "…",
                       str(row["origin"]), str(row["key_name"]), str(row["created_at"]))
     console.print(table)
-    console.print(f"{len(rows)} checkpoints")
+    console.print(counted(len(rows), "checkpoint"))
 
 
 @prove_app.command("inclusion")
@@ -178,8 +178,8 @@ def _report(verb: str, report: BundleReport, as_json: bool) -> None:
                   f"{', not imported' if verb == 'imported' else ''} (--no-signature-check)")
     else:
         signed = "no checkpoint, signature not checked"
-    console.print(f"{verb} {report.events} events ({report.path}); root {report.merkle_root}, "
-                  f"head {report.head_hash}; {signed}")
+    console.print(f"{verb} {counted(report.events, 'event')} ({report.path}); root "
+                  f"{report.merkle_root}, head {report.head_hash}; {signed}")
 
 
 @handle_errors

@@ -105,6 +105,8 @@ def test_checkpoints_are_notes_listed_newest_first(
          row["key_name"], row["created_at"]] for row in listed
     ]
     assert shown[-1] == "3 checkpoints"
+    one = cli("checkpoints", "--limit", "1", db=ledger.db, cwd=ledger.root).stdout.splitlines()
+    assert len(one) == 3 and one[-1] == "1 checkpoint"
 
 
 def test_an_inclusion_proof_verifies_offline_at_the_checkpoint_size(ledger: Ledger) -> None:

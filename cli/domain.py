@@ -271,7 +271,8 @@ def submissions(
         emit_jsonl(rows)
         return
     print_as_of(as_of, position)
-    table = new_table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
+    table = new_table("submission", "arena", "hotkey", "status", "reason", "cause", "next step",
+                      widths={"submission": 16})
     for row in rows:
         table.add_row(
             row["submission_id"][:16],

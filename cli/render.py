@@ -59,7 +59,7 @@ def _attempt(doc: dict[str, Any]) -> None:
             f"{w['candidate_cost_ns']:,}",
             w["ratio"],
         )
-    console.print(windows)
+    _table_or_none(windows, "speed windows: none measured")
     if doc.get("futility_limit"):
         console.print(f"  futility: R1 {doc.get('r1')} vs limit {doc['futility_limit']}")
     looks = new_table(
@@ -84,7 +84,7 @@ def _attempt(doc: dict[str, Any]) -> None:
             _d(k["pass_line"]),
             str(k["outcome"]),
         )
-    console.print(looks)
+    _table_or_none(looks, "looks: none taken")
     audit = new_table(
         "node",
         "calls",
@@ -110,7 +110,7 @@ def _attempt(doc: dict[str, Any]) -> None:
                 )
             ),
         )
-    console.print(audit)
+    _table_or_none(audit, "audit: no node graded")
     if doc.get("quality"):
         console.print(f"  quality: {doc['quality']}")
     if doc.get("fault"):
@@ -123,6 +123,11 @@ def _attempt(doc: dict[str, Any]) -> None:
         f" speedup {shown(decision.get('speedup'))} pass line {shown(decision.get('pass_line'))}"
         f" look {shown(decision.get('look_window'))}",
     ))
+
+
+def _table_or_none(table: Any, none: str) -> None:
+    """Prints ``table``, or the line ``none`` when it has no row (not headers over nothing)."""
+    console.print(table if table.row_count else none)
 
 
 def _d(value: Any) -> str:

@@ -150,6 +150,13 @@ def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() 
     )
     assert f"  fault: {doc['fault']}" in lines
     assert not any(line.startswith("  quality:") for line in lines)
+    # One window, no look and no audit: a line each says so, not headers over nothing.
+    assert "looks: none taken" in lines and "audit: no node graded" in lines
+    assert "speed windows" in lines  # a window: its table
+    assert not any("S-1 ≥ L?" in line or "near misses" in line for line in lines)
+    empty = _rendered("attempt", dict(doc, windows=[], looks=[], audit={})).splitlines()
+    assert [line for line in empty if line.endswith(("measured", "taken", "graded"))] == [
+        "speed windows: none measured", "looks: none taken", "audit: no node graded"]
     undecided = dict(doc, decision=None)
     assert _rendered("attempt", undecided).splitlines()[-1] == (
         "  verdict - reason - disposition - speedup - pass line - look -"

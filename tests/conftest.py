@@ -72,6 +72,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     of the suite, which runs on the other (CI has two). The test waits for the result; the
     key and the starter are its module's, so nothing here imports test code.
     """
+    if hasattr(session.config, "workerinput"):
+        # A pytest-xdist worker: every worker collects every test, and which one runs this
+        # test is not known yet; the test starts the check itself, in its worker.
+        return
     for item in session.items:
         module = getattr(item, "module", None)
         if getattr(item, "originalname", None) != _COMPILED_TEST or module is None:

@@ -49,7 +49,10 @@ def cli(
     *args: str | Path, db: str, cwd: Path, expect: int = 0
 ) -> subprocess.CompletedProcess[str]:
     """Runs the installed ``arena-ledger ARGS``; checks the exit code and that no traceback."""
-    env = {**os.environ, "ARENA_LEDGER_DB": db}
+    # Output to a pipe, whatever the session's terminal (pytest-xdist workers, and some
+    # shells, export COLUMNS): tables as wide as their cells.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["ARENA_LEDGER_DB"] = db
     done = subprocess.run([str(CLI), *map(str, args)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)

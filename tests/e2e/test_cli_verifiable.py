@@ -42,7 +42,10 @@ class Ledger:
 
 def cli(*args: str | Path, db: str, cwd: Path, expect: int = 0) -> subprocess.CompletedProcess[str]:
     """Runs ``arena-ledger ARGS`` and checks the exit code and that no traceback leaked."""
-    env = {**os.environ, "ARENA_LEDGER_DB": db}
+    # Output to a pipe, whatever the session's terminal (pytest-xdist workers, and some
+    # shells, export COLUMNS): tables as wide as their cells.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["ARENA_LEDGER_DB"] = db
     done = subprocess.run([sys.executable, "-m", "cli.app", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)
@@ -140,6 +143,10 @@ def test_a_checkpoint_fails_with_another_key_origin_or_one_changed_character(
 ) -> None:
     cli("key", "generate", "--name", "ops.example", "--out", "other.key", db=ledger.db,
         cwd=ledger.root)
+    # Its own proof: tests of a module may run in any order, or in other processes.
+    (ledger.root / "inc6-checked.json").write_text(cli(
+        "prove", "inclusion", "--position", "2", "--size", "6", db=ledger.db,
+        cwd=ledger.root).stdout)
     note = ledger.note6.read_text()
     (ledger.root / "changed.note").write_text(note.replace("\n6\n", "\n7\n"))
     # A byte that is not UTF-8 is a damaged note like the rest (exit 4), not bad input.
@@ -151,12 +158,12 @@ def test_a_checkpoint_fails_with_another_key_origin_or_one_changed_character(
         ("--checkpoint", "binary.note", "--key", ledger.pub),
     ]
     for extra in cases:
-        done = cli("verify-proof", "inc6.json", *extra, db=offline(ledger.root),
+        done = cli("verify-proof", "inc6-checked.json", *extra, db=offline(ledger.root),
                    cwd=ledger.root, expect=4)
         assert done.stderr.startswith(("error[signature_invalid]", "error[integrity_failure]"))
     assert "not valid UTF-8 at byte 0" in done.stderr
-    done = cli("verify-proof", "inc6.json", "--checkpoint", ledger.note6, "--key", "log.key",
-               db=offline(ledger.root), cwd=ledger.root, expect=1)
+    done = cli("verify-proof", "inc6-checked.json", "--checkpoint", ledger.note6, "--key",
+               "log.key", db=offline(ledger.root), cwd=ledger.root, expect=1)
     assert "private key" in done.stderr
 
 

@@ -4,9 +4,11 @@
 the copy what it imports, then runs the replay, fold, settlement and tracker tests with that
 copy first on the path, and writes what each step gave to OUT/result.json (written last,
 so its presence means the check ended). tests/integration/test_compiled_build.py asserts on
-it. tests/conftest.py starts this in the background when a session collects that test, so
-the two-minute build and run use the second core while the rest of the suite runs on the
-first; the test waits for it (and runs it itself when no session started it).
+it. In a one-process session (``-n 0``) tests/conftest.py starts this in the background when
+the session collects that test, so the two-minute build and run use the second core while
+the rest of the suite runs on the first; the test waits for it. Under pytest-xdist (the
+default, ``-n 2``) the test runs it itself, in its worker, while the other worker goes on.
+Its own test run is one process (``-n 0``): it already has a core of its own.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def check(out: Path) -> dict[str, Any]:
         [sys.executable, "-c", "from ledger.build import build_name; print(build_name())"],
         env=env, cwd=out, timeout=120)
     result["ran"] = _run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-n", "0",
          "--basetemp", str(out / "basetemp"), "--rootdir", str(ROOT),
          *(str(ROOT / suite) for suite in SUITES)],
         env=env, cwd=out, timeout=1200)

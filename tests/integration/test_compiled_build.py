@@ -4,8 +4,9 @@ The compiled build is opt-in (``ARENA_LEDGER_COMPILE=1``), so the plain test run
 imports it; this test keeps it honest in CI: it compiles the five modules into a scratch
 copy and runs the replay, fold, settlement and tracker tests with that copy first on the
 path, so every one of those tests exercises the compiled code. The steps live in
-``compiled_check.py``, which tests/conftest.py starts in the background as soon as a session
-has collected this test; here the result is waited for and checked.
+``compiled_check.py``, which tests/conftest.py starts in the background as soon as a
+one-process session has collected this test (under pytest-xdist, this test starts it in its
+worker); here the result is waited for and checked.
 """
 
 from __future__ import annotations

@@ -157,19 +157,20 @@ def print_as_of(as_of: int | None, position: int) -> None:
         console.print(f"as of position {position}")
 
 
-def new_table(*headers: str, widths: Mapping[str, int] | None = None, **options: Any) -> Table:
+def new_table(*headers: str, **options: Any) -> Table:
     """Returns a rich Table in the house style: cells fold onto another line rather than end
     in "…" when the terminal is too narrow (a hotkey, id or digest is shown whole), and a
-    title sits at the left. ``widths`` gives a column the width it never goes below: a
-    short id an auditor copies stays on one line, and the prose columns fold instead.
-    (rich.table is imported here, by the commands that print a table, not by every
-    command.)"""
+    title sits at the left. (rich.table is imported here, by the commands that print a
+    table, not by every command.)
+
+    No column is given a least width: rich then prints the table wider than the terminal
+    (a 100-column terminal got 102 columns with the submission id kept at 17) rather than
+    fold the other columns harder, and every line wraps on the screen.
+    """
     from rich.table import Column, Table
 
-    least = widths or {}
     options.setdefault("title_justify", "left")
-    return Table(*(Column(header, overflow="fold", min_width=least.get(header))
-                   for header in headers), **options)
+    return Table(*(Column(header, overflow="fold") for header in headers), **options)
 
 
 P = ParamSpec("P")

@@ -271,8 +271,7 @@ def submissions(
         emit_jsonl(rows)
         return
     print_as_of(as_of, position)
-    table = new_table("submission", "arena", "hotkey", "status", "reason", "cause", "next step",
-                      widths={"submission": 16})
+    table = new_table("submission", "arena", "hotkey", "status", "reason", "cause", "next step")
     for row in rows:
         table.add_row(
             row["submission_id"][:16],

@@ -181,7 +181,7 @@ def history(
         console.print(f"no submissions from {hotkey}")
         return
     table = new_table("arrival", "arena", "submission", "status", "reason", "cause",
-                      "next step", box=None, widths={"submission": len(_short("0" * 64))})
+                      "next step", box=None)
     for row in rows:
         block, index, subindex = row["arrival"]
         table.add_row(f"{block}/{index}/{subindex}", row["arena_id"],

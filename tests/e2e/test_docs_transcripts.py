@@ -33,9 +33,10 @@ def test_a_documented_session_prints_what_the_document_shows(
     session = transcripts.parse(_section(ROOT / document, start, end))
     assert sum(isinstance(step, transcripts.Command) for step in session.steps) >= 10
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARENA_LEDGER_")}
-    # The script next to this interpreter, first on PATH; tables at the documents' width.
+    # The script next to this interpreter, first on PATH; tables at the documents' width
+    # (at 100 columns rich folds a 17-character submission id over two lines).
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               COLUMNS="100", NO_COLOR="1")
+               COLUMNS="110", NO_COLOR="1")
     results = transcripts.run(session, tmp_path, env)
     problems = [f"$ {command.line}\n  {difference}"
                 for command, output in results

@@ -57,11 +57,11 @@ def _attempt(doc: dict[str, Any]) -> None:
             str(w["orientation"]),
             f"{w['stock_cost_ns']:,}",
             f"{w['candidate_cost_ns']:,}",
-            w["ratio"],
+            _d(w["ratio"]),
         )
     _table_or_none(windows, "speed windows: none measured")
     if doc.get("futility_limit"):
-        console.print(f"  futility: R1 {doc.get('r1')} vs limit {doc['futility_limit']}")
+        console.print(f"  futility: R1 {_d(doc.get('r1'))} vs limit {doc['futility_limit']}")
     looks = new_table(
         "look",
         "R1",

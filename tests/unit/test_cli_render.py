@@ -78,7 +78,7 @@ def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None
             str(w["orientation"]),
             f"{w['stock_cost_ns']:,}",
             f"{w['candidate_cost_ns']:,}",
-            w["ratio"],
+            _d(w["ratio"]),
         ]
     (look,) = doc["looks"]
     assert look["speedup"].startswith("1.01912895")  # the table cuts it, not rounds
@@ -146,8 +146,15 @@ def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() 
     lines = _rendered("attempt", doc).splitlines()
     assert (
         doc["futility_limit"]
-        and f"  futility: R1 {doc['r1']} vs limit " + doc["futility_limit"] in lines
+        and f"  futility: R1 {_d(doc['r1'])} vs limit " + doc["futility_limit"] in lines
     )
+    # A measured ratio has 34 digits; the human form cuts it (and R1) as the looks table does.
+    long = "1.047529606831256978941364422449324"
+    measured = dict(doc, r1=long, windows=[dict(doc["windows"][0], ratio=long)])
+    shown_lines = _rendered("attempt", measured).splitlines()
+    assert f"  futility: R1 1.0475296 vs limit {doc['futility_limit']}" in shown_lines
+    assert any(_cells(line)[-1:] == ["1.0475296"] for line in shown_lines if line.startswith("│"))
+    assert not any(long in line for line in shown_lines)
     assert f"  fault: {doc['fault']}" in lines
     assert not any(line.startswith("  quality:") for line in lines)
     # One window, no look and no audit: a line each says so, not headers over nothing.

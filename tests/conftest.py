@@ -17,10 +17,6 @@ connection (default ``postgresql://postgres@127.0.0.1:5432/postgres``).
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,51 +55,6 @@ def _compiled_extensions() -> list[tuple[Path, Path]]:
             source = extension.with_name(extension.name.split(".", 1)[0] + ".py")
             found.append((extension, source))
     return found
-
-
-#: The test that builds the compiled extensions (tests/integration/compiled_check.py).
-_COMPILED_TEST = "test_replay_tests_pass_on_the_compiled_build"
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Starts the compiled-build check in the background when the session will run its test.
-
-    Its build and test run take two minutes of one core; started now they overlap the rest
-    of the suite, which runs on the other (CI has two). The test waits for the result; the
-    key and the starter are its module's, so nothing here imports test code.
-    """
-    if hasattr(session.config, "workerinput"):
-        # A pytest-xdist worker: every worker collects every test, and which one runs this
-        # test is not known yet; the test starts the check itself, in its worker.
-        return
-    for item in session.items:
-        module = getattr(item, "module", None)
-        if getattr(item, "originalname", None) != _COMPILED_TEST or module is None:
-            continue
-        if module.compiler_missing() is not None:
-            return  # the test skips, saying why
-        out = Path(tempfile.mkdtemp(prefix="arena-ledger-compiled-"))
-        job = module.start(out / "check")
-        session.config.stash[module.COMPILED_CHECK] = (job, out / "check")
-        session.config.stash[_COMPILED_JOB] = (job, out)
-        return
-
-
-#: The compiled-build check this session started, and its scratch directory.
-_COMPILED_JOB = pytest.StashKey[tuple[subprocess.Popen[bytes], Path]]()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stops a compiled-build check still running (an interrupted or -x session) and removes
-    its scratch directory."""
-    started = session.config.stash.get(_COMPILED_JOB, None)
-    if started is None:
-        return
-    job, out = started
-    if job.poll() is None:
-        os.killpg(job.pid, signal.SIGKILL)  # the build or test run under it too
-        job.wait()
-    shutil.rmtree(out, ignore_errors=True)
 
 
 def pytest_report_header() -> str:

@@ -4,11 +4,8 @@
 the copy what it imports, then runs the replay, fold, settlement and tracker tests with that
 copy first on the path, and writes what each step gave to OUT/result.json (written last,
 so its presence means the check ended). tests/integration/test_compiled_build.py asserts on
-it. In a one-process session (``-n 0``) tests/conftest.py starts this in the background when
-the session collects that test, so the two-minute build and run use the second core while
-the rest of the suite runs on the first; the test waits for it. Under pytest-xdist (the
-default, ``-n 2``) the test runs it itself, in its worker, while the other worker goes on.
-Its own test run is one process (``-n 0``): it already has a core of its own.
+it, running this in its pytest-xdist worker while the other worker goes on. Its own test
+run is one process (``-n 0``): it already has a core of its own.
 """
 
 from __future__ import annotations
@@ -53,10 +50,10 @@ def compiler_missing() -> str | None:
 
 
 def start(out: Path) -> subprocess.Popen[bytes]:
-    """Starts the check in the background, writing into ``out`` (its log: ``out/log``)."""
+    """Starts the check, writing into ``out`` (its log: ``out/log``); its process group is
+    its own, so that stopping it (``os.killpg``) stops the build or test run under it."""
     out.mkdir(parents=True, exist_ok=True)
     with (out / "log").open("wb") as log:
-        # Its own process group, so that stopping it stops the build or test run under it.
         return subprocess.Popen([sys.executable, __file__, str(out)], stdout=log,
                                 stderr=subprocess.STDOUT, cwd=out, start_new_session=True)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine_bridge.decimals import is_canonical_decimal
 from engine_bridge.limits import SLOW_DELTA_REPEATS_MAX, WINDOWS_MAX
 from ledger.codec import digest
-from ledger.errors import IntegrityError, InvalidInput, NotFound, require_file
+from ledger.errors import IntegrityError, InvalidInput, NotFound, read_input
 
 if TYPE_CHECKING:
     from torch import nn
@@ -185,12 +185,7 @@ def load_file_delta(path: str | Path, entry_point: str | None = None) -> DeltaSp
     parsed, never executed, here; it must define that function at top level.
     """
     source = Path(path).resolve()
-    require_file(source, "delta file", regular=True)  # read again when loaded
-    try:
-        data = source.read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"delta file {source} cannot be read: {exc.strerror}",
-                           path=str(source)) from None
+    data = read_input(source, "delta file", regular=True)  # regular: read again when loaded
     try:
         tree = ast.parse(data, filename=str(source))
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, Final
 from ledger import merkle
 from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
 from ledger.codec import loads
-from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, NotFound
+from ledger.errors import (
+    IntegrityError,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    require_file,
+    unreadable,
+)
 from ledger.note import Checkpoint, Signer, Verifier, sign_checkpoint, verify_checkpoint
 
 if TYPE_CHECKING:
@@ -165,6 +172,7 @@ def read_file_bytes(path: Path, what: str, bytes_max: int) -> bytes:
     checkpoint note): bytes that are not UTF-8 are then damage like any other, named by
     the parser, rather than a separate input error.
     """
+    require_file(path, what)
     try:
         size = path.stat().st_size
         if size > bytes_max:
@@ -172,12 +180,8 @@ def read_file_bytes(path: Path, what: str, bytes_max: int) -> bytes:
                 f"{what} {path} is {size} bytes; the limit is {bytes_max}", path=str(path)
             )
         return path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidInput(f"{what} {path} does not exist", path=str(path)) from None
-    except IsADirectoryError:
-        raise InvalidInput(f"{what} {path} is a directory, not a file", path=str(path)) from None
     except OSError as exc:
-        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}", path=str(path)) from None
+        raise unreadable(path, what, exc) from None
 
 
 def read_text_file(path: Path, what: str, bytes_max: int) -> str:

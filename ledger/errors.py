@@ -220,11 +220,12 @@ def require_file(path: str | os.PathLike[str], what: str, *, regular: bool = Fal
     raise InvalidInput(f"{what} {os.fspath(path)} {problem}", path=os.fspath(path))
 
 
-def read_input(path: str | os.PathLike[str], what: str) -> bytes:
+def read_input(path: str | os.PathLike[str], what: str, *, regular: bool = False) -> bytes:
     """Returns the bytes of the file (or pipe) at ``path``; InvalidInput naming ``what`` and
-    ``path`` when it does not exist, is a directory or cannot be read (with the system's
-    reason: permission denied, an I/O error)."""
-    require_file(path, what)
+    ``path`` when it does not exist, is a directory (or, with ``regular``, not a regular
+    file: ``require_file``) or cannot be read (with the system's reason: permission denied,
+    an I/O error)."""
+    require_file(path, what, regular=regular)
     try:
         with open(path, "rb") as file:
             return file.read()

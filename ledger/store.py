@@ -249,9 +249,10 @@ def _read_only_media_url(path: str | None) -> str | None:
     SQLite cannot open a WAL database whose -shm file neither exists nor can be created
     (https://sqlite.org/wal.html#readonly), so a ledger on read-only media could not even
     be read. Nothing can change a file there, so opening it immutable is exact, unless a
-    -wal file holds frames: then -shm exists too and the ordinary open reads them.
+    -wal file holds frames: then -shm exists too and the ordinary open reads them. (An
+    in-memory URL never gets here: ``make_engine`` refuses it first.)
     """
-    if not path or path == ":memory:" or path.startswith("file:"):
+    if not path or path.startswith("file:"):
         return None
     try:
         flags = os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag

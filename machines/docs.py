@@ -127,7 +127,9 @@ DOMAIN's order; the first that rejects decides:
 2. No payment named and no unspent credit → `missing_eval_cost_payment`. Without a payment
    the hotkey's first unspent credit in grant order is spent (whatever its amount; the fee
    records the arena fee).
-3. The payment already consumed by another submission → `eval_cost_payment_used`.
+3. The payment already consumed by another submission, or named by another's admission
+   whose PaymentConsumed has not come yet → `eval_cost_payment_used` (and a credit named by
+   an admission is not offered again before its CreditSpent).
 4. The payment not on chain, or below the arena fee → `eval_cost_payment_invalid`.
 5. A {admissions_per_epoch_max + 1}th admission of the hotkey in its admission epoch
    (arrival `block // {epoch_blocks}`) → `hotkey_epoch_admission_limit`.
@@ -139,6 +141,11 @@ DOMAIN's order; the first that rejects decides:
 In the ledger fold, SubmissionAdmitted and SubmissionRejected are refused
 (`intake_mismatch`) unless they equal what intake derives; a rejection for a short payment
 is the appender's chain observation, every other rule is re-derived from the ledger.
+PaymentConsumed and CreditSpent must pay the fee their submission's admission recorded (kind,
+ref and, for a payment, amount) when they follow it (`fee_mismatch`); one that comes before
+the admission must then be the one the admission names (intake offers it first). A
+QualificationStarted must name an attempt already claimed for its submission
+(`attempt_not_claimed`, or `attempt_mismatch` for another submission's).
 
 ## Control outcome
 

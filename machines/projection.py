@@ -97,6 +97,24 @@ Record = tuple[int, str, str, Event]
 K = TypeVar("K")
 V = TypeVar("V")
 _MISSING: Any = object()
+
+
+class _Popped(NamedTuple):
+    """Journals a deleted key: its value and where it stood in its dict's order."""
+
+    value: Any
+    at: int
+
+
+def _reinsert(table: dict[Any, Any], key: Any, value: Any, index: int) -> None:
+    """Puts ``key`` back at ``index`` of ``table``'s order (in place: the dict is shared)."""
+    if index >= len(table):
+        table[key] = value
+        return
+    items = list(table.items())
+    items.insert(index, (key, value))
+    table.clear()
+    table.update(items)
 _SUBMISSION_EVENTS = (
     SubmissionHeld, HoldReleased, SubmissionRequeued, SubmissionExpired, QualificationStarted,
 )
@@ -351,6 +369,11 @@ def _arrival_key_of(state: SubmissionState) -> ArrivalKey:
     return state.arrival_key
 
 
+def _fee_text(fee: Fee) -> str:
+    """Names the fee a submission was admitted with, for a refused fee event's detail."""
+    return f"the submission was admitted with fee {fee.kind} {fee.ref!r} of {fee.amount_rao} rao"
+
+
 def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "") -> Refusal:
     return Refusal(machine, state, event.event_type, code, detail)
 
@@ -382,6 +405,13 @@ class LedgerFold:
         self._failed: dict[tuple[str, str], FailedRef] = {}
         #: A submission indexed in ``_failed`` as it finished → its key (archiving only).
         self._failed_of: dict[str, tuple[str, str]] = {}
+        # Admissions whose fee event has not come yet: payment ref (or credit id) -> the
+        # submission admitted with it. Intake counts such a payment as used and offers no
+        # such credit, so one payment or credit cannot admit two submissions before its
+        # PaymentConsumed or CreditSpent; the fee event must match the admission. Empty
+        # between appends of a well-formed ledger (intake appends both together).
+        self._owed_payments: dict[str, str] = {}
+        self._owed_credits: dict[str, str] = {}
         #: What intake reads: the dicts themselves, or views that read the archive too.
         self._admitted: Mapping[tuple[str, int], int] = self._admissions
         self._failures: Mapping[tuple[str, str], FailedRef] = self._failed
@@ -506,6 +536,8 @@ class LedgerFold:
                 table, key, old = journal[index]
                 if old is _MISSING:
                     del table[key]
+                elif type(old) is _Popped:
+                    _reinsert(table, key, old.value, old.at)
                 else:
                     table[key] = old
 
@@ -614,7 +646,10 @@ class LedgerFold:
     def _pop(self, table: dict[K, V], key: K) -> None:
         if key in table:
             if self._journal is not None:
-                self._journal.append((table, key, table[key]))
+                # Put back where it stood, not at the end: a dict's order is state (a
+                # hotkey's unspent credits are offered in grant order), and a decide that
+                # changed it would make this fold and a replay admit with different credits.
+                self._journal.append((table, key, _Popped(table[key], list(table).index(key))))
             del table[key]
 
     def _inner(self, table: dict[str, dict[K, V]], key: str) -> dict[K, V]:
@@ -744,9 +779,15 @@ class LedgerFold:
             claimed = self._attempts.get(event.attempt_id)
             if claimed is None and self.archive is not None:
                 claimed = self._attempt(event.attempt_id)
-            if claimed is not None and (
-                claimed.submission_id != ident or claimed.decision is not None
-            ):
+            if claimed is None:
+                if old is not None:
+                    # Claimed first (its AttemptClaimed names the submission): an attempt id
+                    # started unclaimed could later be claimed for another submission, whose
+                    # verdict would then resolve this one.
+                    return _refuse(
+                        "submission", old.status, event, "attempt_not_claimed", event.attempt_id
+                    )
+            elif claimed.submission_id != ident or claimed.decision is not None:
                 # Another submission's attempt, or a decided one whose verdict would be
                 # replayed by the next SubmissionResolved.
                 status = ABSENT if old is None else old.status
@@ -806,9 +847,16 @@ class LedgerFold:
         arena = self._arenas[submission.arena_id]
         ref = submission.payment_ref
         paid = None if ref is None else self._payment(ref)
-        consumed = {} if paid is None else {ref: paid.submission_id}
+        if paid is not None:
+            consumed = {ref: paid.submission_id}
+        else:  # admitted with, and its PaymentConsumed still to come: used all the same
+            owed = None if ref is None else self._owed_payments.get(ref)
+            consumed = {} if owed is None else {ref: owed}
         unspent = self._unspent.get(submission.hotkey)
-        credits = [] if not unspent else [CreditView(c, a) for c, a in unspent.items()]
+        taken = self._owed_credits
+        credits = [] if not unspent else [
+            CreditView(c, a) for c, a in unspent.items() if not taken or c not in taken
+        ]
         own = self._credit_of.get(submission.submission_id)
         if own is not None:
             spent = CreditView(own, self._credits[own].amount_rao, submission.submission_id)
@@ -866,6 +914,14 @@ class LedgerFold:
             return refusal
         self._store(old, result)
         if type(event) is SubmissionAdmitted:
+            fee = result.fee
+            if fee is None or fee.kind == "waived":
+                pass
+            elif fee.kind == "payment":
+                if self._payment(fee.ref) is None:  # else consumed already, by this one
+                    self._put(self._owed_payments, fee.ref, ident)
+            elif self._credit_of.get(ident) != fee.ref:  # else spent already, on this one
+                self._put(self._owed_credits, fee.ref, ident)
             key = (old.hotkey, epoch_of(old.arrival_block))
             admitted = self._admitted.get(key, 0) + 1
             if self._journal is None:
@@ -958,6 +1014,11 @@ class LedgerFold:
                 return _refuse("payment", ABSENT, event, "submission_unknown")
             if sub.arena_id != fields["arena_id"]:
                 return _refuse("payment", ABSENT, event, "arena_mismatch", sub.arena_id)
+            fee = sub.fee  # None: not admitted yet (the admission must then name this)
+            if fee is not None and (
+                fee.kind != "payment" or fee.ref != ident or fee.amount_rao != fields["amount_rao"]
+            ):
+                return _refuse("payment", ABSENT, event, "fee_mismatch", _fee_text(fee))
         result = payment_step(state, event)
         if isinstance(result, Refusal):
             return result
@@ -965,6 +1026,8 @@ class LedgerFold:
             self._payments[ident] = result  # _put without a journal (hot path)
         else:
             self._put(self._payments, ident, result)
+        if state is None:
+            self._pop(self._owed_payments, ident)
         return None
 
     def _on_credit(self, ident: str, event: Event, _: Payload) -> Refusal | None:
@@ -979,6 +1042,9 @@ class LedgerFold:
                 return _refuse("credit", state.status, event, "submission_unknown")
             if sub.hotkey != state.hotkey:
                 return _refuse("credit", state.status, event, "credit_hotkey_mismatch")
+            fee = sub.fee  # None: not admitted yet (the admission must then name this)
+            if fee is not None and (fee.kind != "credit" or fee.ref != ident):
+                return _refuse("credit", state.status, event, "fee_mismatch", _fee_text(fee))
         result = credit_step(state, event)
         if isinstance(result, Refusal):
             return result
@@ -989,6 +1055,7 @@ class LedgerFold:
             assert isinstance(event, CreditSpent)
             self._pop(self._unspent[result.hotkey], ident)
             self._put(self._credit_of, event.submission_id, ident)
+            self._pop(self._owed_credits, ident)
         return None
 
     # --- queries --------------------------------------------------------------------------
@@ -1142,6 +1209,7 @@ class LedgerFold:
             "payments": merged["payments"],
             "credits": merged["credits"],
             "unspent": {k: dict(v) for k, v in self._unspent.items() if v},
+            "owed": {"payments": dict(self._owed_payments), "credits": dict(self._owed_credits)},
             "admissions": _merged(self._admitted),
             "failed": _merged(self._failures),
             "queued": {k: dict(v) for k, v in self._queued.items() if v},

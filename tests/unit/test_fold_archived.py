@@ -129,9 +129,15 @@ def test_late_events_on_archived_streams_are_refused_as_on_a_fold_that_kept_them
         expected = kept.decide(stream, event)
         assert archived.decide(stream, event) == expected, (stream, event.event_type)
         accepted += expected is None
-    # Accepted: the refund of the archived PASS's payment, and a payment consumed for the
-    # archived FAIL (the chain shows it; the fold has no rule against it). The rest refused.
-    assert accepted == 2
+    # Accepted: the refund of the archived PASS's payment. The rest refused; a payment
+    # consumed for the archived FAIL, which was admitted with another fee, as fee_mismatch
+    # (read back from the archive: the submission left memory).
+    assert accepted == 1
+    failed = archived.submission(ids["failed"])
+    assert failed is not None and failed.fee is not None and failed.fee.ref != "pay-9"
+    assert kept.decide("payment-pay-9", PaymentConsumed(
+        payment_ref="pay-9", submission_id=ids["failed"], arena_id="mlp-arena", amount_rao=FEE
+    )).code == "fee_mismatch"  # type: ignore[union-attr]
     assert archived.snapshot() == kept.snapshot()  # decide changed nothing
 
 

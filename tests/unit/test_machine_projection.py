@@ -52,10 +52,18 @@ def _paid(sc: Scenario, ref: str, **fields: object) -> str:
     return sc.arrive(payment_ref=ref, paid_rao=FEE, **fields)  # type: ignore[arg-type]
 
 
+def _ordered(value: object) -> object:
+    """Returns ``value`` with every dict as the list of its items: a dict's order is state
+    too (a hotkey's unspent credits are offered in grant order)."""
+    if isinstance(value, dict):
+        return [(key, _ordered(inner)) for key, inner in value.items()]
+    return value
+
+
 def _code(sc: Scenario, stream: str, event: Event) -> str | None:
-    before = sc.fold.snapshot()
+    before = _ordered(sc.fold.snapshot())
     refusal = sc.fold.decide(stream, event)
-    assert sc.fold.snapshot() == before
+    assert _ordered(sc.fold.snapshot()) == before
     return None if refusal is None else refusal.code
 
 
@@ -142,7 +150,33 @@ def test_decide_batch_sees_earlier_events_and_changes_nothing() -> None:
         ("attempt-att-1", window, None),
     ]
     assert sc.fold.decide_batch(batch) == [None, None, None]
-    assert sc.fold.snapshot() == before
+    assert _ordered(sc.fold.snapshot()) == _ordered(before)
+
+
+def test_a_decided_credit_spend_leaves_the_credits_in_grant_order() -> None:
+    # decide takes the credit out and puts it back. Put back at the end of the hotkey's
+    # credits, intake would offer cr-2 next: this fold would admit with a credit that a
+    # replay of the same events refuses (intake_mismatch).
+    sc = Scenario()
+    sc.commission()
+    sc.credit("cr-1", "5Miner")
+    sc.credit("cr-2", "5Miner")
+    sc.credit("cr-3", "5Miner")
+    arrived = samples.arrived(hotkey="5Miner", content="d1")
+    sid = arrived.submission_id
+    sc.append(f"submission-{sid}", arrived)
+    offered = sc.fold.intake(sid)
+    assert isinstance(offered, Admission) and offered.ref == "cr-1"
+    assert _code(sc, "credit-cr-1", CreditSpent(submission_id=sid)) is None
+    assert _code(sc, "credit-cr-2", CreditSpent(submission_id=sid)) is None
+    before = _ordered(sc.fold.snapshot())
+    sc.fold.decide_batch([("credit-cr-1", CreditSpent(submission_id=sid), None),
+                          ("credit-cr-2", CreditSpent(submission_id=sid), None)])
+    assert _ordered(sc.fold.snapshot()) == before
+    assert sc.fold.intake(sid) == offered
+    replayed = LedgerFold()
+    replayed.consume(sc.records)
+    assert replayed.intake(sid) == offered
 
 
 def test_refused_apply_changes_nothing_and_is_kept() -> None:
@@ -235,6 +269,63 @@ def test_a_credit_this_submission_already_spent_comes_before_the_hotkeys_other_c
     )
     sc.append("submission-" + sid, admitted)
     assert sc.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
+
+
+def _admitted_alone(sc: Scenario, kind: str, ref: str, **arrival: object) -> str:
+    """Records an arrival and its admission, without the fee event that should come with it."""
+    event = samples.arrived(**arrival)  # type: ignore[arg-type]
+    sid = event.submission_id
+    sc.append("submission-" + sid, event)
+    fee = {"kind": kind, "ref": ref, "amount_rao": FEE}
+    sc.append("submission-" + sid, SubmissionAdmitted.model_validate({"block": 1_000, "fee": fee}))
+    return sid
+
+
+def test_an_admission_whose_fee_event_is_still_to_come_holds_its_payment_or_credit() -> None:
+    # One payment admitted two submissions when their PaymentConsumed never came: intake
+    # counted a payment as used only once consumed. It is used once an admission names it.
+    sc = Scenario()
+    sc.commission()
+    first = _admitted_alone(sc, "payment", "pay-1", payment_ref="pay-1", content="a")
+    again = samples.arrived(payment_ref="pay-1", content="b")
+    sc.append("submission-" + again.submission_id, again)
+    assert sc.fold.intake(again.submission_id, FEE) == Rejection("eval_cost_payment_used")
+    admitted = SubmissionAdmitted.model_validate(
+        {"block": 1_000, "fee": {"kind": "payment", "ref": "pay-1", "amount_rao": FEE}})
+    assert _code(sc, "submission-" + again.submission_id, admitted) == "intake_mismatch"
+    # The fee event must pay what the admission recorded; then the payment is consumed.
+    short = PaymentConsumed(payment_ref="pay-1", submission_id=first, arena_id="mlp-arena",
+                            amount_rao=FEE - 1)
+    assert _code(sc, "payment-pay-1", short) == "fee_mismatch"
+    sc.append("payment-pay-1", short.model_copy(update={"amount_rao": FEE}))
+    assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
+    assert sc.fold.intake(again.submission_id, FEE) == Rejection("eval_cost_payment_used")
+
+    # A credit named by an admission is not offered again before its CreditSpent.
+    sc.credit("cr-1", "5Miner")
+    sc.credit("cr-2", "5Miner")
+    owner = _admitted_alone(sc, "credit", "cr-1", hotkey="5Miner", content="c")
+    later = samples.arrived(hotkey="5Miner", content="d")
+    sc.append("submission-" + later.submission_id, later)
+    assert sc.fold.intake(later.submission_id) == Admission("credit", "cr-2", FEE)
+    assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {"cr-1": owner}}
+    assert _code(sc, "credit-cr-2", CreditSpent(submission_id=owner)) == "fee_mismatch"
+    sc.append("credit-cr-1", CreditSpent(submission_id=owner))
+    assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
+
+
+def test_a_fee_event_for_a_submission_admitted_with_another_fee_is_refused() -> None:
+    sc = Scenario()
+    sc.commission()
+    sc.credit("cr-1", "5Miner")
+    paid = _paid(sc, "pay-1", hotkey="5Miner", content="paid")
+    assert _code(sc, "credit-cr-1", CreditSpent(submission_id=paid)) == "fee_mismatch"
+    waived_arena = Scenario()
+    waived_arena.commission(fee_rao=0)
+    waived = waived_arena.arrive()
+    consumed = PaymentConsumed(payment_ref="pay-2", submission_id=waived, arena_id="mlp-arena",
+                               amount_rao=FEE)
+    assert _code(waived_arena, "payment-pay-2", consumed) == "fee_mismatch"
 
 
 def test_intake_is_enforced_on_admission_and_rejection() -> None:
@@ -454,6 +545,22 @@ def test_detail_keeps_decided_attempts_and_refold_rebuilds_them() -> None:
     assert lean.fold.refold_attempt(stream) == kept
     with pytest.raises(ValueError, match="AttemptClaimed"):
         lean.fold.refold_attempt(stream[1:])
+
+
+def test_an_attempt_is_claimed_before_it_starts_so_no_other_verdict_resolves_it() -> None:
+    # Started unclaimed, "att-x" could then be claimed for another submission, and that
+    # one's FAIL would resolve (and index as a failed duplicate) this one.
+    sc = Scenario()
+    state = sc.commission(fee_rao=0)
+    mine, other = sc.arrive(content="mine"), sc.arrive(content="other")
+    early = QualificationStarted(attempt_id="att-x")
+    assert _code(sc, "submission-" + mine, early) == "attempt_not_claimed"
+    sc.claim(other, "att-x")  # claims and starts it for the other submission
+    assert _code(sc, "submission-" + mine, early) == "attempt_mismatch"
+    claim = samples.claimed(mine, state.commission_digest, attempt_id="att-y")
+    assert sc.fold.decide_batch([("attempt-att-y", claim, None),
+                                 ("submission-" + mine, QualificationStarted(attempt_id="att-y"),
+                                  None)]) == [None, None]
 
 
 def test_a_decided_attempt_cannot_be_started_again() -> None:

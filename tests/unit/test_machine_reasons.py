@@ -15,7 +15,9 @@ from ledger.events import (
     Event,
     HoldReleased,
     InfrastructureFault,
+    PaymentConsumed,
     PaymentReleased,
+    QualificationStarted,
     SubmissionAdmitted,
     SubmissionExpired,
     SubmissionHeld,
@@ -116,6 +118,13 @@ def _expiry() -> str:
     return "sla_expired"
 
 
+def _fee_for_a_waived_admission() -> str:
+    sc, sid = _world()  # no fee: admitted as waived
+    consumed = PaymentConsumed(payment_ref="pay-2", submission_id=sid, arena_id="mlp-arena",
+                               amount_rao=BILLION)
+    return _decide(sc, "payment-pay-2", consumed)
+
+
 def _refusal_scenarios() -> dict[str, Callable[[], str]]:
     sid_of = samples.arrived().submission_id
     w = samples.window
@@ -179,6 +188,9 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
         "attempt_mismatch": lambda: _decide(_in_attempt(SLOW), sub_stream,
                                             resolved().model_copy(update={"attempt_id": "zz"})),
         "attempt_not_decided": lambda: _decide(_in_attempt(SLOW), sub_stream, resolved()),
+        "attempt_not_claimed": lambda: _decide(
+            queued()[0], sub_stream, QualificationStarted(attempt_id="att-unclaimed")
+        ),
         "resolution_mismatch": lambda: _decide(
             decided_slow(), sub_stream, resolved("speed_threshold_not_met")
         ),
@@ -252,6 +264,7 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
             samples.decided(_derived(_in_attempt(SLOW)), block=1),
         ),
         "credit_hotkey_mismatch": lambda: _foreign_credit(),
+        "fee_mismatch": lambda: _fee_for_a_waived_admission(),
         "payment_submission_mismatch": lambda: _decide(
             _world(fee=BILLION)[0], "payment-pay-1",
             PaymentReleased(submission_id="9" * 64, reason="refund"),

@@ -262,8 +262,8 @@ def options_named(**options: str) -> Iterator[None]:
 
 
 def counted(number: int, noun: str) -> str:
-    """Returns "1 settlement", "0 settlements", "2 settlements": a count and its noun."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+    """Returns "1 settlement", "0 settlements", "2,046 settlements": a count and its noun."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
 
 
 def shown(value: Any) -> str:

@@ -163,6 +163,16 @@ def replay(
     from_bundle: str | None = typer.Option(
         None, "--from-bundle", help="Replay an exported bundle instead of the database."
     ),
+    key: Path | None = typer.Option(
+        None,
+        "--key",
+        help="With --from-bundle: the publisher's public key (KEY.pub); the bundle is first "
+        "verified whole as verify-bundle does (checkpoint signature, Merkle root).",
+    ),
+    origin: str | None = typer.Option(
+        None, "--origin", help="With --key: the checkpoint origin to expect "
+        "(default: arena-ledger/<key name>)."
+    ),
     in_memory: bool = typer.Option(
         False,
         "--in-memory",
@@ -176,37 +186,59 @@ def replay(
     from ledger.replay import expected_digest
 
     expect = expected_digest(expect)  # before anything is read: a bad one could never match
+    if key is not None and from_bundle is None:
+        raise InvalidInput("--key checks a bundle's signature: give --from-bundle", path="--key")
+    if origin is not None and key is None:
+        raise InvalidInput("--origin names the origin --key's signature must have: give --key",
+                           path="--origin")
     started, cpu = time.perf_counter(), time.process_time()
     if from_bundle is not None:
-        report = _replay_bundle(from_bundle, as_of, expect, as_json, in_memory)
+        report = _replay_bundle(from_bundle, as_of, expect, as_json, in_memory, key, origin)
     else:
         report = _replay_store(as_of, expect, as_json, in_memory)
     # Timed here, not in the report: the report is the same on every machine and source.
     timing = throughput(
         report.events, time.perf_counter() - started, time.process_time() - cpu
     )
+    bundle = None if from_bundle is None else _bundle_json(from_bundle, report.bundle)
     if as_json:
-        emit_json({**report.to_json(), "timing": timing})
+        emit_json({**report.to_json(), "timing": timing, **({"bundle": bundle} if bundle else {})})
     else:
-        _render_replay(report, timing)
+        _render_replay(report, timing, bundle)
     if not report.ok:
         raise typer.Exit(4)
 
 
 def _replay_bundle(
-    bundle: str, as_of: int | None, expect: str | None, quiet: bool, in_memory: bool
+    bundle: str,
+    as_of: int | None,
+    expect: str | None,
+    quiet: bool,
+    in_memory: bool,
+    key: Path | None,
+    origin: str | None,
 ) -> Any:
-    from ledger.bundle import read_bundle_rows
-    from ledger.replay import replay_rows
+    from ledger.bundle import read_manifest
+    from ledger.checkpoint import load_verifier
+    from ledger.replay import replay_bundle
 
     path = Path(bundle)
     if not path.exists():
         raise InvalidInput(f"bundle {bundle} does not exist", path=bundle)
-    rows, total = read_bundle_rows(path, as_of)
-    with _progress(total, quiet) as advance:
-        return replay_rows(
-            rows, expect=expect, progress=advance, archive_finished=not in_memory
+    verifier = None if key is None else load_verifier(key)
+    events = read_manifest(path).events
+    with _progress(events if as_of is None else min(as_of, events), quiet) as advance:
+        return replay_bundle(
+            path, as_of, expect=expect, progress=advance, archive_finished=not in_memory,
+            verifier=verifier, origin=origin,
         )
+
+
+def _bundle_json(path: str, checked: Any) -> dict[str, Any]:
+    """Says what was checked of a replayed bundle beyond its lines and manifest totals."""
+    if checked is None:
+        return {"path": path, "signature_checked": False, "checkpoint_origin": None}
+    return {**checked.to_json(), "path": path}
 
 
 def _replay_store(as_of: int | None, expect: str | None, quiet: bool, in_memory: bool) -> Any:
@@ -252,7 +284,9 @@ class _progress:
             self.bar.stop()
 
 
-def _render_replay(report: Any, timing: dict[str, Any]) -> None:
+def _render_replay(
+    report: Any, timing: dict[str, Any], bundle: dict[str, Any] | None = None
+) -> None:
     status = "OK" if report.ok else "DIVERGED"
     console.print(
         f"replay {status}: {counted(report.events, 'event')} to position "
@@ -266,6 +300,12 @@ def _render_replay(report: Any, timing: dict[str, Any]) -> None:
     )
     console.print(f"head hash {report.head_hash}")
     console.print(f"settlement digest {report.settlement_digest or '-'}")
+    if bundle is not None:
+        console.print(
+            f"bundle signature verified: checkpoint of {bundle['checkpoint_origin']}"
+            if bundle["signature_checked"]
+            else "bundle signature not checked (--key KEY.pub checks it, as verify-bundle does)"
+        )
     if report.divergence is not None:
         d = report.divergence
         console.print(

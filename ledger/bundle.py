@@ -610,20 +610,22 @@ def _scan_events(bundle: Path, expected_events: int) -> _Scan:
     return _scan_sequential(bundle)
 
 
-def _check_totals(scan: _Scan, manifest: Manifest) -> None:
-    """Compares what the pass computed with what the (signed) manifest states."""
+def _check_totals(scan: _Scan, manifest: Manifest, *, root: bool = True) -> None:
+    """Compares what the pass computed with what the (signed) manifest states; ``root``
+    False leaves the Merkle root out (a pass that did not build the tree)."""
     checks = (
-        ("events", scan.events, manifest.events),
+        ("event count", scan.events, manifest.events),
         ("head hash", scan.head_hash, manifest.head_hash),
-        ("Merkle root", scan.merkle_root, manifest.merkle_root),
+        ("Merkle root", scan.merkle_root if root else manifest.merkle_root, manifest.merkle_root),
         ("events.jsonl sha256", scan.sha256, manifest.events_sha256),
         ("events.jsonl size in bytes", scan.bytes, manifest.events_bytes),
     )
     for name, computed, stated in checks:
         if computed != stated:
+            shown = [f"{v:,}" if type(v) is int else v for v in (computed, stated)]
             raise IntegrityError(
-                f"the bundle's {name} is {computed} but {MANIFEST_FILE} states {stated}; the "
-                "events file was truncated, extended or rewritten",
+                f"the bundle's {name} is {shown[0]} but {MANIFEST_FILE} states {shown[1]}; "
+                "the events file was truncated, extended or rewritten",
                 reason="manifest_mismatch",
             )
 
@@ -973,19 +975,34 @@ def read_bundle_events(
 def read_bundle_rows(bundle: Path, as_of: int | None = None) -> tuple[Iterator[Row], int]:
     """Is ``read_bundle_events`` yielding the plain rows (the store's columns) instead.
 
-    Replay reads these: it needs the columns, not a RecordedEvent per event.
+    Replay reads these: it needs the columns, not a RecordedEvent per event. Past ``as_of``
+    the lines are still read and chained, not yielded: once the file ends, its line count,
+    head hash, SHA-256 and size must be those the manifest states, or IntegrityError
+    (``manifest_mismatch``) is raised, so a truncated, extended or rewritten events file
+    never replays as a shorter ledger that "matches". The Merkle root and the checkpoint's
+    signature are ``verify_bundle``'s to check (it needs the verifier key).
     """
     manifest = read_manifest(bundle)
     total = manifest.events if as_of is None else min(as_of, manifest.events)
 
     def rows() -> Iterator[Row]:
-        previous = bytes(32)
-        check = _check_line
+        previous, check, number, size = bytes(32), _check_line, 0, 0
+        digest, most = _sha256(), bundle_line_bytes_max + 1  # a line and its newline
         with (bundle / EVENTS_FILE).open("rb") as source:
-            for number, line in enumerate(source, start=1):
-                if number > total:
-                    return
-                row, previous = check(line.rstrip(b"\n"), number, previous)
-                yield row
+            read = source.readline
+            while line := read(most + 1):  # never a whole endless line in memory
+                number += 1
+                digest.update(line)
+                size += len(line)
+                if line[-1:] != b"\n":
+                    if len(line) > most:
+                        raise LimitExceeded(f"{EVENTS_FILE} line {number} is over "
+                                            f"{bundle_line_bytes_max} bytes", line=number)
+                    raise _line_error(number, "does not end in a newline (the file is truncated)")
+                row, previous = check(line[:-1], number, previous)
+                if number <= total:
+                    yield row
+        head = previous.hex() if number else GENESIS_HASH
+        _check_totals(_Scan(number, head, "", digest.hexdigest(), size), manifest, root=False)
 
     return rows(), total

@@ -93,6 +93,10 @@ class ReplayReport:
     divergence: Divergence | None = None
     expected_digest: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: ``replay_bundle`` given a verifier: the bundle's own verification
+    #: (``ledger.bundle.BundleReport``: signature, Merkle root, digests), else None. Not in
+    #: ``to_json``: the report is the same from every source.
+    bundle: Any = None
 
     @property
     def ok(self) -> bool:
@@ -544,13 +548,24 @@ def replay_bundle(
     expect: str | None = None,
     progress: Callable[[int], None] | None = None,
     archive_finished: bool = True,
+    verifier: Any = None,
+    origin: str | None = None,
 ) -> ReplayReport:
     """Replays an exported bundle's events.jsonl up to ``as_of`` (default: all of it).
 
-    Each line is checked as ``read_bundle_events`` checks it; a bad line raises
-    IntegrityError naming it.
+    Each line is checked as ``read_bundle_events`` checks it; a bad line, or an events file
+    whose count, head hash, SHA-256 or size is not its manifest's, raises IntegrityError
+    naming it (``read_bundle_rows``). Given a ``verifier`` (``ledger.note.Verifier``), the
+    bundle is first verified whole as ``verify_bundle`` does (the checkpoint's signature,
+    its ``origin``, the Merkle root), before anything is folded; ``report.bundle`` then
+    holds that BundleReport.
     """
-    from ledger.bundle import read_bundle_rows
+    from ledger.bundle import read_bundle_rows, verify_bundle
 
+    checked = None if verifier is None else verify_bundle(bundle, verifier, origin=origin)
     rows, _ = read_bundle_rows(bundle, as_of)
-    return replay_rows(rows, expect=expect, progress=progress, archive_finished=archive_finished)
+    report = replay_rows(
+        rows, expect=expect, progress=progress, archive_finished=archive_finished
+    )
+    report.bundle = checked
+    return report

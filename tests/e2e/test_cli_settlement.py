@@ -253,6 +253,48 @@ def test_replay_from_an_exported_bundle_gives_the_same_digest(
     assert broken.stderr.startswith("error[integrity_failure] [line 41]: ")
 
 
+def test_replay_from_a_signed_bundle_checks_its_signature_and_its_whole_file(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    db, _ = ledger_db
+    cli("key", "generate", "--name", "validator.example", "--out", "v.key", db=db, cwd=tmp_path)
+    cli("export", "bundle", "--key", "v.key", db=db, cwd=tmp_path)
+    offline = f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"
+
+    checked = as_json(cli("replay", "--from-bundle", "bundle", "--key", "v.key.pub", "--json",
+                          db=offline, cwd=tmp_path))
+    assert (checked["ok"], checked["events"]) == (True, 79)
+    assert {k: checked["bundle"][k] for k in ("path", "signature_checked", "checkpoint_origin")} \
+        == {"path": "bundle", "signature_checked": True,
+            "checkpoint_origin": "arena-ledger/validator.example"}
+    assert checked["bundle"]["head_hash"] == checked["head_hash"]
+    human = cli("replay", "--from-bundle", "bundle", "--key", "v.key.pub", "--as-of", "40",
+                db=offline, cwd=tmp_path).stdout.splitlines()
+    from_store = cli("replay", "--as-of", "40", db=db, cwd=tmp_path).stdout.splitlines()
+    assert human[0] == from_store[0] and human[0].startswith("replay OK: 40 events to position 40")
+    assert human[2:4] == from_store[2:4]  # head hash, settlement digest
+    assert human[-1] == "bundle signature verified: checkpoint of arena-ledger/validator.example"
+    unchecked = cli("replay", "--from-bundle", "bundle", db=offline, cwd=tmp_path).stdout
+    assert unchecked.splitlines()[-1] == (
+        "bundle signature not checked (--key KEY.pub checks it, as verify-bundle does)")
+
+    # The last line gone: replay up to 40 still reads (and fails on) the whole file.
+    cut = tmp_path / "cut"
+    shutil.copytree(tmp_path / "bundle", cut)
+    lines = (cut / "events.jsonl").read_bytes().splitlines(keepends=True)
+    (cut / "events.jsonl").write_bytes(b"".join(lines[:-1]))
+    for extra in ((), ("--key", "v.key.pub")):
+        failed = cli("replay", "--from-bundle", cut, "--as-of", "40", *extra, db=offline,
+                     cwd=tmp_path, expect=4)
+        assert failed.stdout == ""
+        assert failed.stderr.startswith("error[integrity_failure]: ")
+        assert "event count is 78 but manifest.json states 79" in failed.stderr
+
+    for args, named in ((("--key", "v.key.pub"), "--key"), (("--origin", "x"), "--origin")):
+        wrong = cli("replay", *args, db=db, cwd=tmp_path, expect=1)
+        assert wrong.stderr.startswith(f"error[invalid_input] [path {named}]: "), wrong.stderr
+
+
 def test_a_misspelt_arena_or_digest_is_one_error_line_naming_it(
     ledger_db: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:

@@ -115,6 +115,8 @@ def _reinsert(table: dict[Any, Any], key: Any, value: Any, index: int) -> None:
     items.insert(index, (key, value))
     table.clear()
     table.update(items)
+
+
 _SUBMISSION_EVENTS = (
     SubmissionHeld, HoldReleased, SubmissionRequeued, SubmissionExpired, QualificationStarted,
 )
@@ -372,6 +374,11 @@ def _arrival_key_of(state: SubmissionState) -> ArrivalKey:
 def _fee_text(fee: Fee) -> str:
     """Names the fee a submission was admitted with, for a refused fee event's detail."""
     return f"the submission was admitted with fee {fee.kind} {fee.ref!r} of {fee.amount_rao} rao"
+
+
+def _owed_text(owner: str) -> str:
+    """Says whose admission a payment or credit already pays, for a refusal's detail."""
+    return f"it pays the fee of submission {owner[:16]}'s admission"
 
 
 def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "") -> Refusal:
@@ -1015,7 +1022,11 @@ class LedgerFold:
             if sub.arena_id != fields["arena_id"]:
                 return _refuse("payment", ABSENT, event, "arena_mismatch", sub.arena_id)
             fee = sub.fee  # None: not admitted yet (the admission must then name this)
-            if fee is not None and (
+            if fee is None:
+                owner = self._owed_payments.get(ident)
+                if owner is not None and owner != sub.submission_id:
+                    return _refuse("payment", ABSENT, event, "fee_mismatch", _owed_text(owner))
+            elif (
                 fee.kind != "payment" or fee.ref != ident or fee.amount_rao != fields["amount_rao"]
             ):
                 return _refuse("payment", ABSENT, event, "fee_mismatch", _fee_text(fee))
@@ -1043,7 +1054,11 @@ class LedgerFold:
             if sub.hotkey != state.hotkey:
                 return _refuse("credit", state.status, event, "credit_hotkey_mismatch")
             fee = sub.fee  # None: not admitted yet (the admission must then name this)
-            if fee is not None and (fee.kind != "credit" or fee.ref != ident):
+            if fee is None:
+                owner = self._owed_credits.get(ident)
+                if owner is not None and owner != sub.submission_id:
+                    return _refuse("credit", state.status, event, "fee_mismatch", _owed_text(owner))
+            elif fee.kind != "credit" or fee.ref != ident:
                 return _refuse("credit", state.status, event, "fee_mismatch", _fee_text(fee))
         result = credit_step(state, event)
         if isinstance(result, Refusal):

@@ -297,6 +297,9 @@ def test_an_admission_whose_fee_event_is_still_to_come_holds_its_payment_or_cred
     short = PaymentConsumed(payment_ref="pay-1", submission_id=first, arena_id="mlp-arena",
                             amount_rao=FEE - 1)
     assert _code(sc, "payment-pay-1", short) == "fee_mismatch"
+    # Nor can the other submission consume it first (the fee-first order intake allows).
+    theirs = short.model_copy(update={"submission_id": again.submission_id, "amount_rao": FEE})
+    assert _code(sc, "payment-pay-1", theirs) == "fee_mismatch"
     sc.append("payment-pay-1", short.model_copy(update={"amount_rao": FEE}))
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
     assert sc.fold.intake(again.submission_id, FEE) == Rejection("eval_cost_payment_used")
@@ -310,6 +313,9 @@ def test_an_admission_whose_fee_event_is_still_to_come_holds_its_payment_or_cred
     assert sc.fold.intake(later.submission_id) == Admission("credit", "cr-2", FEE)
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {"cr-1": owner}}
     assert _code(sc, "credit-cr-2", CreditSpent(submission_id=owner)) == "fee_mismatch"
+    # Nor can another submission spend it first (the fee-first order intake allows).
+    assert _code(sc, "credit-cr-1", CreditSpent(submission_id=later.submission_id)) \
+        == "fee_mismatch"
     sc.append("credit-cr-1", CreditSpent(submission_id=owner))
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
 

@@ -925,7 +925,9 @@ class LedgerFold:
             if fee is None or fee.kind == "waived":
                 pass
             elif fee.kind == "payment":
-                if self._payment(fee.ref) is None:  # else consumed already, by this one
+                # Consumed already (by this one, intake says) when in _payments: a live
+                # submission's payment is in memory, so no archive read.
+                if fee.ref not in self._payments:
                     self._put(self._owed_payments, fee.ref, ident)
             elif self._credit_of.get(ident) != fee.ref:  # else spent already, on this one
                 self._put(self._owed_credits, fee.ref, ident)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ledger import merkle
+from ledger import limits, merkle
 from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
 from ledger.codec import loads
 from ledger.errors import (
@@ -126,12 +126,29 @@ def default_origin(key_name: str) -> str:
     return f"{ORIGIN_PREFIX}{key_name}"
 
 
+def _require_storable(origin: str | None, key_name: str) -> None:
+    """Raises LimitExceeded for an origin or key name longer than the store keeps
+    (``limits.checkpoint_origin_chars_max``, ``limits.key_name_chars_max``)."""
+    if isinstance(key_name, str) and len(key_name) > limits.key_name_chars_max:
+        raise LimitExceeded(
+            f"key name is {len(key_name)} characters; at most {limits.key_name_chars_max}",
+            key_name=key_name[:40] + "…",
+        )
+    if isinstance(origin, str) and len(origin) > limits.checkpoint_origin_chars_max:
+        raise LimitExceeded(
+            f"checkpoint origin is {len(origin)} characters; at most "
+            f"{limits.checkpoint_origin_chars_max}",
+            origin=origin[:40] + "…",
+        )
+
+
 def write_key_files(name: str, out: Path, *, force: bool = False) -> KeyFiles:
     """Generates an Ed25519 key named ``name``; writes ``out`` (0600) and ``out.pub``.
 
     Refuses to replace either file unless ``force`` is set, so a key in use is never lost
-    by a repeated command.
+    by a repeated command; and a name longer than the store keeps beside a checkpoint.
     """
+    _require_storable(None, name)
     signer = Signer.generate(name)
     public = public_key_path(out)
     if not force:
@@ -251,8 +268,9 @@ def sign_tree(
     store: EventStore, signer: Signer, origin: str | None = None, size: int | None = None
 ) -> IssuedCheckpoint:
     """Signs the Merkle root at ``size`` (the head when None), stores the note, returns it."""
-    tree_size, root = store.merkle_root(size)
     origin = default_origin(signer.name) if origin is None else origin
+    _require_storable(origin, signer.name)  # before anything is read or signed
+    tree_size, root = store.merkle_root(size)
     note = sign_checkpoint(Checkpoint(origin, tree_size, root), signer)
     row_id = store.add_checkpoint(tree_size, root.hex(), origin, signer.name, note)
     return IssuedCheckpoint(row_id, tree_size, root.hex(), origin, signer.name, note)

@@ -180,6 +180,36 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+#: A ``\uD800``-``\uDFFF`` escape: half of a UTF-16 surrogate pair, or a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogates(value: Any, where: str) -> None:
+    """Raises CanonicalFormError for a string or key holding a lone surrogate.
+
+    JSON can spell one (``"\ud800"``) but it has no UTF-8 form: whatever took it in would
+    fail later, outside this error's contract (verify-proof printed a TypeError). A pair
+    spelt as two escapes is one character by then and passes.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise CanonicalFormError(
+                    f"{where} holds a lone UTF-16 surrogate (\\u{ord(item[exc.start]):04x}), "
+                    "which has no UTF-8 form",
+                    path="$",
+                ) from None
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def loads(data: bytes | str, *, where: str = "input") -> Any:
     """Parses untrusted JSON strictly: valid UTF-8, no duplicate keys, no NaN or Infinity."""
     if isinstance(data, (bytes, bytearray)):
@@ -192,9 +222,12 @@ def loads(data: bytes | str, *, where: str = "input") -> Any:
     else:
         text = data
     try:
-        return json.loads(
+        value = json.loads(
             text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant
         )
+        if _SURROGATE_ESCAPE.search(text) is not None:  # rare: walk only then
+            _refuse_lone_surrogates(value, where)
+        return value
     except json.JSONDecodeError as exc:
         raise CanonicalFormError(
             f"{where} is not valid JSON: {exc.msg} at column {exc.colno}", path="$"

@@ -9,10 +9,12 @@ from __future__ import annotations
 __all__ = [
     "actor_chars_max",
     "batch_events_max",
+    "checkpoint_origin_chars_max",
     "digest_hex_chars",
     "idempotency_key_chars_max",
     "json_depth_max",
     "json_integer_abs_max",
+    "key_name_chars_max",
     "payload_bytes_max",
     "read_page_events",
     "stream_name_chars_max",
@@ -31,6 +33,12 @@ type_name_chars_max = 64
 actor_chars_max = 128
 #: Longest idempotency key, in characters.
 idempotency_key_chars_max = 128
+#: Longest origin line of a checkpoint the store keeps, in characters (its column is
+#: VARCHAR(256) on PostgreSQL; SQLite would keep more, and the two must agree).
+checkpoint_origin_chars_max = 256
+#: Longest name of a key that signs this ledger's checkpoints, in characters (stored beside
+#: each checkpoint; the default origin, "arena-ledger/" + name, stays within the origin's).
+key_name_chars_max = 128
 #: Deepest nesting of arrays and objects in a payload.
 json_depth_max = 32
 #: Largest magnitude of a JSON integer: 2**53 - 1, the interoperable range of RFC 8785 / I-JSON.

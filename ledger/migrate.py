@@ -119,6 +119,7 @@ def _run(action: Any, url: str) -> str:
 
 def upgrade(url: str, revision: str = "head", *, sql: bool = False) -> str:
     """Upgrades the store to ``revision``; with ``sql`` returns the SQL instead of running it."""
+    require_revision(revision)
     if sql:
         return _run(lambda: command.upgrade(alembic_config(url), revision, sql=True), url)
     with _connected(url, create=True) as cfg:
@@ -136,8 +137,11 @@ def downgrade(
     downgrades are meant for an empty or test ledger, and one mistyped revision must not
     delete a ledger. The check and the downgrade run in one transaction, holding the
     migration lock (SQLite: the write lock; PostgreSQL: the tables are locked against
-    writers first), so no append lands between them.
+    writers first), so no append lands between them. ``revision`` is what
+    ``require_revision`` accepts; a target the check cannot place in the shipped history is
+    refused rather than let through.
     """
+    require_revision(revision)
     if sql:
         return _run(
             lambda: command.downgrade(alembic_config(url), f"head:{revision}", sql=True), url
@@ -192,7 +196,11 @@ def _shipped() -> ScriptDirectory:
 
 def _reversed_by(at: str | None, revision: str) -> list[str]:
     """Returns the revisions a downgrade from ``at`` to ``revision`` reverses (the shipped
-    history is one line). Empty where alembic will refuse the target itself."""
+    history is one line); empty for a target at or above ``at``, which alembic refuses.
+
+    Fails closed: a target it cannot place (``head-3``, ``<rev>-1``: alembic resolves those,
+    this did not, and let a downgrade drop recorded events unchecked) raises InvalidInput.
+    """
     script = _shipped()
     oldest_first = [rev.revision for rev in reversed(list(script.walk_revisions()))]
     if at not in oldest_first:
@@ -206,9 +214,13 @@ def _reversed_by(at: str | None, revision: str) -> list[str]:
         try:
             found = script.get_revision(revision)
         except CommandError:
-            return []  # a name alembic will refuse ("head" is found: a target at or above)
+            found = None
         if found is None or found.revision not in oldest_first:
-            return []  # no single shipped revision (typed as possible; none is shipped)
+            raise InvalidInput(
+                f"cannot downgrade to {revision!r}: name a shipped revision, base or -N "
+                "(steps back from the database's revision)",
+                path="revision",
+            )
         target = oldest_first.index(found.revision)
     return oldest_first[target + 1 : now + 1] if target >= -1 else []
 

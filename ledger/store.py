@@ -730,11 +730,15 @@ class EventStore:
         self, tree_size: int, root_hash: str, origin: str, key_name: str, note: str
     ) -> int:
         """Stores a signed checkpoint note (its own table, append-only) and returns its id."""
+        # PostgreSQL says which id it gave (RETURNING): MAX(id) after the INSERT, under READ
+        # COMMITTED, could be another writer's checkpoint committed in between. SQLite
+        # writes one at a time and its lastrowid is this row's.
+        returning = "" if self.backend == "sqlite" else " RETURNING id"
         with self.engine.begin() as conn:
             result = conn.execute(
                 text(
                     "INSERT INTO checkpoints (tree_size, root_hash, origin, key_name, note, "
-                    "created_at) VALUES (:s, :r, :o, :k, :n, :c)"
+                    f"created_at) VALUES (:s, :r, :o, :k, :n, :c){returning}"
                 ),
                 {
                     "s": tree_size,
@@ -745,11 +749,7 @@ class EventStore:
                     "c": self.clock(),
                 },
             )
-            return (
-                int(result.lastrowid or 0)
-                if self.backend == "sqlite"
-                else int(conn.execute(text("SELECT MAX(id) FROM checkpoints")).scalar() or 0)
-            )
+            return int(result.lastrowid or 0) if not returning else int(result.scalar_one())
 
     @_store_errors
     def checkpoints(

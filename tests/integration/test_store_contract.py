@@ -591,6 +591,29 @@ def test_checkpoints_are_kept_in_order_and_listed_newest_first(
     assert [c["id"] for c in store.checkpoints(limit=2)] == [22, 21]
 
 
+@pytest.mark.postgres
+def test_a_checkpoint_id_is_its_own_when_another_writer_adds_one_meanwhile(
+    pg_database: str,
+) -> None:
+    # SQLite writes one at a time; on PostgreSQL another writer can commit a checkpoint
+    # between this INSERT and its commit, and SELECT MAX(id) then returned that one's id.
+    from ledger import migrate
+
+    migrate.upgrade(pg_database)
+    with EventStore(pg_database) as mine, EventStore(pg_database) as theirs:
+        theirs_ids: list[int] = []
+
+        @sa_event.listens_for(mine.engine, "after_cursor_execute")
+        def meanwhile(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if statement.startswith("INSERT INTO checkpoints") and not theirs_ids:
+                theirs_ids.append(theirs.add_checkpoint(2, "bb" * 32, "o", "k", "theirs"))
+
+        own = mine.add_checkpoint(1, "aa" * 32, "o", "k", "mine")
+        notes = {c["id"]: c["note"] for c in mine.checkpoints()}
+    assert own != theirs_ids[0]
+    assert notes == {own: "mine", theirs_ids[0]: "theirs"}
+
+
 def test_reads_through_a_given_connection_see_its_transaction(
     store: EventStore, draft: Draft
 ) -> None:

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 from tampering import triggers_bypassed
 
-from ledger import merkle
+from ledger import limits, merkle
 from ledger.bundle import export_bundle, import_bundle
 from ledger.checkpoint import (
     consistency_document,
@@ -21,8 +21,9 @@ from ledger.checkpoint import (
     open_checkpoint,
     sign_tree,
     verify_proof,
+    write_key_files,
 )
-from ledger.errors import IntegrityError, InvalidInput, NotFound
+from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, NotFound
 from ledger.model import EventDraft
 from ledger.note import Signer
 from ledger.store import EventStore
@@ -58,6 +59,29 @@ def test_a_checkpoint_signs_the_head_and_is_stored_newest_first(
     listed = store.checkpoints()
     assert [row["id"] for row in listed] == [issued.id, empty.id]
     assert listed[0]["note"] == issued.note and listed[0]["key_name"] == "ops.example"
+
+
+def test_an_origin_or_key_name_longer_than_the_store_keeps_is_refused_on_both_backends(
+    store: EventStore, draft: Draft, signer: Signer, tmp_path: Path
+) -> None:
+    # PostgreSQL's columns hold 256 characters; SQLite kept more, so the same command
+    # worked on one backend and failed on the other after the note was signed.
+    _fill(store, draft, 1, 3)
+    longest = "o" * limits.checkpoint_origin_chars_max
+    assert sign_tree(store, signer, origin=longest).origin == longest
+    with pytest.raises(LimitExceeded, match="checkpoint origin is 257 characters; at most 256"):
+        sign_tree(store, signer, origin=longest + "o")
+    named = Signer.generate("k" * (limits.key_name_chars_max + 1))
+    with pytest.raises(LimitExceeded, match="key name is 129 characters; at most 128"):
+        sign_tree(store, named)
+    assert [row["origin"] for row in store.checkpoints()] == [longest]
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    with pytest.raises(LimitExceeded, match="key name is 129 characters"):
+        write_key_files(named.name, keys / "k.key")
+    assert list(keys.iterdir()) == []
+    made = write_key_files("k" * limits.key_name_chars_max, keys / "k.key")
+    assert made.key_name == "k" * limits.key_name_chars_max
 
 
 def test_store_proofs_equal_the_reference_tree_and_verify_at_every_position(

@@ -173,6 +173,17 @@ def test_the_full_walk_limits_nesting_as_the_fast_path_does() -> None:
         normalise({"a": {"b": _nested_tuples(limits.json_depth_max - 1)}})
 
 
+@pytest.mark.parametrize(
+    "text", [r'{"a":"\ud800"}', r'{"\uDFFF":1}', r'[1,{"b":["x\udbff"]}]', r'"\ud83d x"']
+)
+def test_loads_refuses_a_lone_surrogate_escape_and_keeps_a_pair(text: str) -> None:
+    # JSON can spell a lone surrogate; it has no UTF-8 form, and what took it in failed
+    # later outside the error contract (verify-proof printed orjson's TypeError).
+    with pytest.raises(CanonicalFormError, match="lone UTF-16 surrogate"):
+        loads(text, where="the file")
+    assert loads(r'{"a":"\ud83d\ude00","\uD83D\uDE00":[1]}') == {"a": "😀", "😀": [1]}
+
+
 @pytest.mark.parametrize("document", [{"a": "\ud800"}, {"\ud800": None}, ["x\udfff"]])
 def test_lone_surrogates_are_refused(document: Any) -> None:
     # Pinned from a hypothesis run: {"\ud800": None} has no UTF-8 form, so RFC 8785 has no

@@ -142,10 +142,12 @@ In the ledger fold, SubmissionAdmitted and SubmissionRejected are refused
 (`intake_mismatch`) unless they equal what intake derives; a rejection for a short payment
 is the appender's chain observation, every other rule is re-derived from the ledger.
 PaymentConsumed and CreditSpent must pay the fee their submission's admission recorded (kind,
-ref and, for a payment, amount) when they follow it (`fee_mismatch`); one that comes before
-the admission must then be the one the admission names (intake offers it first). A
-QualificationStarted must name an attempt already claimed for its submission
-(`attempt_not_claimed`, or `attempt_mismatch` for another submission's).
+ref and, for a payment, amount) when they follow it (`fee_mismatch`). One that comes before
+the admission (an order intake allows) must be the payment the arrival names, or a credit
+for an arrival that names none, and the admission must then record exactly that fee (a
+rejection is refused: the submission paid); a submission is claimed only once its fee event
+is recorded (`fee_unpaid`). A QualificationStarted must name an attempt already claimed for
+its submission (`attempt_not_claimed`, or `attempt_mismatch` for another submission's).
 
 ## Control outcome
 

@@ -97,6 +97,7 @@ Record = tuple[int, str, str, Event]
 K = TypeVar("K")
 V = TypeVar("V")
 _MISSING: Any = object()
+_PAYMENT, _CREDIT = "payment", "credit"
 
 
 class _Popped(NamedTuple):
@@ -900,10 +901,34 @@ class LedgerFold:
             short = event.reason == "eval_cost_payment_invalid"
             derived = intake(old, self.intake_context(old, 0 if short else fee_rao))
             recorded = Rejection(event.reason)
-        if derived == recorded:
-            return None
+        if derived != recorded:
+            return _refuse(
+                "submission", old.status, event, "intake_mismatch", f"intake gives {derived}"
+            )
+        return self._prepaid_refusal(old, event, recorded)
+
+    def _prepaid_refusal(
+        self, old: SubmissionState, event: Event, recorded: Admission | Rejection
+    ) -> Refusal | None:
+        """Refuses an intake outcome that does not match a fee taken before it: a payment
+        consumed, or a credit spent, for the submission ahead of its admission (an order
+        intake allows) must be exactly the fee the admission records, and a rejected
+        submission must have paid nothing."""
+        sid, ref = old.submission_id, old.payment_ref
+        paid = None if ref is None else self._payments.get(ref)
+        if paid is not None and paid.submission_id == sid:
+            taken = f"payment {ref!r} of {paid.amount_rao} rao"
+            if recorded == (_PAYMENT, ref, paid.amount_rao):
+                return None
+        else:
+            credit = self._credit_of.get(sid)
+            if credit is None:
+                return None
+            taken = f"credit {credit!r}"
+            if type(recorded) is Admission and recorded[:2] == (_CREDIT, credit):
+                return None
         return _refuse(
-            "submission", old.status, event, "intake_mismatch", f"intake gives {derived}"
+            "submission", old.status, event, "fee_mismatch", f"{taken} was taken for it first"
         )
 
     def _on_intake(self, ident: str, event: Event, _: Payload) -> Refusal | None:
@@ -954,6 +979,11 @@ class LedgerFold:
         fields = event.__dict__  # pydantic's __getattr__ makes attribute reads slow
         if fields["attempt_id"] != ident:
             return _refuse("attempt", ABSENT, event, "stream_id_mismatch", event.attempt_id)
+        owed = self._owed_payments or self._owed_credits
+        if owed and fields["submission_id"] in (
+            *self._owed_payments.values(), *self._owed_credits.values()
+        ):  # rare: both are empty between the appends of a well-formed ledger
+            return _refuse("attempt", ABSENT, event, "fee_unpaid", fields["submission_id"][:16])
         arena = self._arenas.get(fields["arena_id"])
         # ClaimContext(submission, arena) without its Python-level __new__ (per claim).
         context = _new_tuple(ClaimContext, (self._sub(fields["submission_id"]), arena))
@@ -1024,10 +1054,13 @@ class LedgerFold:
             if sub.arena_id != fields["arena_id"]:
                 return _refuse("payment", ABSENT, event, "arena_mismatch", sub.arena_id)
             fee = sub.fee  # None: not admitted yet (the admission must then name this)
-            if fee is None:
+            if fee is None:  # before the admission: the payment its arrival names
                 owner = self._owed_payments.get(ident)
                 if owner is not None and owner != sub.submission_id:
                     return _refuse("payment", ABSENT, event, "fee_mismatch", _owed_text(owner))
+                if sub.payment_ref != ident:
+                    return _refuse("payment", ABSENT, event, "fee_mismatch",
+                                   f"the submission's arrival names payment {sub.payment_ref!r}")
             elif (
                 fee.kind != "payment" or fee.ref != ident or fee.amount_rao != fields["amount_rao"]
             ):
@@ -1056,10 +1089,13 @@ class LedgerFold:
             if sub.hotkey != state.hotkey:
                 return _refuse("credit", state.status, event, "credit_hotkey_mismatch")
             fee = sub.fee  # None: not admitted yet (the admission must then name this)
-            if fee is None:
+            if fee is None:  # before the admission: only one that names no payment
                 owner = self._owed_credits.get(ident)
                 if owner is not None and owner != sub.submission_id:
                     return _refuse("credit", state.status, event, "fee_mismatch", _owed_text(owner))
+                if sub.payment_ref is not None:
+                    return _refuse("credit", state.status, event, "fee_mismatch",
+                                   f"the submission's arrival names payment {sub.payment_ref!r}")
             elif fee.kind != "credit" or fee.ref != ident:
                 return _refuse("credit", state.status, event, "fee_mismatch", _fee_text(fee))
         result = credit_step(state, event)

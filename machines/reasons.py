@@ -282,6 +282,10 @@ _REFUSALS = (
        "PaymentConsumed or CreditSpent does not pay the fee its submission was admitted "
        "with (another kind, ref or amount).",
        "-", "Append the fee event intake gives with the admission, in the same append."),
+    _r("fee_unpaid", "refusal",
+       "AttemptClaimed for a submission whose admission's PaymentConsumed or CreditSpent has "
+       "not been recorded.",
+       "-", "Append the fee event the admission names first (intake appends them together)."),
     _r("payment_submission_mismatch", "refusal",
        "PaymentReleased names another submission than the one the payment paid for.",
        "-", "Release the payment for the submission that consumed it."),

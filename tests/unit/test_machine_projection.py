@@ -320,6 +320,51 @@ def test_an_admission_whose_fee_event_is_still_to_come_holds_its_payment_or_cred
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
 
 
+def test_an_admission_whose_fee_never_came_is_not_evaluated() -> None:
+    # Without this, an admission with no PaymentConsumed went on to a claim, a PASS and a
+    # reward while the fees showed nothing paid.
+    sc = Scenario()
+    state = sc.commission()
+    sid = _admitted_alone(sc, "payment", "pay-1", payment_ref="pay-1")
+    claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
+    assert _code(sc, "attempt-att-1", claim) == "fee_unpaid"
+    sc.append("payment-pay-1", PaymentConsumed(payment_ref="pay-1", submission_id=sid,
+                                               arena_id="mlp-arena", amount_rao=FEE))
+    assert _code(sc, "attempt-att-1", claim) is None
+
+
+def test_a_fee_taken_before_the_admission_must_be_the_fee_it_records() -> None:
+    # Intake allows the fee event first; the admission must then record exactly that fee,
+    # and only the payment the arrival names (or, naming none, a credit) can be taken.
+    sc = Scenario()
+    sc.commission()
+    sc.credit("cr-1", "5Miner")
+    short = samples.arrived(payment_ref="pay-1", content="short")
+    sc.append("submission-" + short.submission_id, short)
+    one_rao = PaymentConsumed(payment_ref="pay-1", submission_id=short.submission_id,
+                              arena_id="mlp-arena", amount_rao=1)
+    sc.append("payment-pay-1", one_rao)
+    claims_the_fee = SubmissionAdmitted.model_validate(
+        {"block": 1_000, "fee": {"kind": "payment", "ref": "pay-1", "amount_rao": FEE}})
+    assert _code(sc, "submission-" + short.submission_id, claims_the_fee) == "fee_mismatch"
+    rejected = SubmissionRejected(block=1_000, reason="eval_cost_payment_invalid")
+    assert _code(sc, "submission-" + short.submission_id, rejected) == "fee_mismatch"
+
+    bare = samples.arrived(hotkey="5Miner", content="bare")  # names no payment
+    sc.append("submission-" + bare.submission_id, bare)
+    other = PaymentConsumed(payment_ref="pay-x", submission_id=bare.submission_id,
+                            arena_id="mlp-arena", amount_rao=FEE)
+    assert _code(sc, "payment-pay-x", other) == "fee_mismatch"
+    named = samples.arrived(hotkey="5Miner", payment_ref="pay-2", content="named")
+    sc.append("submission-" + named.submission_id, named)
+    assert _code(sc, "credit-cr-1", CreditSpent(submission_id=named.submission_id)) \
+        == "fee_mismatch"
+    sc.append("credit-cr-1", CreditSpent(submission_id=bare.submission_id))
+    admitted = SubmissionAdmitted.model_validate(
+        {"block": 1_000, "fee": {"kind": "credit", "ref": "cr-1", "amount_rao": FEE}})
+    sc.append("submission-" + bare.submission_id, admitted)  # the fee taken first: accepted
+
+
 def test_a_fee_event_for_a_submission_admitted_with_another_fee_is_refused() -> None:
     sc = Scenario()
     sc.commission()

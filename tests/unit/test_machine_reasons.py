@@ -125,6 +125,18 @@ def _fee_for_a_waived_admission() -> str:
     return _decide(sc, "payment-pay-2", consumed)
 
 
+def _claim_of_an_unpaid_admission() -> str:
+    sc = Scenario()
+    state = sc.commission()
+    arrived = samples.arrived(payment_ref="pay-1")
+    sid = arrived.submission_id
+    sc.append(f"submission-{sid}", arrived)
+    fee = {"kind": "payment", "ref": "pay-1", "amount_rao": BILLION}
+    sc.append(f"submission-{sid}", SubmissionAdmitted.model_validate({"block": 1, "fee": fee}))
+    claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
+    return _decide(sc, "attempt-att-1", claim)
+
+
 def _refusal_scenarios() -> dict[str, Callable[[], str]]:
     sid_of = samples.arrived().submission_id
     w = samples.window
@@ -265,6 +277,7 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
         ),
         "credit_hotkey_mismatch": lambda: _foreign_credit(),
         "fee_mismatch": lambda: _fee_for_a_waived_admission(),
+        "fee_unpaid": lambda: _claim_of_an_unpaid_admission(),
         "payment_submission_mismatch": lambda: _decide(
             _world(fee=BILLION)[0], "payment-pay-1",
             PaymentReleased(submission_id="9" * 64, reason="refund"),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -48,6 +48,7 @@ from ledger.events import (
 )
 from machines.arena import ArenaState
 from machines.arithmetic import (
+    CONTEXT,
     Decision,
     Look,
     NodeTally,
@@ -396,6 +397,48 @@ def _measure(
 _NO_TALLY = NodeTally()
 
 
+#: The places ``min_score`` is recorded to (floored): the bridge's ``fixed6`` of a float.
+_SCORE_PLACES = Decimal("0.000001")
+
+
+def _floor6(value: Decimal) -> Decimal:
+    return value.quantize(_SCORE_PLACES, rounding=ROUND_FLOOR, context=CONTEXT)
+
+
+def _audit_score_problem(params: PolicyParams, fields: dict[str, Any]) -> tuple[str, str] | None:
+    """Returns (code, detail) when a node's grades cannot be true under the sealed audit policy.
+
+    The bar must be the commission's own. With a comparable call, the counts bound the
+    lowest score (a violation scores below bar − band, a near miss below bar): the recorded
+    ``min_score`` is floored to six places, and flooring keeps each bound when the bound is
+    floored too, so these checks never refuse honest grades. Without them an event with
+    ``bar "0"`` and no violations audited anything as a PASS.
+    """
+    bar = Decimal(fields["bar"])
+    if bar != params.audit_bar:
+        return "audit_bar_mismatch", f"bar: {fields['bar']} is not the sealed {params.audit_bar}"
+    if fields["calls"] == fields["uncomparable"]:
+        return None  # no comparable call: min_score says nothing
+    edge = bar - params.near_miss_band
+    low, top = _floor6(edge), _floor6(bar)
+    score = Decimal(fields["min_score"])
+    violations, near = fields["violations"], fields["near_misses"]
+    # Below a bound of six places, a floored score is below it too; below one of more
+    # places, it may floor onto the bound's own floor.
+    if violations:  # some call scored below bar − band
+        bound_broken = score >= low if low == edge else score > low
+    elif near:  # every call at or above bar − band, some below the bar
+        bound_broken = score < low or (score >= top if top == bar else score > top)
+    else:  # every comparable call at or above the bar
+        bound_broken = score < top
+    if not bound_broken:
+        return None
+    return "audit_counts_inconsistent", (
+        f"min_score: {fields['min_score']} with {violations} violations and {near} near "
+        f"misses (bar {bar}, band {params.near_miss_band})"
+    )
+
+
 def _grade_audit(
     state: AttemptState, event: AuditNodeGraded, _: None
 ) -> AttemptState | Refusal:
@@ -412,6 +455,9 @@ def _grade_audit(
             state.status, event.event_type, "audit_counts_inconsistent",
             f"calls: {calls} < violations + near_misses + uncomparable",
         )
+    problem = _audit_score_problem(state.params, fields)
+    if problem is not None:
+        return TABLE.refuse(state.status, event.event_type, *problem)
     tallies = dict(state.audit or {})
     tallies[node] = tallies.get(node, _NO_TALLY).add(event)
     return evolve(state, audit=tallies, audit_ranks=state.audit_ranks | {key})

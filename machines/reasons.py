@@ -251,8 +251,12 @@ _REFUSALS = (
        "AuditNodeGraded repeats a (node, rank) already graded.",
        "-", "Append one AuditNodeGraded per node and rank."),
     _r("audit_counts_inconsistent", "refusal",
-       "AuditNodeGraded with violations + near_misses + uncomparable above calls.",
+       "AuditNodeGraded with violations + near_misses + uncomparable above calls, or a "
+       "min_score the counts rule out (e.g. no violation yet a score below bar - band).",
        "-", "Fix the bridge's counting."),
+    _r("audit_bar_mismatch", "refusal",
+       "AuditNodeGraded names another bar than the commission's sealed audit bar.",
+       "-", "Grade against the sealed policy's audit.bar."),
     _r("audit_not_passed", "refusal",
        "QualityGraded although the audit so far fails or is not covered.",
        "-", "Append AttemptDecided with the audit's outcome instead."),

@@ -165,10 +165,12 @@ def audit(
     node: str = "model.layers.0.mlp", rank: int = 0, calls: int = 64, *, violations: int = 0,
     near_misses: int = 0, uncomparable: int = 0,
 ) -> AuditNodeGraded:
-    """Returns an AuditNodeGraded for one node and rank."""
+    """Returns an AuditNodeGraded for one node and rank; its lowest score is one the counts
+    allow under the sample policy's bar (0.99999, band 0.03)."""
+    min_score = "0.5" if violations else "0.99" if near_misses else "0.999995"
     return AuditNodeGraded(
         node=node, rank=rank, calls=calls, violations=violations, near_misses=near_misses,
-        uncomparable=uncomparable, min_score="0.999995", bar="0.99999",
+        uncomparable=uncomparable, min_score=min_score, bar="0.99999",
     )
 
 

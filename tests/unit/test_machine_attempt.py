@@ -225,6 +225,41 @@ def test_audit_counts_may_reach_the_calls_but_not_exceed_them(
         assert _refused(state, graded).code == "audit_counts_inconsistent"
 
 
+@pytest.mark.parametrize(
+    ("counts", "min_score", "consistent"),
+    [
+        ({}, "0.99999", True),  # every comparable call at the bar
+        ({}, "0.999989", False),  # a call below the bar, yet no near miss or violation
+        ({"near_misses": 1}, "0.96999", True),  # exactly bar - band: a near miss
+        ({"near_misses": 1}, "0.969989", False),  # below bar - band: that is a violation
+        ({"near_misses": 1}, "0.999999", False),  # a near miss scores below the bar
+        ({"violations": 1}, "0.969989", True),
+        ({"violations": 1}, "0.96999", False),  # a violation scores below bar - band
+        ({"uncomparable": 8}, "0", True),  # no comparable call: min_score says nothing
+    ],
+)
+def test_the_lowest_score_must_be_one_the_counts_allow(
+    counts: dict[str, int], min_score: str, consistent: bool
+) -> None:
+    # Without this, "no violation" beside min_score "0" (or any bar the grader liked)
+    # audited a wrong kernel as a PASS.
+    state = _measured(_claimed(), WORKED)
+    graded = samples.audit(calls=8, **counts).model_copy(update={"min_score": min_score})
+    if consistent:
+        assert _ok(state, graded).audit is not None
+    else:
+        assert _refused(state, graded).code == "audit_counts_inconsistent"
+
+
+def test_an_audit_graded_against_another_bar_is_refused() -> None:
+    state = _measured(_claimed(), WORKED)
+    lax = samples.audit().model_copy(update={"bar": "0", "min_score": "0"})
+    refusal = _refused(state, lax)
+    assert (refusal.code, refusal.detail) == ("audit_bar_mismatch",
+                                              "bar: 0 is not the sealed 0.99999")
+    assert _ok(state, samples.audit().model_copy(update={"bar": "0.999990"})).audit is not None
+
+
 def test_audit_near_misses_above_rate_fail() -> None:
     state = _ok(_measured(_claimed(), WORKED), samples.audit(calls=100, near_misses=2))
     decision = A.derive_decision(state)

@@ -278,6 +278,9 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
         "credit_hotkey_mismatch": lambda: _foreign_credit(),
         "fee_mismatch": lambda: _fee_for_a_waived_admission(),
         "fee_unpaid": lambda: _claim_of_an_unpaid_admission(),
+        "audit_bar_mismatch": lambda: _decide(
+            _in_attempt(WORKED), "attempt-att-1", samples.audit().model_copy(update={"bar": "0.9"})
+        ),
         "payment_submission_mismatch": lambda: _decide(
             _world(fee=BILLION)[0], "payment-pay-1",
             PaymentReleased(submission_id="9" * 64, reason="refund"),

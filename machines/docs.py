@@ -103,8 +103,9 @@ _ATTEMPT_NOTES = """Rules fixed here where DOMAIN leaves the mechanism open:
   (`audit_bar_mismatch`) or whose `min_score` the counts rule out
   (`audit_counts_inconsistent`: with a comparable call, no violation means a lowest score
   at or above bar − band, none at all one at or above the bar, and a violation one below
-  bar − band; `min_score` is floored to six places, and the bounds are floored alike). The audit is judged on what was graded so far: QualityGraded is accepted only
-  while it passes, and AttemptDecided in `AUDIT` must carry its outcome.
+  bar − band; `min_score` is floored to six places, and the bounds are floored alike). The
+  audit is judged on what was graded so far: QualityGraded is accepted only while it
+  passes, and AttemptDecided in `AUDIT` must carry its outcome.
 - **Faults.** An InfrastructureFault is accepted in every non-terminal state and decides
   NO_DECISION with reason = the fault code (disposition table below), even after the
   evidence had decided; after it only AttemptDecided is accepted (`fault_recorded`).

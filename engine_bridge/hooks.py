@@ -12,9 +12,12 @@ For every call of an audited node the candidate module (built from that stock mo
 runs on the stock input; the call's score is ``1 - ||c - r||2 / ||r||2`` floored at 0,
 computed in float64 (r = stock output, c = candidate output). A call is a violation when
 its score is below ``bar - near_miss_band``, a near miss when below ``bar`` but within the
-band, uncomparable when either output holds NaN/Inf, the shapes differ, or the candidate
-raises. The hook never changes the stock output. Tallies are kept per node (module name)
-and rank; scheduler processes also write them to receipt files. Torch is imported lazily.
+band, uncomparable when either output holds NaN/Inf, the shapes differ, or the candidate's
+own computation raises. A failure of the host instead (out of memory, I/O, the delta that
+can no longer be built) grades nothing: the tally notes it and :func:`tallies_to_payloads`
+raises ``unproven_infrastructure_failure``, so it never becomes a miner's FAIL. The hook
+never changes the stock output. Tallies are kept per node (module name) and rank;
+scheduler processes also write them to receipt files. Torch is imported lazily.
 
 Hooks get no module names, so a pre-hook on the anchor module ``model`` (the decoder stack)
 names every module on the first forward; the anchor, not the root, because SGLang calls
@@ -40,7 +43,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine_bridge.decimals import canonical_decimal, floor_decimal, parse_decimal
 from engine_bridge.deltas import DEFAULT_TARGET_MODULES, DeltaSpec, build_candidate, install_delta
 from engine_bridge.limits import AUDIT_MIN_SCORE_PLACES
-from engine_bridge.protocol import STAGE_AUDIT, Engine
+from engine_bridge.protocol import (
+    STAGE_AUDIT,
+    Engine,
+    FaultCode,
+    engine_fault,
+    wrap_unexpected,
+)
+from ledger.errors import LedgerError
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -59,6 +69,7 @@ __all__ = [
     "close_session",
     "delta_install_specs",
     "delta_installer_factory",
+    "is_infrastructure_error",
     "name_binder_factory",
     "read_install_receipts",
     "read_receipts",
@@ -132,6 +143,8 @@ class NodeTally:
     uncomparable: int = 0
     min_score: float | None = None
     first_error: str | None = None
+    #: The first host failure that kept a call from being compared (the call is not counted).
+    infrastructure_error: str | None = None
 
     def record(self, score: float | None, bar: Decimal, band: Decimal) -> None:
         """Adds one call with its score (None when uncomparable)."""
@@ -155,6 +168,7 @@ class NodeTally:
             self.min_score = other.min_score if self.min_score is None else min(
                 self.min_score, other.min_score)
         self.first_error = self.first_error or other.first_error
+        self.infrastructure_error = self.infrastructure_error or other.infrastructure_error
 
     def to_payload(self, bar: str) -> dict[str, Any]:
         """Returns the AuditNodeGraded payload; min_score is "0" with no comparable call."""
@@ -181,6 +195,30 @@ def score_outputs(candidate: Tensor, stock: Tensor) -> float | None:
     if ref_norm == 0.0:
         return 1.0 if diff_norm == 0.0 else 0.0
     return max(0.0, 1.0 - diff_norm / ref_norm)
+
+
+def is_infrastructure_error(exc: BaseException) -> bool:
+    """Says whether ``exc`` is a failure of the host rather than of the candidate's code.
+
+    Memory exhaustion (host or device), I/O and this project's own errors depend on the
+    machine and the files it reads, not on what the candidate computes; a CUDA
+    ``AcceleratorError`` also poisons the device for every later call. Whether the candidate
+    provoked them (a huge allocation, say) cannot be proven here, so they are never graded
+    as its output: the audit faults with ``unproven_infrastructure_failure`` (HOLD), and an
+    operator attributes it. Every other exception is the candidate's computation failing.
+    """
+    import torch
+
+    host: tuple[type[BaseException], ...] = (
+        LedgerError, MemoryError, OSError, torch.OutOfMemoryError)
+    accelerator = getattr(torch, "AcceleratorError", None)
+    if isinstance(accelerator, type):
+        host = (*host, accelerator)
+    return isinstance(exc, host)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 def _first_tensor(value: Any) -> Any:
@@ -226,11 +264,22 @@ class AuditSession:
             if candidate is None:
                 candidate = self.candidates[id(module)] = build_candidate(
                     self.spec.candidate, module)
+        except Exception as exc:
+            # The speed stage built this candidate already, so failing now (the delta file
+            # changed, weights unreadable) is the host's failure, not the candidate's output.
+            tally.infrastructure_error = tally.infrastructure_error or _describe(exc)
+            return
+        try:
             with torch.inference_mode():
                 produced = _first_tensor(candidate(*args))
             score = score_outputs(produced, _first_tensor(output))
-        except Exception as exc:  # a candidate that raises is graded, not propagated
-            tally.first_error = tally.first_error or f"{type(exc).__name__}: {exc}"[:200]
+        except Exception as exc:
+            if is_infrastructure_error(exc):
+                tally.infrastructure_error = tally.infrastructure_error or _describe(exc)
+                return  # the hook must not break the stock forward; the audit faults later
+            # Stock computed this very input without error, so any other exception is the
+            # candidate's own computation failing on it (or its output being unscorable).
+            tally.first_error = tally.first_error or _describe(exc)
             score = None
         tally.record(score, self.bar, self.band)
 
@@ -421,8 +470,20 @@ def read_install_receipts(receipts_dir: str, session: str) -> list[dict[str, Any
 
 
 def tallies_to_payloads(tallies: Iterable[NodeTally], bar: str) -> list[dict[str, Any]]:
-    """Returns one AuditNodeGraded payload per node and rank, in node order."""
-    return [t.to_payload(bar) for t in sorted(tallies, key=_node_key)]
+    """Returns one AuditNodeGraded payload per node and rank, in node order.
+
+    Raises EngineFault ``unproven_infrastructure_failure`` (stage "audit") when a tally
+    notes a host failure: a call that could not be compared is missing evidence, and
+    grading the rest would hide it.
+    """
+    ordered = sorted(tallies, key=_node_key)
+    for tally in ordered:
+        if tally.infrastructure_error is not None:
+            raise engine_fault(FaultCode.UNPROVEN_INFRASTRUCTURE_FAILURE,
+                               f"the audit could not compare a call of {tally.node} (rank "
+                               f"{tally.rank}): {tally.infrastructure_error}",
+                               stage=STAGE_AUDIT, node=tally.node, rank=tally.rank)
+    return [t.to_payload(bar) for t in ordered]
 
 
 def run_audit(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *,
@@ -432,15 +493,22 @@ def run_audit(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *,
     """Runs the slice once on a stock lane with the audit hook; returns AuditNodeGraded payloads.
 
     An empty list means no node was graded (the machine decides ``audit_not_covered``).
-    Raises EngineFault (stage "audit") when the lane fails or its evidence is missing.
+    Raises EngineFault (stage "audit") when the lane fails or its evidence is missing; any
+    other exception from a lane becomes ``unproven_infrastructure_failure``.
     """
     spec = AuditSpec(candidate, tuple(target_modules), bar, near_miss_band,
                      receipts_dir=receipts_dir)
-    lane = engine.boot_lane("audit", None, audit=spec, stage=STAGE_AUDIT)
     try:
-        lane.ready()
-        lane.run_window(replay)
-        tallies = lane.audit_tallies()
-    finally:
-        lane.shutdown()
-    return tallies_to_payloads(tallies, bar)
+        lane = engine.boot_lane("audit", None, audit=spec, stage=STAGE_AUDIT)
+        try:
+            lane.ready()
+            lane.run_window(replay)
+            tallies = lane.audit_tallies()
+        finally:
+            lane.shutdown()
+        return tallies_to_payloads(tallies, bar)
+    except LedgerError:
+        raise
+    except Exception as exc:
+        raise wrap_unexpected(exc, stage=STAGE_AUDIT,
+                              code=FaultCode.UNPROVEN_INFRASTRUCTURE_FAILURE) from exc

@@ -165,6 +165,12 @@ class Engine(Protocol):
                   audit: AuditSpec | None = None, stage: str = STAGE_SPEED) -> Lane:
         """Starts booting a lane (stock when ``delta`` is None); call ``ready()`` to wait."""
 
+    def check_candidate(self, delta: DeltaSpec) -> None:
+        """Raises InvalidInput if this engine would refuse ``delta`` (misuse); boots nothing.
+
+        The runner calls it before the claim, so a refusal writes nothing to the ledger.
+        """
+
     def shutdown(self) -> None:
         """Stops every lane this engine still has."""
 
@@ -222,6 +228,9 @@ class FakeEngine:
         lane = FakeLane(self, lane_id, delta, audit, stage)
         self.live.append(lane)
         return lane
+
+    def check_candidate(self, delta: DeltaSpec) -> None:
+        """Accepts every delta: the fake runs no candidate code."""
 
     def shutdown(self) -> None:
         """Shuts down every live fake lane."""

@@ -35,8 +35,10 @@ from engine_bridge.protocol import (
     Lane,
     TokenScores,
     engine_fault,
+    wrap_unexpected,
 )
 from engine_bridge.replay import ReplaySlice
+from ledger.errors import LedgerError
 
 __all__ = [
     "DEFAULT_AGREEMENT_MIN",
@@ -136,16 +138,23 @@ def grade_quality(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice,
                   policy: QualityPolicy = QualityPolicy()) -> QualityReport:
     """Runs the pristine comparison and the reference check on fresh lanes; returns the report.
 
-    ``report.payload`` is the QualityGraded payload. Raises EngineFault (stage "quality").
+    ``report.payload`` is the QualityGraded payload. Raises EngineFault (stage "quality");
+    any other exception from a lane becomes ``unproven_infrastructure_failure``.
     """
-    stock = engine.boot_lane("A", None, stage=STAGE_QUALITY)
     try:
-        generated, sequences, first, stock_scores = _pristine(stock, replay)
-        cand_scores = _score_on(engine, "B", candidate, sequences, first)
-        reference_scores = _score_on(engine, "B", None, sequences, first)
-    finally:
-        stock.shutdown()
-    return assess_quality(generated, stock_scores, cand_scores, reference_scores, policy)
+        stock = engine.boot_lane("A", None, stage=STAGE_QUALITY)
+        try:
+            generated, sequences, first, stock_scores = _pristine(stock, replay)
+            cand_scores = _score_on(engine, "B", candidate, sequences, first)
+            reference_scores = _score_on(engine, "B", None, sequences, first)
+        finally:
+            stock.shutdown()
+        return assess_quality(generated, stock_scores, cand_scores, reference_scores, policy)
+    except LedgerError:
+        raise
+    except Exception as exc:
+        raise wrap_unexpected(exc, stage=STAGE_QUALITY,
+                              code=FaultCode.UNPROVEN_INFRASTRUCTURE_FAILURE) from exc
 
 
 def _pristine(stock: Lane, replay: ReplaySlice) -> tuple[

@@ -142,11 +142,14 @@ def evaluate(
     """Runs one attempt end to end and concludes it; returns what was recorded."""
     from engine_bridge.replay import load_replay_slice
 
-    notify = progress or (lambda stage, info: None)
     sub = ledger.fold.submission(submission_id)
     if sub is None:
         raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
     spec = candidate or resolve_delta(sub.delta_digest)
+    # Misuse must raise before the claim: after it, only a fault or a decision may end the
+    # attempt, and an exception that is neither would strand it in CLAIMED.
+    engine.check_candidate(spec)
+    replay = load_replay_slice()
     ledger.claim(
         attempt_id=attempt_id,
         pair_id=pair_id,
@@ -156,14 +159,37 @@ def evaluate(
         plan=plan,
     )
     result = EvaluationResult(attempt_id, submission_id)
-    replay = load_replay_slice()
+    return _complete(ledger, engine, spec, replay, result, block, progress)
+
+
+def _complete(
+    ledger: ArenaLedger,
+    engine: Engine,
+    spec: DeltaSpec,
+    replay: Any,
+    result: EvaluationResult,
+    block: int,
+    progress: Progress | None,
+) -> EvaluationResult:
+    """Runs what the claimed attempt still lacks, from where the ledger says it stands.
+
+    A fresh claim runs everything. A resumed attempt (``run_controls`` after a crash)
+    measures the windows after the last recorded one, audits if no audit was recorded
+    (audits are appended whole), grades quality if the audit passes, then concludes.
+    """
+    notify = progress or (lambda stage, info: None)
+    attempt_id = result.attempt_id
     try:
-        _speed(ledger, engine, spec, replay, result, notify)
-        if _stage(ledger, attempt_id) == "AUDIT":
+        if _stage(ledger, attempt_id) in ("CLAIMED", "SPEED") and not _speed_decided(
+            ledger, attempt_id
+        ):
+            _speed(ledger, engine, spec, replay, result, notify)
+        if _stage(ledger, attempt_id) == "AUDIT" and not _audited(ledger, attempt_id):
             _audit(ledger, engine, spec, replay, result, notify)
-            # An audit that passes decides nothing by itself: quality comes next.
-            if ledger.fold.derive_decision(attempt_id) is None:
-                _quality(ledger, engine, spec, replay, result, notify)
+        # An audit that passes decides nothing by itself: quality comes next.
+        audit_passes = ledger.fold.derive_decision(attempt_id) is None
+        if _stage(ledger, attempt_id) == "AUDIT" and audit_passes:
+            _quality(ledger, engine, spec, replay, result, notify)
     except EngineFault as fault:
         payload = infrastructure_fault_payload(fault)
         result.fault = payload["code"]
@@ -188,6 +214,14 @@ def _stage(ledger: ArenaLedger, attempt_id: str) -> str:
     return str(state.status)
 
 
+def _speed_decided(ledger: ArenaLedger, attempt_id: str) -> bool:
+    return getattr(ledger.fold.attempt(attempt_id), "speed", None) is not None
+
+
+def _audited(ledger: ArenaLedger, attempt_id: str) -> bool:
+    return bool(getattr(ledger.fold.attempt(attempt_id), "audit_ranks", ()))
+
+
 def _speed(
     ledger: ArenaLedger,
     engine: Engine,
@@ -201,6 +235,7 @@ def _speed(
     attempt_id = result.attempt_id
     state = ledger.fold.attempt(attempt_id)
     windows = state.params.windows  # type: ignore[union-attr]
+    first = len(state.windows) + 1  # type: ignore[union-attr]  # > 1 when resuming
 
     def on_window(payload: dict[str, Any]) -> bool:
         recorded = ledger.record(attempt_id, WindowMeasured.model_validate(payload))
@@ -213,7 +248,7 @@ def _speed(
         decided = now is None or now.decision is not None
         return not decided and getattr(now, "speed", None) is None
 
-    run_windows(engine, spec, replay, windows=windows, on_window=on_window)
+    run_windows(engine, spec, replay, windows=windows, on_window=on_window, first_window=first)
 
 
 def _audit(
@@ -230,9 +265,16 @@ def _audit(
     payloads = run_audit(
         engine, spec, replay, bar=str(params.audit_bar), near_miss_band=str(params.near_miss_band)
     )
-    for payload in payloads:
-        ledger.record(result.attempt_id, AuditNodeGraded.model_validate(payload))
-        result.audit_nodes += 1
+    stream = f"attempt-{result.attempt_id}"
+    if payloads:
+        # One atomic batch: a crash between per-node appends would leave a partial audit
+        # the machine cannot tell from a whole one (a missing node's violations would never
+        # count). The key makes a repeat of the same batch a no-op, not audit_node_repeated.
+        ledger.append(
+            [(stream, AuditNodeGraded.model_validate(p)) for p in payloads],
+            key=f"audit-{result.attempt_id}",
+        )
+    result.audit_nodes += len(payloads)
     notify("audit", {"nodes": len(payloads)})
 
 
@@ -290,9 +332,18 @@ def run_controls(
         raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
     for index, (control_id, control) in enumerate(sorted(arena.controls.items())):
         run = control_run_id(control_id, block)
-        if ledger.fold.credit(run) is not None:
+        # The attempt, not the credit, says how far a run got: a crash may fall anywhere
+        # between the credit's grant and the conclusion, and a retry finishes the run.
+        attempt = ledger.fold.attempt(run)
+        if attempt is not None:
+            if attempt.status != "DECIDED":
+                if progress is not None:
+                    progress("control", {"control_id": control_id, "kind": control.kind,
+                                         "resumed_from": attempt.status})
+                _resume(ledger, engine, run, block, progress)
             continue  # this control already ran at this block: the report covers it
-        ledger.grant_credit(run, CONTROL_HOTKEY, arena.fee_rao, f"control run {control_id}")
+        if ledger.fold.credit(run) is None:
+            ledger.grant_credit(run, CONTROL_HOTKEY, arena.fee_rao, f"control run {control_id}")
         arrival = {
             "arena_id": arena_id,
             "miner_hotkey": CONTROL_HOTKEY,
@@ -303,7 +354,7 @@ def run_controls(
             "target": "model.layers.*.mlp",
             "arrival": {"block": block, "event_index": 0, "event_subindex": index},
         }
-        outcome = ledger.intake(arrival)
+        outcome = ledger.intake(arrival)  # idempotent: a retry gets what was recorded
         if not outcome.admitted:
             continue
         if progress is not None:
@@ -321,3 +372,19 @@ def run_controls(
             plan="calibration_observation" if listed else "normal",
         )
     return ledger.controls(arena_id)
+
+
+def _resume(
+    ledger: ArenaLedger, engine: Engine, attempt_id: str, block: int, progress: Progress | None
+) -> EvaluationResult:
+    """Finishes a claimed, unconcluded control run where its recorded evidence stops."""
+    from engine_bridge.replay import load_replay_slice
+
+    state = ledger.fold.attempt(attempt_id)
+    assert state is not None
+    sub = ledger.fold.submission(state.submission_id)
+    assert sub is not None
+    spec = resolve_delta(sub.delta_digest)
+    engine.check_candidate(spec)
+    result = EvaluationResult(attempt_id, state.submission_id)
+    return _complete(ledger, engine, spec, load_replay_slice(), result, block, progress)

@@ -164,18 +164,19 @@ def window_payload(window: int, orientation: int, stock: WindowRun, candidate: W
 
 
 def iter_windows(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *, windows: int,
-                 warmup_runs: int = 1,
-                 include_rates: bool = False) -> Generator[dict[str, Any], None, None]:
-    """Yields WindowMeasured payloads for windows 1..W in order; stop iterating to stop.
+                 warmup_runs: int = 1, include_rates: bool = False,
+                 first_window: int = 1) -> Generator[dict[str, Any], None, None]:
+    """Yields WindowMeasured payloads for windows first_window..W in order; stop to stop.
 
     Raises EngineFault (stage "speed") on the window that failed; payloads already
     yielded stay valid. Any other exception from a lane becomes
-    ``unproven_infrastructure_failure``.
+    ``unproven_infrastructure_failure``. ``first_window`` > 1 resumes an attempt whose
+    earlier windows are recorded: its orientation's lanes are booted (and warmed up) afresh.
     """
-    orientation_of(1, windows)  # validates W before anything boots
+    orientation_of(first_window, windows)  # validates W and the start before anything boots
     pair: _Pair | None = None
     try:
-        for window in range(1, windows + 1):
+        for window in range(first_window, windows + 1):
             orientation = orientation_of(window, windows)
             if pair is None or pair.orientation != orientation:
                 if pair is not None:
@@ -196,8 +197,8 @@ def iter_windows(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *, w
 
 
 def run_windows(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *, windows: int,
-                on_window: OnWindow, warmup_runs: int = 1,
-                include_rates: bool = False) -> list[dict[str, Any]]:
+                on_window: OnWindow, warmup_runs: int = 1, include_rates: bool = False,
+                first_window: int = 1) -> list[dict[str, Any]]:
     """Runs windows, handing each payload to ``on_window`` until it returns False.
 
     Returns the payloads measured. On a fault the callback has already received every
@@ -205,7 +206,7 @@ def run_windows(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *, wi
     """
     measured: list[dict[str, Any]] = []
     stream = iter_windows(engine, candidate, replay, windows=windows, warmup_runs=warmup_runs,
-                          include_rates=include_rates)
+                          include_rates=include_rates, first_window=first_window)
     try:
         for payload in stream:
             measured.append(payload)

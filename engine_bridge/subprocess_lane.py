@@ -124,6 +124,9 @@ class SubprocessEngine:
         self.lanes.append(lane)
         return lane
 
+    def check_candidate(self, delta: DeltaSpec) -> None:
+        """Accepts every delta: each lane process is the sandbox a file delta needs."""
+
     def shutdown(self) -> None:
         """Stops every child this engine started."""
         for lane in list(self.lanes):

@@ -91,10 +91,8 @@ class TorchReferenceEngine:
                   audit: AuditSpec | None = None, stage: str = STAGE_SPEED) -> TorchLane:
         """Boots a lane now (in-process boot takes milliseconds); ``ready()`` is a no-op."""
         for spec in (delta, audit.candidate if audit else None):
-            if spec is not None and spec.kind == "file" and not self.trust_file_deltas:
-                raise InvalidInput("file deltas run arbitrary code; boot them in a "
-                                   "SubprocessEngine or pass trust_file_deltas=True",
-                                   path=spec.path)
+            if spec is not None:
+                self.check_candidate(spec)
         try:
             if self._template is None:
                 self._template = load_reference_model(
@@ -107,6 +105,13 @@ class TorchReferenceEngine:
                                stage=stage) from exc
         self.lanes.append(lane)
         return lane
+
+    def check_candidate(self, delta: DeltaSpec) -> None:
+        """Refuses a file delta unless ``trust_file_deltas`` (it would run in this process)."""
+        if delta.kind == "file" and not self.trust_file_deltas:
+            raise InvalidInput("file deltas run arbitrary code; boot them in a "
+                               "SubprocessEngine or pass trust_file_deltas=True",
+                               path=delta.path)
 
     def shutdown(self) -> None:
         """Shuts every lane down and drops the template model."""

@@ -19,9 +19,11 @@ from engine_bridge.hooks import (
     register_forward_hooks,
     run_audit,
     score_outputs,
+    tallies_to_payloads,
 )
 from engine_bridge.reference_model import write_reference_model
 from engine_bridge.replay import load_replay_slice
+from ledger.errors import EngineFault
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -214,3 +216,52 @@ def test_a_session_grades_tuple_outputs_and_keeps_the_first_error_cut_short(
     [tally] = failing.snapshot()
     assert (tally.calls, tally.uncomparable) == (2, 2)
     assert tally.first_error == ("RuntimeError: " + "e" * 500)[:200]
+
+
+@pytest.mark.parametrize(("raised", "name"), [
+    ("torch.OutOfMemoryError('CUDA out of memory')", "OutOfMemoryError"),
+    ("MemoryError('host memory')", "MemoryError"),
+    ("OSError('disk gone')", "OSError"),
+    ("__import__('ledger.errors').errors.IntegrityError('weights unreadable')",
+     "IntegrityError"),
+])
+def test_a_host_failure_in_the_candidate_call_is_a_fault_not_uncomparable(
+        tmp_path: Path, raised: str, name: str) -> None:
+    # DOMAIN §6: only NaN, Inf or a shape mismatch (and the candidate's own computation
+    # failing) is uncomparable; the host running out of memory is no miner's FAIL.
+    failing = _delta_file(tmp_path, "host", f"raise {raised}")
+    stock, x = nn.Identity(), torch.ones(2, 3)
+    session = AuditSession(AuditSpec(load_file_delta(failing), ("model",)).to_config())
+    session.bind_names(stock)
+    session.observe(stock, (x,), x)
+    [tally] = session.snapshot()
+    assert (tally.calls, tally.uncomparable) == (0, 0)
+    with pytest.raises(EngineFault) as fault:
+        tallies_to_payloads([tally], "0.99999")
+    assert (fault.value.fault_code, fault.value.stage) == (
+        "unproven_infrastructure_failure", "audit")
+    assert f"model (rank 0): {name}: " in fault.value.message
+
+
+def test_a_candidate_that_can_no_longer_be_built_is_a_fault_not_uncomparable(
+        tmp_path: Path) -> None:
+    path = _delta_file(tmp_path, "changed", "return x")
+    spec = load_file_delta(path)
+    path.write_text(path.read_text() + "# edited after it was digested\n")
+    stock, x = nn.Identity(), torch.ones(2, 3)
+    session = AuditSession(AuditSpec(spec, ("model",)).to_config())
+    session.bind_names(stock)
+    session.observe(stock, (x,), x)
+    with pytest.raises(EngineFault, match="IntegrityError") as fault:
+        tallies_to_payloads(session.snapshot(), "0.99999")
+    assert fault.value.fault_code == "unproven_infrastructure_failure"
+
+
+def test_a_host_failure_on_the_reference_engine_faults_the_audit(
+        engine: TorchReferenceEngine, tmp_path: Path) -> None:
+    oom = _delta_file(tmp_path, "oom", "raise torch.OutOfMemoryError('simulated')")
+    with pytest.raises(EngineFault) as fault:
+        _audit(engine, load_file_delta(oom))
+    assert (fault.value.fault_code, fault.value.stage) == (
+        "unproven_infrastructure_failure", "audit")
+    assert engine.lanes == []

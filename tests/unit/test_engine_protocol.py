@@ -117,3 +117,14 @@ def test_port_modules_import_without_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_engine_doc_states_the_real_fault_detail_bound() -> None:
+    # Every place docs/engine.md gives the detail's bound names DETAIL_CHARS_MAX's value.
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
+    stated = re.findall(r"detail[^.|]*?\b(?:at most|cut at)\s+([\d,]+)\s+characters", doc)
+    assert len(stated) >= 2, stated
+    assert {int(n.replace(",", "")) for n in stated} == {DETAIL_CHARS_MAX}

@@ -980,10 +980,11 @@ class LedgerFold:
         if fields["attempt_id"] != ident:
             return _refuse("attempt", ABSENT, event, "stream_id_mismatch", event.attempt_id)
         owed = self._owed_payments or self._owed_credits
-        if owed and fields["submission_id"] in (
-            *self._owed_payments.values(), *self._owed_credits.values()
+        sid = fields["submission_id"]
+        if owed and (
+            sid in self._owed_payments.values() or sid in self._owed_credits.values()
         ):  # rare: both are empty between the appends of a well-formed ledger
-            return _refuse("attempt", ABSENT, event, "fee_unpaid", fields["submission_id"][:16])
+            return _refuse("attempt", ABSENT, event, "fee_unpaid", sid[:16])
         arena = self._arenas.get(fields["arena_id"])
         # ClaimContext(submission, arena) without its Python-level __new__ (per claim).
         context = _new_tuple(ClaimContext, (self._sub(fields["submission_id"]), arena))
@@ -998,7 +999,6 @@ class LedgerFold:
         else:
             self._put(self._attempts, ident, opened)
         if self.archive is not None:  # the attempts to archive with the submission
-            sid = fields["submission_id"]
             self._put(self._attempts_of, sid, [*self._attempts_of.get(sid, ()), ident])
         return None
 

@@ -44,7 +44,7 @@ if str(_ROOT) not in sys.path:
     sys.path.append(str(_ROOT))
 
 from bench._common import replace_doc_section  # noqa: E402  (after the path fix above)
-from bench.replay import build  # noqa: E402
+from bench.replay import build, generator_fingerprint  # noqa: E402
 
 #: What each measured process runs: argv = tree, ledger file, mode ("none": no replay).
 _PROBE = """
@@ -167,7 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
         db = args.db or Path(scratch) / "replay.db"
         meta_path = db.with_suffix(".json")
-        if not (db.exists() and meta_path.exists()):
+        stale = meta_path.exists() and json.loads(meta_path.read_text()).get(
+            "generator") != generator_fingerprint()
+        if not (db.exists() and meta_path.exists()) or stale:
+            for old in (db, meta_path, Path(f"{db}-wal"), Path(f"{db}-shm")):
+                old.unlink(missing_ok=True)
             print(f"building {args.events:,} events into {db} …", flush=True)
             build(db, args.events, seed=7, concurrency=256, settle_every=360)
         events = int(json.loads(meta_path.read_text())["events"])

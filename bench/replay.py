@@ -124,6 +124,21 @@ def _ledger_events(events: int, seed: int, concurrency: int,
         raise SystemExit(f"the generated ledger is not valid: {fold.refusals[:3]}")
 
 
+#: The sources the generated ledger follows from: a ledger built by other ones is built again
+#: (one from before a rule changed replays to a divergence, not to a figure).
+_GENERATOR_SOURCES = ("bench/replay.py", "bench/fold.py", "machines/samples.py")
+
+
+def generator_fingerprint() -> str:
+    """Returns the SHA-256 of the generator's sources, which a reusable ledger must match."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in _GENERATOR_SOURCES:
+        digest.update((_ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
 def build(path: Path, events: int, seed: int, concurrency: int,
           settle_every: int) -> dict[str, Any]:
     """Writes the ledger to a new SQLite file; returns counts and the build time."""
@@ -143,7 +158,8 @@ def build(path: Path, events: int, seed: int, concurrency: int,
     seconds = time.perf_counter() - started
     meta = {"events": written, "seed": seed, "concurrency": concurrency,
             "settle_every_blocks": settle_every, "build_seconds": seconds,
-            "types": dict(types.most_common()), "bytes": path.stat().st_size}
+            "types": dict(types.most_common()), "bytes": path.stat().st_size,
+            "generator": generator_fingerprint()}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
     return meta
 
@@ -661,7 +677,8 @@ def _reusable(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
     wanted = (args.seed, args.concurrency, args.settle_every_blocks)
     have = (meta["seed"], meta["concurrency"], meta["settle_every_blocks"])
     generated = meta["events"] - meta["types"].get("SettlementComputed", 0)
-    return meta if have == wanted and generated == args.events else None
+    same_source = meta.get("generator") == generator_fingerprint()
+    return meta if have == wanted and generated == args.events and same_source else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

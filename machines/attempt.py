@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 from ledger.codec import canonical_decimal
@@ -405,6 +405,16 @@ def _floor6(value: Decimal) -> Decimal:
     return value.quantize(_SCORE_PLACES, rounding=ROUND_FLOOR, context=CONTEXT)
 
 
+@lru_cache(maxsize=64)
+def _audit_bounds(
+    bar: str, sealed: Decimal, band: Decimal
+) -> tuple[bool, Decimal, Decimal, Decimal]:
+    """Returns (the bar is the sealed one, bar − band, both bounds floored to six places)
+    for a bar as an event spells it (a few spellings recur: computed once each)."""
+    edge = sealed - band
+    return Decimal(bar) == sealed, edge, _floor6(edge), _floor6(sealed)
+
+
 def _audit_score_problem(params: PolicyParams, fields: dict[str, Any]) -> tuple[str, str] | None:
     """Returns (code, detail) when a node's grades cannot be true under the sealed audit policy.
 
@@ -414,13 +424,13 @@ def _audit_score_problem(params: PolicyParams, fields: dict[str, Any]) -> tuple[
     floored too, so these checks never refuse honest grades. Without them an event with
     ``bar "0"`` and no violations audited anything as a PASS.
     """
-    bar = Decimal(fields["bar"])
-    if bar != params.audit_bar:
-        return "audit_bar_mismatch", f"bar: {fields['bar']} is not the sealed {params.audit_bar}"
+    sealed = params.audit_bar
+    same, edge, low, top = _audit_bounds(fields["bar"], sealed, params.near_miss_band)
+    if not same:
+        return "audit_bar_mismatch", f"bar: {fields['bar']} is not the sealed {sealed}"
     if fields["calls"] == fields["uncomparable"]:
         return None  # no comparable call: min_score says nothing
-    edge = bar - params.near_miss_band
-    low, top = _floor6(edge), _floor6(bar)
+    bar = sealed
     score = Decimal(fields["min_score"])
     violations, near = fields["violations"], fields["near_misses"]
     # Below a bound of six places, a floored score is below it too; below one of more

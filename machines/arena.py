@@ -150,6 +150,17 @@ def start(event: ArenaCommissioned, payload: Payload = None) -> ArenaState:
     )
 
 
+def _policy_refusal(state: str, event: ArenaCommissioned) -> Refusal | None:
+    """Refuses a sealed policy that every later settlement would refuse: a negative
+    reward_margin (settlement-rules.v1 reads it as a non-negative decimal)."""
+    margin = event.policy.reward_margin
+    if margin.startswith("-"):  # a DecimalStr is canonical: negative exactly when so spelt
+        return TABLE.refuse(
+            state, event.event_type, "reward_margin_negative", f"reward_margin: {margin}"
+        )
+    return None
+
+
 def _recommission(
     state: ArenaState, event: ArenaCommissioned, payload: Payload
 ) -> ArenaState | Refusal:
@@ -158,6 +169,9 @@ def _recommission(
             state.status, event.event_type, "arena_id_mismatch",
             f"arena_id: stream holds {state.arena_id!r}, event names {event.arena_id!r}",
         )
+    refusal = _policy_refusal(state.status, event)
+    if refusal is not None:
+        return refusal
     commission = _commission(event, payload)
     return evolve(
         state,
@@ -219,7 +233,7 @@ def step(state: ArenaState | None, event: Event, payload: Payload = None) -> Are
     """Returns the arena after ``event``, or the refusal of it."""
     if state is None:
         if isinstance(event, ArenaCommissioned):
-            return start(event, payload)
+            return _policy_refusal(ABSENT, event) or start(event, payload)
         return TABLE.refuse(ABSENT, event.event_type, "stream_not_started")
     return TABLE.step(state, event, payload)
 

@@ -179,6 +179,10 @@ _REFUSALS = (
     _r("arena_id_mismatch", "refusal",
        "A re-commission names another arena_id than the arena stream's.",
        "-", "Append ArenaCommissioned to the arena's own stream."),
+    _r("reward_margin_negative", "refusal",
+       "ArenaCommissioned seals a negative policy.reward_margin, which every settlement "
+       "would refuse.",
+       "-", "Seal a reward_margin of 0 or more (the default is 0.015)."),
     _r("control_id_reused", "refusal",
        "A control with this control_id is already registered on the arena.",
        "-", "Choose a new control_id."),

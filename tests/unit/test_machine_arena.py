@@ -69,3 +69,18 @@ def test_folded_states_are_immutable_values(index: int) -> None:
     assert copied == state and copied is not state
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(copied, name, "changed")
+
+
+def test_a_negative_reward_margin_is_refused_at_the_commission_not_at_every_settlement() -> None:
+    # settlement-rules.v1 reads reward_margin as a non-negative decimal: accepted here, a
+    # negative one made every later settle fail (settlement_input_invalid).
+    sc = Scenario()
+    negative = samples.commissioned(sealed=samples.policy(reward_margin="-0.015"))
+    refusal = sc.fold.decide("arena-mlp-arena", negative)
+    assert refusal is not None and (refusal.state, refusal.code, refusal.detail) == (
+        "NONE", "reward_margin_negative", "reward_margin: -0.015")
+    sc.commission()
+    again = sc.fold.decide("arena-mlp-arena", negative)
+    assert again is not None and (again.state, again.code) == ("ACTIVE", "reward_margin_negative")
+    zero = samples.commissioned(sealed=samples.policy(reward_margin="0"))
+    assert sc.fold.decide("arena-mlp-arena", zero) is None

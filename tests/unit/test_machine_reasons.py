@@ -278,6 +278,10 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
         "credit_hotkey_mismatch": lambda: _foreign_credit(),
         "fee_mismatch": lambda: _fee_for_a_waived_admission(),
         "fee_unpaid": lambda: _claim_of_an_unpaid_admission(),
+        "reward_margin_negative": lambda: _decide(
+            Scenario(), "arena-mlp-arena",
+            samples.commissioned(sealed=samples.policy(reward_margin="-0.5")),
+        ),
         "audit_bar_mismatch": lambda: _decide(
             _in_attempt(WORKED), "attempt-att-1", samples.audit().model_copy(update={"bar": "0.9"})
         ),

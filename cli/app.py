@@ -298,17 +298,24 @@ def verify(
     to_position: int | None = typer.Option(
         None, "--to", min=1, max=INT_MAX, help="Last position to check."
     ),
+    tree: bool = typer.Option(
+        False, "--tree", help="Also hold the stored Merkle tree (what checkpoints sign and "
+        "proofs read) to the entry hashes; from position 1 only."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recomputes the hash chain; exit 4 names the first bad position."""
     with state.store() as store:
-        report = store.verify(from_position, to_position)
+        report = store.verify(from_position, to_position, tree=tree)
     if as_json:
         emit_json(report.to_json())
     elif report.ok:
         console.print(f"ok: {counted(report.checked, 'event')} verified "
                       f"({report.from_position}..{report.to_position}), "
                       f"head {report.head_hash}")
+        if report.merkle_root is not None:
+            console.print(f"Merkle tree: root {report.merkle_root} at size "
+                          f"{report.to_position}, as the entry hashes give it")
     else:
         console.print(f"FAILED at position {report.first_bad_position}: {report.problem}")
     if not report.ok:

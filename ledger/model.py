@@ -136,7 +136,10 @@ class VerifyReport:
     head_hash: str
     first_bad_position: int | None = None
     problem: str | None = None
-    kind: Literal["ok", "hash_mismatch", "gap", "head_mismatch", "order"] = "ok"
+    kind: Literal["ok", "hash_mismatch", "gap", "head_mismatch", "order", "tree_mismatch"] = "ok"
+    #: With ``tree``: the Merkle root of the entry hashes 1..to_position, which the stored
+    #: tree (what checkpoints sign and proofs read) was found to give too; else None.
+    merkle_root: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Returns the report as a JSON-ready object."""
@@ -149,4 +152,5 @@ class VerifyReport:
             "first_bad_position": self.first_bad_position,
             "problem": self.problem,
             "kind": self.kind,
+            "merkle_root": self.merkle_root,
         }

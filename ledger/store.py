@@ -772,12 +772,16 @@ class EventStore:
     # -- verify ----------------------------------------------------------------------------
 
     @_store_errors
-    def verify(self, from_position: int = 1, to_position: int | None = None) -> VerifyReport:
-        """Streams the ledger, recomputes every entry hash, and names the first bad position."""
+    def verify(
+        self, from_position: int = 1, to_position: int | None = None, *, tree: bool = False
+    ) -> VerifyReport:
+        """Streams the ledger, recomputes every entry hash, and names the first bad position;
+        with ``tree``, also holds the stored Merkle tree to the entry hashes
+        (``ledger.verify.verify_chain``)."""
         from ledger.verify import verify_chain
 
         started = time.perf_counter()
-        report = verify_chain(self, from_position, to_position)
+        report = verify_chain(self, from_position, to_position, tree=tree)
         _log.info(
             "verify",
             ok=report.ok,

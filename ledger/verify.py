@@ -9,6 +9,7 @@ a head that disagrees with the last event (a truncated tail).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from sqlalchemy import text
 from ledger import limits
 from ledger.chain import GENESIS_HASH, chained
 from ledger.errors import InvalidInput, head_row_missing
+from ledger.merkle import CompactRange
 from ledger.model import Head, VerifyReport
 
 if TYPE_CHECKING:
@@ -35,13 +37,26 @@ _SQL = (
 
 
 def verify_chain(
-    store: EventStore, from_position: int = 1, to_position: int | None = None
+    store: EventStore,
+    from_position: int = 1,
+    to_position: int | None = None,
+    *,
+    tree: bool = False,
 ) -> VerifyReport:
     """Recomputes entry hashes from ``from_position`` to ``to_position`` (default: head).
 
     InvalidInput for a range that ends before it starts or starts past the head: reported
-    as a gap instead, a mistyped number would read as a broken chain.
+    as a gap instead, a mistyped number would read as a broken chain. With ``tree`` (only
+    from position 1), it also computes the Merkle root of the entry hashes as it goes and
+    compares it with the stored tree's root at the last position (``tree_mismatch``): the
+    stored tree is what checkpoints sign and proofs read, and the chain does not cover it.
     """
+    if tree and from_position != 1:
+        raise InvalidInput(
+            "the tree check covers positions 1..N: it cannot start at "
+            f"{from_position}", path="--from",
+        )
+    compact = CompactRange() if tree else None
     if to_position is not None and to_position < from_position:
         raise InvalidInput(
             f"the range {from_position}..{to_position} ends before it starts", path="--to"
@@ -84,6 +99,8 @@ def verify_chain(
                 f"position {expected_position} is missing (next stored is {position})",
             )
         previous = computed
+        if compact is not None:
+            compact.append(computed)
         if previous.hex() != stored:
             return _bad(
                 start,
@@ -130,7 +147,25 @@ def verify_chain(
                 "head_mismatch",
                 f"events exist past the head (up to position {beyond})",
             )
-    return VerifyReport(True, checked, start, last, previous.hex())
+    if compact is None:
+        return VerifyReport(True, checked, start, last, previous.hex())
+    computed_root = compact.root().hex()
+    # Both stored forms: the nodes (proofs, checkpoints of an earlier size) and the head's
+    # frontier (a checkpoint of the head), when the head has not moved since it was read.
+    stored = [("tree", store.merkle_root(last)[1].hex())]
+    frontier_size, frontier_root = store.merkle_root()
+    if frontier_size == last:
+        stored.append(("head's frontier", frontier_root.hex()))
+    for name, root in stored:
+        if root != computed_root:
+            report = _bad(
+                start, last, last, checked, previous.hex(), "tree_mismatch",
+                f"the stored Merkle {name} gives root {root} at size {last}, but the entry "
+                f"hashes give {computed_root}: checkpoints signed from it and proofs read "
+                "from it are wrong",
+            )
+            return dataclasses.replace(report, merkle_root=computed_root)
+    return VerifyReport(True, checked, start, last, previous.hex(), merkle_root=computed_root)
 
 
 def raw_rows(

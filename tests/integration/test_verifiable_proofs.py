@@ -205,6 +205,35 @@ def test_a_proof_over_a_deleted_event_is_not_found_rather_than_a_wrong_hash(
             tree.inclusion_proof(7, 12)
 
 
+@pytest.mark.parametrize("damage", ["node", "frontier"])
+def test_verify_with_tree_holds_the_stored_tree_to_the_entry_hashes(
+    store: EventStore, draft: Draft, signer: Signer, damage: str
+) -> None:
+    # The chain does not cover the stored tree: an altered node or head frontier went
+    # unnoticed by verify, and the next checkpoint signed (or proof served) a wrong root.
+    _fill(store, draft, 1, 40)
+    whole = store.verify(tree=True)
+    assert whole.ok and whole.merkle_root == merkle.root_from_leaves(_entries(store)).hex()
+    assert store.verify().merkle_root is None  # the tree is checked only when asked
+    with triggers_bypassed(store) as conn:
+        if damage == "node":
+            # Node (5, 0), over positions 1-32, is one of the two the root at size 40 reads.
+            conn.execute(text("UPDATE merkle_nodes SET hash = :h WHERE level = 5 AND idx = 0"),
+                         {"h": bytes(32)})
+        else:
+            frontier = conn.execute(text("SELECT frontier FROM ledger_head")).scalar_one()
+            altered = bytes(frontier)[:-1] + bytes([bytes(frontier)[-1] ^ 1])
+            conn.execute(text("UPDATE ledger_head SET frontier = :f"), {"f": altered})
+    assert store.verify().ok  # the chain itself is intact
+    report = store.verify(tree=True)
+    assert (report.ok, report.kind, report.merkle_root) == (False, "tree_mismatch",
+                                                           whole.merkle_root)
+    named = "tree" if damage == "node" else "head's frontier"
+    assert report.problem is not None and report.problem.startswith(f"the stored Merkle {named}")
+    with pytest.raises(InvalidInput, match="cannot start at 2"):
+        store.verify(2, tree=True)
+
+
 def test_a_proof_over_a_deleted_stored_node_says_the_store_is_damaged(
     store: EventStore, draft: Draft
 ) -> None:

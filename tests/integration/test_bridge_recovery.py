@@ -14,8 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_runner import (  # same directory, prepend import mode
+    ARENA,
+    BLOCK,
+    FAST_MLP,
+    NODES,
+    STOCK_NS,
+    WORKED,
+    Bench,
+    clean_tallies,
+)
 
-from engine_bridge.deltas import DeltaSpec, load_file_delta, registered
+from engine_bridge.deltas import DeltaSpec, load_file_delta
 from engine_bridge.hooks import AuditSpec, NodeTally, tallies_to_payloads
 from engine_bridge.protocol import FakeEngine, FakeLane, TokenScores
 from engine_bridge.replay import ReplaySlice
@@ -24,15 +34,6 @@ from ledger import migrate
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput
 from ledger.events import AuditNodeGraded
-from machines import samples
-
-ARENA = "recovery-arena"
-BLOCK = 1_010
-STOCK_NS = 1_000_000_000
-#: Candidate costs of DOMAIN §6's worked example: a speed PASS at look 3.
-WORKED = {w: c for w, (_, c) in enumerate(samples.WORKED_EXAMPLE_COSTS, start=1)}
-NODES = tuple(f"model.layers.{i}.mlp" for i in range(4))
-FAST_MLP = registered("fast_mlp")
 
 
 class Crash(BaseException):
@@ -43,18 +44,12 @@ class Crash(BaseException):
 def ledger(store_url: str) -> Iterator[ArenaLedger]:
     migrate.upgrade(store_url)
     with ArenaLedger(store_url, actor="recovery-test") as opened:
-        document = samples.commissioned(ARENA, fee_rao=0, sealed=samples.policy())
-        opened.commission(document.model_dump(mode="json", exclude_unset=True))
+        Bench(opened).commission()
         yield opened
 
 
 def admit(ledger: ArenaLedger, delta: DeltaSpec) -> str:
-    outcome = ledger.intake({
-        "arena_id": ARENA, "miner_hotkey": "5Miner", "content_hash": samples.hex64("c1"),
-        "delta_digest": delta.digest, "target": "model.layers.*.mlp",
-        "arrival": {"block": 1_000, "event_index": 0, "event_subindex": 0}})
-    assert outcome.admitted, outcome
-    return outcome.submission_id
+    return Bench(ledger).admit(delta)
 
 
 def worked_engine(cls: type[FakeEngine] = FakeEngine) -> FakeEngine:
@@ -63,10 +58,6 @@ def worked_engine(cls: type[FakeEngine] = FakeEngine) -> FakeEngine:
         return STOCK_NS if delta is None or window == 0 else WORKED[window]
 
     return cls(cost_ns=cost)
-
-
-def types(ledger: ArenaLedger, attempt_id: str) -> list[str]:
-    return [r.type for r in ledger.store.read_stream(f"attempt-{attempt_id}")]
 
 
 def outcome(ledger: ArenaLedger, attempt_id: str) -> tuple[str, str, str]:
@@ -84,7 +75,7 @@ def test_a_crash_right_after_the_first_audit_append_leaves_the_whole_audit(
     sid = admit(ledger, FAST_MLP)
     engine = worked_engine()
     # Node 3 violates on every call: losing its event would turn a FAIL into a PASS.
-    engine.tallies = [NodeTally(node, 0, calls=32, min_score=1.0) for node in NODES[:3]]
+    engine.tallies = clean_tallies()[:3]
     engine.tallies.append(NodeTally(NODES[3], 0, calls=32, violations=32, min_score=0.2))
     append = ledger.append
 
@@ -121,7 +112,7 @@ def test_a_host_failure_noted_by_the_audit_hook_is_recorded_as_a_fault(
         ledger: ArenaLedger) -> None:
     sid = admit(ledger, FAST_MLP)
     engine = worked_engine()
-    engine.tallies = [NodeTally(node, 0, calls=32, min_score=1.0) for node in NODES]
+    engine.tallies = clean_tallies()
     engine.tallies[2] = NodeTally(NODES[2], 0, calls=31, min_score=1.0,
                                   infrastructure_error="OutOfMemoryError: CUDA out of memory")
     result = evaluate(ledger, engine, submission_id=sid, attempt_id="att-1", block=BLOCK)
@@ -129,9 +120,8 @@ def test_a_host_failure_noted_by_the_audit_hook_is_recorded_as_a_fault(
     assert (result.decision["verdict"], result.decision["reason"],
             result.decision["disposition"]) == (
         "NO_DECISION", "unproven_infrastructure_failure", "HOLD")
-    assert "AuditNodeGraded" not in types(ledger, "att-1")
-    [fault] = [dict(r.payload) for r in ledger.store.read_stream("attempt-att-1")
-               if r.type == "InfrastructureFault"]
+    assert "AuditNodeGraded" not in Bench(ledger).types("att-1")
+    [fault] = Bench(ledger).payloads("att-1", "InfrastructureFault")
     assert fault["stage"] == "audit" and "OutOfMemoryError" in fault["detail"]
     assert NODES[2] in fault["detail"]
 
@@ -199,15 +189,14 @@ def test_an_unexpected_exception_in_audit_or_quality_concludes_the_attempt(
     engine = worked_engine(_BrokenEngine)
     assert isinstance(engine, _BrokenEngine)
     engine.broken_stage = stage
-    engine.tallies = [NodeTally(node, 0, calls=32, min_score=1.0) for node in NODES]
+    engine.tallies = clean_tallies()
 
     result = evaluate(ledger, engine, submission_id=sid, attempt_id="att-1", block=BLOCK)
 
     assert result.fault == "unproven_infrastructure_failure"
     assert outcome(ledger, "att-1") == ("NO_DECISION", "unproven_infrastructure_failure",
                                         "HOLD")
-    [fault] = [dict(r.payload) for r in ledger.store.read_stream("attempt-att-1")
-               if r.type == "InfrastructureFault"]
+    [fault] = Bench(ledger).payloads("att-1", "InfrastructureFault")
     assert (fault["stage"], fault["detail"]) == (stage, message)
     assert engine.live == []
 
@@ -222,8 +211,7 @@ def _register_honest(ledger: ArenaLedger) -> None:
 
 
 def _windows(ledger: ArenaLedger, attempt_id: str) -> list[int]:
-    return [int(r.payload["window"]) for r in ledger.store.read_stream(f"attempt-{attempt_id}")
-            if r.type == "WindowMeasured"]
+    return [int(p["window"]) for p in Bench(ledger).payloads(attempt_id, "WindowMeasured")]
 
 
 def test_a_control_run_that_crashed_mid_speed_is_resumed_by_the_retry(

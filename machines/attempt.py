@@ -430,7 +430,6 @@ def _audit_score_problem(params: PolicyParams, fields: dict[str, Any]) -> tuple[
         return "audit_bar_mismatch", f"bar: {fields['bar']} is not the sealed {sealed}"
     if fields["calls"] == fields["uncomparable"]:
         return None  # no comparable call: min_score says nothing
-    bar = sealed
     score = Decimal(fields["min_score"])
     violations, near = fields["violations"], fields["near_misses"]
     # Below a bound of six places, a floored score is below it too; below one of more
@@ -438,14 +437,14 @@ def _audit_score_problem(params: PolicyParams, fields: dict[str, Any]) -> tuple[
     if violations:  # some call scored below bar − band
         bound_broken = score >= low if low == edge else score > low
     elif near:  # every call at or above bar − band, some below the bar
-        bound_broken = score < low or (score >= top if top == bar else score > top)
+        bound_broken = score < low or (score >= top if top == sealed else score > top)
     else:  # every comparable call at or above the bar
         bound_broken = score < top
     if not bound_broken:
         return None
     return "audit_counts_inconsistent", (
         f"min_score: {fields['min_score']} with {violations} violations and {near} near "
-        f"misses (bar {bar}, band {params.near_miss_band})"
+        f"misses (bar {sealed}, band {params.near_miss_band})"
     )
 
 

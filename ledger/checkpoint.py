@@ -38,6 +38,7 @@ from ledger.errors import (
     unreadable,
 )
 from ledger.note import Checkpoint, Signer, Verifier, sign_checkpoint, verify_checkpoint
+from ledger.tree import stored_entry_hash
 
 if TYPE_CHECKING:
     from ledger.store import EventStore
@@ -330,7 +331,7 @@ def inclusion_document(store: EventStore, position: int, size: int | None = None
         proof = tree.inclusion_proof(position - 1, tree_size)
         root = tree.root(tree_size)
     recorded = store.get(position)
-    entry = bytes.fromhex(recorded.entry_hash)
+    entry = stored_entry_hash(position, recorded.entry_hash)
     return {
         "format": PROOF_FORMAT,
         "kind": "inclusion",

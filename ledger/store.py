@@ -57,7 +57,15 @@ from ledger.model import (
     VerifyReport,
 )
 from ledger.sqlite_rows import insert_rows
-from ledger.tree import StoredTree, advance_frontier, frontier_root
+from ledger.tree import (
+    StoredTree,
+    advance_frontier,
+    check_frontier,
+    frontier_keys,
+    frontier_root,
+    frontier_tail_first,
+    stored_level_min,
+)
 
 __all__ = [
     "DEFAULT_URL",
@@ -464,6 +472,7 @@ class EventStore:
             if found is not None:
                 return found
         _check_expected(batch, versions)
+        self._check_head(cursor, sql, head, frontier, "written")
         if self.guard is not None:
             self.guard(self, conn, batch)
         previous, recorded_at = bytes.fromhex(head.entry_hash), self.clock()
@@ -500,6 +509,29 @@ class EventStore:
             positions=tuple(range(rows[0][0], last + 1)),
             entry_hashes=tuple(map(_entry_hash_of, rows)),
         )
+
+    def _check_head(
+        self, cursor: Any, sql: _Statements, head: Head, frontier: bytes, doing: str
+    ) -> None:
+        """Holds the head row (read in this transaction) to the append-only tables before
+        anything is written from it or signed (``tree.check_frontier``): one statement
+        reads the frontier's stored nodes and the last entry hashes."""
+        keys = [key for key in frontier_keys(head.position) if key[0] >= stored_level_min]
+        first = frontier_tail_first(head.position)
+        if self.backend == "postgresql":
+            params: tuple[Any, ...] = (
+                [k[0] for k in keys], [k[1] for k in keys], first, head.position
+            )
+        else:
+            params = (json.dumps(keys), first, head.position)
+        stored: dict[tuple[int, int], bytes] = {}
+        tail: dict[int, str] = {}
+        for level, index, value in cursor.execute(sql.head_check, params).fetchall():
+            if level < 0:
+                tail[int(index)] = str(value)
+            else:
+                stored[(int(level), int(index))] = bytes.fromhex(value)
+        check_frontier(frontier, head.position, head.entry_hash, stored, tail, doing)
 
     def _write_connection(self) -> Connection:
         conn = self.engine.connect()
@@ -713,15 +745,25 @@ class EventStore:
 
     @_store_errors
     def merkle_root(self, size: int | None = None) -> tuple[int, bytes]:
-        """Returns (size, root hash) of the Merkle tree at ``size`` (the head when None)."""
+        """Returns (size, root hash) of the Merkle tree at ``size`` (the head when None).
+
+        The head's root comes from the head row's frontier once that is held to the stored
+        nodes and events (IntegrityError otherwise: ``tree.check_frontier``).
+        """
         if size is None:
-            with self.engine.connect() as conn:
-                row = conn.execute(
-                    text("SELECT position, frontier FROM ledger_head WHERE id = 1")
-                ).first()
-            if row is None:
-                raise head_row_missing()
-            return int(row[0]), frontier_root(bytes(row[1]))
+            # The head's frontier, once it is held to the stored nodes and events
+            # (_check_head): what a checkpoint of the head signs.
+            with self.engine.connect() as conn, conn.begin():
+                cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    row = cursor.execute(_READ_HEAD).fetchone()
+                    if row is None:
+                        raise head_row_missing()
+                    head, frontier = Head(int(row[0]), str(row[1])), bytes(row[2])
+                    self._check_head(cursor, _SQL[self.backend], head, frontier, "signed")
+                finally:
+                    cursor.close()
+            return head.position, frontier_root(frontier)
         with self.tree() as tree:
             return size, tree.root(size)
 
@@ -841,6 +883,7 @@ class _Statements(NamedTuple):
     insert_events: str
     insert_nodes: str
     write_head: str
+    head_check: str
 
 
 _SQL = {
@@ -853,6 +896,12 @@ _SQL = {
         insert_events="",  # multi-row statements, written by sqlite_rows.insert_rows
         insert_nodes="INSERT INTO merkle_nodes (level, idx, hash) VALUES (?, ?, ?)",
         write_head="UPDATE ledger_head SET position = ?, entry_hash = ?, frontier = ? WHERE id = 1",
+        head_check=(
+            "SELECT level, idx, lower(hex(hash)) FROM merkle_nodes WHERE (level, idx) IN "
+            "(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM "
+            "json_each(?)) UNION ALL SELECT -1, position, entry_hash FROM events WHERE "
+            "position >= ? AND position <= ?"
+        ),
     ),
     "postgresql": _Statements(
         lock_head="SELECT position, entry_hash, frontier FROM ledger_head WHERE id = 1 FOR UPDATE",
@@ -867,8 +916,14 @@ _SQL = {
             "unnest(%s::smallint[], %s::bigint[], %s::bytea[])) "
             "UPDATE ledger_head SET position = %s, entry_hash = %s, frontier = %s WHERE id = 1"
         ),
+        head_check=(
+            "SELECT level, idx, encode(hash, 'hex') FROM merkle_nodes WHERE (level, idx) IN "
+            "(SELECT * FROM unnest(%s::smallint[], %s::bigint[])) UNION ALL SELECT -1, "
+            "position, entry_hash FROM events WHERE position >= %s AND position <= %s"
+        ),
     ),
 }
+_READ_HEAD = "SELECT position, entry_hash, frontier FROM ledger_head WHERE id = 1"
 _copy_threshold_rows = 64
 _entry_hash_of = operator.itemgetter(8)
 #: PostgreSQL types of ``_COLUMNS``, for binary COPY (binary input is not cast: exact types).

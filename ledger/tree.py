@@ -25,12 +25,22 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, text
 
 from ledger import merkle
-from ledger.errors import InvalidInput, NotFound
+from ledger.chain import GENESIS_HASH
+from ledger.errors import IntegrityError, InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from ledger.store import EventStore
 
-__all__ = ["StoredTree", "advance_frontier", "frontier_root", "stored_level_min"]
+__all__ = [
+    "StoredTree",
+    "advance_frontier",
+    "check_frontier",
+    "frontier_keys",
+    "frontier_root",
+    "frontier_tail_first",
+    "stored_entry_hash",
+    "stored_level_min",
+]
 
 #: Lowest level (subtree height) stored in ``merkle_nodes``; lower ones are recomputed.
 stored_level_min = 4
@@ -82,6 +92,104 @@ def frontier_root(frontier: bytes) -> bytes:
     return acc
 
 
+def frontier_keys(size: int) -> list[tuple[int, int]]:
+    """Returns (level, index) of each perfect subtree on the right edge of a tree of
+    ``size`` leaves, largest first: the nodes a frontier holds, in its order."""
+    keys: list[tuple[int, int]] = []
+    start = 0
+    for level in range(size.bit_length() - 1, -1, -1):
+        if size >> level & 1:
+            keys.append((level, start >> level))
+            start += 1 << level
+    return keys
+
+
+def frontier_tail_first(size: int) -> int:
+    """Returns the first position whose entry hash ``check_frontier`` reads: the leaves
+    under the frontier's subtrees below ``stored_level_min``, and the head's own event."""
+    return size - max(size & ((1 << stored_level_min) - 1), 1) + 1
+
+
+def stored_entry_hash(position: int, value: str | None, consequence: str = "") -> bytes:
+    """Returns the raw bytes of the entry hash stored at ``position`` (64 hex digits), or
+    raises IntegrityError naming the position when it is missing or not a hash: a damaged
+    store, never a traceback from ``bytes.fromhex``."""
+    try:
+        raw = bytes.fromhex(value) if value is not None else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != 32 or value != raw.hex():
+        raise IntegrityError(
+            f"the entry hash at position {position} is missing or not 64 lowercase hex "
+            f"digits: the store is damaged{consequence}. Run `arena-ledger verify`",
+            reason="hash_mismatch", position=position,
+        )
+    return raw
+
+
+def check_frontier(
+    frontier: bytes,
+    size: int,
+    head_hash: str,
+    stored: dict[tuple[int, int], bytes],
+    tail: dict[int, str],
+    doing: str,
+) -> None:
+    """Raises IntegrityError unless the head row (``size``, ``head_hash``, ``frontier``) is
+    what the append-only tables give.
+
+    ``stored`` holds the stored nodes of ``frontier_keys(size)`` (levels
+    ``stored_level_min`` and up) and ``tail`` the entry hashes of positions
+    ``frontier_tail_first(size)`` to ``size``. The head row is the one row appends rewrite;
+    the chain covers its entry hash only once the next event links to it, and nothing else
+    covers the frontier, which a checkpoint signs and the next append builds nodes from. A
+    row altered outside arena-ledger therefore stops the write or the signature
+    (``doing``: what did not happen) before it spreads (reason ``head_mismatch`` or
+    ``frontier_mismatch``; ``arena-ledger verify --tree`` checks the whole tree).
+    """
+    last = tail.get(size) if size else GENESIS_HASH
+    if last != head_hash:
+        found = "no event" if last is None else f"entry hash {last}"
+        raise IntegrityError(
+            f"the ledger_head row says position {size} has entry hash {head_hash}, but the "
+            f"events table holds {found} there: the head row was altered outside arena-ledger "
+            f"or the store is damaged; nothing was {doing}. Run `arena-ledger verify`",
+            reason="head_mismatch", position=size,
+        )
+    leaves = [
+        stored_entry_hash(position, tail.get(position), f"; nothing was {doing}")
+        for position in range(size - (size & ((1 << stored_level_min) - 1)) + 1, size + 1)
+    ]
+    low, _ = advance_frontier(b"", 0, leaves)
+    expected: list[bytes] = []
+    for level, index in frontier_keys(size):
+        if level >= stored_level_min:
+            node = stored.get((level, index))
+            if node is None:
+                raise IntegrityError(
+                    f"Merkle node ({level}, {index}) is not stored: the store is damaged; "
+                    f"nothing was {doing}. Run `arena-ledger verify --tree`",
+                    reason="tree_mismatch", node=[level, index],
+                )
+            expected.append(node)
+    expected.extend(_split_frontier(low))
+    if b"".join(expected) == frontier:
+        return
+    edge = _split_frontier(frontier)
+    for (level, index), want, have in zip(frontier_keys(size), expected, edge, strict=False):
+        if want != have:
+            where = f"at node ({level}, {index})"
+            break
+    else:
+        where = f"in length ({len(frontier)} bytes for {len(expected)} nodes)"
+    raise IntegrityError(
+        f"the ledger_head row's Merkle frontier differs from the stored tree {where}: the "
+        f"head row was altered outside arena-ledger or the store is damaged; nothing was "
+        f"{doing}. Run `arena-ledger verify --tree`",
+        reason="frontier_mismatch", size=size,
+    )
+
+
 class StoredTree:
     """Reads nodes of the stored tree through one connection and answers roots and proofs."""
 
@@ -128,7 +236,7 @@ class StoredTree:
             leaves = [hashes.get(position) for position in range(first, first + (1 << level))]
             if all(leaf is not None for leaf in leaves):
                 self._known[(level, index)] = merkle.root_from_leaves(
-                    [bytes.fromhex(leaf) for leaf in leaves if leaf is not None]
+                    [stored_entry_hash(first + i, leaf) for i, leaf in enumerate(leaves)]
                 )
 
     def _stored_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
@@ -201,7 +309,9 @@ class StoredTree:
         )
         if len(rows) != 1 << level:
             raise NotFound(f"events {first}.. are missing for Merkle node ({level}, {index})")
-        return merkle.root_from_leaves([bytes.fromhex(h) for h in rows])
+        return merkle.root_from_leaves(
+            [stored_entry_hash(first + i, value) for i, value in enumerate(rows)]
+        )
 
     def root(self, size: int | None = None) -> bytes:
         """Returns the root hash at ``size`` (the tree's size when None)."""

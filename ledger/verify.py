@@ -19,8 +19,9 @@ from sqlalchemy import text
 from ledger import limits
 from ledger.chain import GENESIS_HASH, chained
 from ledger.errors import InvalidInput, head_row_missing
-from ledger.merkle import CompactRange
+from ledger.merkle import node_hash
 from ledger.model import Head, VerifyReport
+from ledger.tree import advance_frontier, frontier_root, stored_level_min
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -47,16 +48,18 @@ def verify_chain(
 
     InvalidInput for a range that ends before it starts or starts past the head: reported
     as a gap instead, a mistyped number would read as a broken chain. With ``tree`` (only
-    from position 1), it also computes the Merkle root of the entry hashes as it goes and
-    compares it with the stored tree's root at the last position (``tree_mismatch``): the
-    stored tree is what checkpoints sign and proofs read, and the chain does not cover it.
+    from position 1), it also rebuilds the Merkle tree from the entry hashes as it goes and
+    holds every stored node under the last position, and the head row's frontier when the
+    last position is the head, to it (``tree_mismatch``, naming the first node that
+    differs): the stored tree is what checkpoints sign and proofs read, and the chain does
+    not cover it.
     """
     if tree and from_position != 1:
         raise InvalidInput(
             "the tree check covers positions 1..N: it cannot start at "
             f"{from_position}", path="--from",
         )
-    compact = CompactRange() if tree else None
+    rebuilt = _RebuiltTree() if tree else None
     if to_position is not None and to_position < from_position:
         raise InvalidInput(
             f"the range {from_position}..{to_position} ends before it starts", path="--to"
@@ -99,8 +102,8 @@ def verify_chain(
                 f"position {expected_position} is missing (next stored is {position})",
             )
         previous = computed
-        if compact is not None:
-            compact.append(computed)
+        if rebuilt is not None:
+            rebuilt.add(computed)
         if previous.hex() != stored:
             return _bad(
                 start,
@@ -147,25 +150,85 @@ def verify_chain(
                 "head_mismatch",
                 f"events exist past the head (up to position {beyond})",
             )
-    if compact is None:
+    if rebuilt is None:
         return VerifyReport(True, checked, start, last, previous.hex())
-    computed_root = compact.root().hex()
-    # Both stored forms: the nodes (proofs, checkpoints of an earlier size) and the head's
-    # frontier (a checkpoint of the head), when the head has not moved since it was read.
-    stored = [("tree", store.merkle_root(last)[1].hex())]
-    frontier_size, frontier_root = store.merkle_root()
-    if frontier_size == last:
-        stored.append(("head's frontier", frontier_root.hex()))
-    for name, root in stored:
-        if root != computed_root:
-            report = _bad(
-                start, last, last, checked, previous.hex(), "tree_mismatch",
-                f"the stored Merkle {name} gives root {root} at size {last}, but the entry "
-                f"hashes give {computed_root}: checkpoints signed from it and proofs read "
-                "from it are wrong",
+    found = rebuilt.compare(store, last)
+    if found is not None:
+        report = _bad(start, found[0], last, checked, previous.hex(), "tree_mismatch", found[1])
+        return dataclasses.replace(report, merkle_root=rebuilt.root)
+    return VerifyReport(True, checked, start, last, previous.hex(), merkle_root=rebuilt.root)
+
+
+class _RebuiltTree:
+    """Rebuilds the stored Merkle tree from the entry hashes as ``verify_chain`` reads them,
+    and holds the stored one to it: every node of ``merkle_nodes`` (a proof or an earlier
+    checkpoint reads them) and the head row's frontier (a checkpoint of the head signs it).
+
+    It keeps one hash per 2**stored_level_min events (about 5 MiB a million events) and the
+    frontier; the higher levels are computed from those, one level at a time, as they are
+    compared.
+    """
+
+    _batch = 4096
+
+    def __init__(self) -> None:
+        self.edge, self.size, self.root = b"", 0, ""
+        self.pending: list[bytes] = []
+        self.lowest: list[bytes] = []  # nodes of level stored_level_min, in index order
+
+    def add(self, entry: bytes) -> None:
+        """Takes the next entry hash (raw bytes)."""
+        self.pending.append(entry)
+        if len(self.pending) >= self._batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.edge, nodes = advance_frontier(self.edge, self.size, self.pending)
+        self.size += len(self.pending)
+        self.pending.clear()
+        self.lowest.extend(value for level, _, value in nodes if level == stored_level_min)
+
+    def compare(self, store: EventStore, last: int) -> tuple[int, str] | None:
+        """Returns (first position under it, problem) for the first stored node or head
+        frontier that differs from the rebuilt tree of positions 1..``last``, or None."""
+        self._flush()
+        self.root = frontier_root(self.edge).hex()
+        with store.engine.connect() as conn:
+            level, expected = stored_level_min, self.lowest
+            while expected:
+                rows = conn.execute(
+                    text(
+                        "SELECT idx, hash FROM merkle_nodes WHERE level = :l AND idx < :n "
+                        "ORDER BY idx"
+                    ),
+                    {"l": level, "n": len(expected)},
+                ).all()
+                stored = {int(index): bytes(value) for index, value in rows}
+                for index, want in enumerate(expected):
+                    have = stored.get(index)
+                    if have != want:
+                        first = (index << level) + 1
+                        shown = "missing" if have is None else have.hex()
+                        return first, (
+                            f"the stored Merkle tree's node ({level}, {index}), over positions "
+                            f"{first}-{first + (1 << level) - 1}, is {shown}, but the entry "
+                            f"hashes give {want.hex()}: proofs and checkpoints read from it "
+                            "are wrong"
+                        )
+                expected = [
+                    node_hash(expected[i], expected[i + 1]) for i in range(0, len(expected) - 1, 2)
+                ]
+                level += 1
+            head = conn.execute(
+                text("SELECT position, frontier FROM ledger_head WHERE id = 1")
+            ).first()
+        if head is not None and int(head[0]) == last and bytes(head[1]) != self.edge:
+            return last, (
+                f"the stored Merkle head's frontier gives root "
+                f"{frontier_root(bytes(head[1])).hex()} at size {last}, but the entry hashes "
+                f"give {self.root}: a checkpoint of the head would sign it"
             )
-            return dataclasses.replace(report, merkle_root=computed_root)
-    return VerifyReport(True, checked, start, last, previous.hex(), merkle_root=computed_root)
+        return None
 
 
 def raw_rows(

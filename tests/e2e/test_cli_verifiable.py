@@ -271,3 +271,24 @@ def test_the_bundle_and_proof_commands_say_in_one_line_what_their_json_says(
     assert done.stdout == (
         "ok: the tree of size 6 is a prefix of the tree of size 9; checked against "
         "checkpoint(s) at size 6, 9 of arena-ledger/ops.example\n")
+
+
+def test_checkpoint_refuses_a_forged_head_frontier_in_one_line(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    # A copy of the module's ledger whose ledger_head row (no trigger keeps it) carries
+    # another frontier: the key must not vouch for a root the events do not give.
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "forged.db"
+    shutil.copy(ledger.root / "ledger.db", copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("UPDATE ledger_head SET frontier = ? WHERE id = 1", (bytes(64),))
+    db = f"sqlite:///{copy}"
+    listed = cli("checkpoints", "--json", db=db, cwd=ledger.root).stdout
+    done = cli("checkpoint", "--key", ledger.key, db=db, cwd=ledger.root, expect=4)
+    assert "frontier differs from the stored tree at node (3, 0)" in done.stderr
+    assert "nothing was signed" in done.stderr
+    assert done.stdout == ""
+    assert cli("checkpoints", "--json", db=db, cwd=ledger.root).stdout == listed

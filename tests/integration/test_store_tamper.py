@@ -7,6 +7,7 @@ PostgreSQL sets ``session_replication_role = replica`` for one transaction.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +16,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from tampering import triggers_bypassed
 
-from ledger.errors import InvalidInput, StoreError
+from ledger.checkpoint import consistency_document, inclusion_document, sign_tree
+from ledger.errors import IntegrityError, InvalidInput, StoreError
 from ledger.model import EventDraft, VerifyReport
+from ledger.note import Signer
 from ledger.store import EventStore
 from ledger.verify import verify_chain
 
@@ -292,7 +295,8 @@ def test_a_damaged_merkle_frontier_stops_the_next_append(
     ledger: EventStore, draft: Draft
 ) -> None:
     # Five events: a frontier of two subtree roots (4 + 1). One dropped would make every
-    # later root, proof and checkpoint wrong; the append refuses and writes nothing.
+    # later root, proof and checkpoint wrong; the append refuses (an integrity failure,
+    # exit 4, not bad input) and writes nothing.
     with ledger.engine.begin() as conn:  # ledger_head is updated by every append: no trigger
         frontier = bytes(
             conn.execute(text("SELECT frontier FROM ledger_head WHERE id = 1")).scalar_one()
@@ -300,9 +304,105 @@ def test_a_damaged_merkle_frontier_stops_the_next_append(
         assert len(frontier) == 2 * 32
         conn.execute(text("UPDATE ledger_head SET frontier = :f WHERE id = 1"),
                      {"f": frontier[:32]})
-    with pytest.raises(InvalidInput, match="Merkle frontier does not match the ledger size"):
+    with pytest.raises(IntegrityError, match="frontier differs from the stored tree in len") as err:
         ledger.append([draft("arena-t", 4)])
+    assert err.value.context["reason"] == "frontier_mismatch"
     assert ledger.head().position == 5
+
+
+def _head_row(store: EventStore) -> tuple[int, str, bytes]:
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT position, entry_hash, frontier FROM ledger_head WHERE id = 1")
+        ).one()
+    return int(row[0]), str(row[1]), bytes(row[2])
+
+
+def _checkpoints(store: EventStore) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(text("SELECT COUNT(*) FROM checkpoints")).scalar_one())
+
+
+@pytest.fixture
+def grown(ledger: EventStore, draft: Draft) -> EventStore:
+    """Holds 37 events: a frontier of a stored node (32 leaves, level 5) and two subtrees
+    recomputed from entry hashes (4 leaves and 1)."""
+    ledger.append([draft("arena-t", v) for v in range(4, 36)])
+    assert _head_row(ledger)[0] == 37
+    return ledger
+
+
+def _forge_frontier(store: EventStore, element: int) -> bytes:
+    """Flips one bit of the head row's frontier element ``element`` (same length)."""
+    _, _, frontier = _head_row(store)
+    index = element * 32
+    forged = _flip_byte(frontier, index)
+    with store.engine.begin() as conn:  # ledger_head is updated by every append: no trigger
+        conn.execute(text("UPDATE ledger_head SET frontier = :f WHERE id = 1"), {"f": forged})
+    return forged
+
+
+@pytest.mark.parametrize(("element", "node"), [(0, "(5, 0)"), (1, "(2, 8)"), (2, "(0, 36)")])
+def test_a_forged_frontier_of_the_right_length_is_neither_signed_nor_built_on(
+    grown: EventStore, draft: Draft, element: int, node: str
+) -> None:
+    # A frontier written into ledger_head (the one row appends rewrite, so no trigger keeps
+    # it) would otherwise be signed as the head's root by an honest operator's key, and the
+    # next append would build append-only nodes from it.
+    forged = _forge_frontier(grown, element)
+    before = _head_row(grown)
+    at_node = rf"differs from the stored tree at node {re.escape(node)}"
+    with pytest.raises(IntegrityError, match=at_node) as err:
+        sign_tree(grown, Signer.generate("ops.example"))
+    assert err.value.context["reason"] == "frontier_mismatch"
+    assert "nothing was signed" in err.value.message
+    assert _checkpoints(grown) == 0
+    with pytest.raises(IntegrityError, match="nothing was written") as err:
+        grown.append([draft("arena-t", 36)])
+    assert err.value.context["reason"] == "frontier_mismatch"
+    assert _head_row(grown) == before
+    # Put back, both work again: the check compares, it does not guess.
+    with grown.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET frontier = :f WHERE id = 1"),
+                     {"f": _flip_byte(forged, element * 32)})
+    assert sign_tree(grown, Signer.generate("ops.example")).tree_size == 37
+    grown.append([draft("arena-t", 36)])
+    assert grown.verify(tree=True).ok
+
+
+def test_a_head_hash_that_is_not_the_last_events_stops_the_next_append(
+    grown: EventStore, draft: Draft
+) -> None:
+    # The next event would chain from it: a break written into the append-only table.
+    with grown.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"), {"h": "e" * 64})
+    before = _head_row(grown)
+    for act in (lambda: grown.append([draft("arena-t", 36)]),
+                lambda: sign_tree(grown, Signer.generate("ops.example"))):
+        with pytest.raises(IntegrityError, match=r"position 37 has entry hash e{64}") as err:
+            act()
+        assert err.value.context["reason"] == "head_mismatch"
+    assert _head_row(grown) == before
+    assert _checkpoints(grown) == 0
+
+
+def test_a_stored_entry_hash_that_is_not_hex_is_named_not_a_traceback(
+    grown: EventStore, draft: Draft
+) -> None:
+    with triggers_bypassed(grown) as conn:
+        conn.execute(text("UPDATE events SET entry_hash = :h WHERE position = 35"),
+                     {"h": "zz" * 32})
+    not_hex = "entry hash at position 35 is missing or not 64"
+    with pytest.raises(IntegrityError, match=not_hex) as err:
+        grown.append([draft("arena-t", 36)])
+    assert err.value.context["reason"] == "hash_mismatch"
+    assert _head_row(grown)[0] == 37
+    # Proofs whose path recomputes a node over it, or that print it, say the same.
+    for prove in (lambda: inclusion_document(grown, 35), lambda: inclusion_document(grown, 36),
+                  lambda: consistency_document(grown, 34)):
+        with pytest.raises(IntegrityError, match="entry hash at position 35") as err:
+            prove()
+        assert err.value.context == {"reason": "hash_mismatch", "position": 35}
 
 
 def test_verify_on_a_ledger_whose_events_table_was_dropped_is_a_clean_error(

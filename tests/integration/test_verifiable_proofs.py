@@ -234,6 +234,34 @@ def test_verify_with_tree_holds_the_stored_tree_to_the_entry_hashes(
         store.verify(2, tree=True)
 
 
+@pytest.mark.parametrize("damage", ["altered", "deleted"])
+def test_verify_with_tree_checks_every_stored_node_not_only_the_roots_path(
+    store: EventStore, draft: Draft, damage: str
+) -> None:
+    # Node (4, 1), over positions 17-32, is under (5, 0): the root at size 40 never reads
+    # it, but a proof of position 20 at size 24, or a consistency proof from 20, does.
+    _fill(store, draft, 1, 40)
+    leaves = _entries(store)
+    with triggers_bypassed(store) as conn:
+        if damage == "altered":
+            conn.execute(text("UPDATE merkle_nodes SET hash = :h WHERE level = 4 AND idx = 1"),
+                         {"h": bytes(32)})
+        else:
+            conn.execute(text("DELETE FROM merkle_nodes WHERE level = 4 AND idx = 1"))
+    with store.tree() as tree:  # the root at the head is still right, a proof is not
+        assert tree.root() == merkle.root_from_leaves(leaves)
+    report = store.verify(tree=True)
+    assert (report.ok, report.kind, report.first_bad_position) == (False, "tree_mismatch", 17)
+    shown = "missing" if damage == "deleted" else "0" * 64
+    assert report.problem is not None and report.problem.startswith(
+        f"the stored Merkle tree's node (4, 1), over positions 17-32, is {shown}, but the "
+        f"entry hashes give {merkle.root_from_leaves(leaves[16:32]).hex()}"
+    )
+    assert report.merkle_root == merkle.root_from_leaves(leaves).hex()
+    # A range that ends before the damaged node is not judged on it.
+    assert store.verify(1, 16, tree=True).ok
+
+
 def test_a_proof_over_a_deleted_stored_node_says_the_store_is_damaged(
     store: EventStore, draft: Draft
 ) -> None:

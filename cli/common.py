@@ -207,8 +207,10 @@ def fail(error: LedgerError) -> NoReturn:
             where += f" [{key} {visible(str(error.context[key]))}]"
     message = visible(" ".join(error.message.split()))  # one line, whatever the message held
     reason = error.context.get("reason")
-    if isinstance(reason, str) and reason not in message:
-        message += f" (reason: {reason})"
+    if isinstance(reason, str):
+        reason = visible(" ".join(reason.split()))  # compared as the message is printed
+        if reason not in message:
+            message += f" (reason: {reason})"
     sys.stderr.write(f"error[{error.code}]{where}: {message}\n")
     raise typer.Exit(error.exit_code)
 

@@ -80,12 +80,16 @@ def downgrade(
 @db_app.command("current")
 @handle_errors
 def current(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Shows the revision the store is at."""
+    """Shows the revision the store is at (exit 5 when there is no ledger file at --db)."""
     from ledger import migrate
 
-    revision = migrate.current(state.db_url)
+    revision = migrate.current(state.db_url, must_exist=True)
+    known = revision is None or revision in {r["revision"] for r in migrate.history()}
     if as_json:
-        emit_json({"current": revision, "heads": migrate.heads()})
+        emit_json({"current": revision, "heads": migrate.heads(), "known": known})
+        return
+    if not known:
+        console.print(f"{revision} (unknown to this release: a newer release migrated it)")
         return
     console.print(revision or "base (not initialised)")
 

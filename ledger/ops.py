@@ -389,6 +389,9 @@ def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
         finally:
             backup_conn.close()
         report, head = _verify_file(partial)
+        # A backup a newer release migrated: this release could neither write to it nor
+        # say what it needs; refused before anything is installed.
+        migrate.require_known(f"sqlite:///{partial}")
         if not report.ok:
             raise IntegrityError(
                 f"the backup {source} fails verification at position "
@@ -503,6 +506,14 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
             f"the restored ledger fails verification at position {report.first_bad_position} "
             f"({report.problem}); do not use it: drop the database",
             first_bad_position=report.first_bad_position, kind=report.kind,
+        )
+    revision = migrate.current(store.url)
+    if revision is not None and revision not in {r["revision"] for r in migrate.history()}:
+        raise StoreError(
+            f"the backup was restored and verifies, but it is at schema revision {revision!r}, "
+            "which this release does not know (a newer release migrated it): use that "
+            "release, or drop the database", url=safe_url(store.url), revision=revision,
+            reason="unknown_revision",
         )
     return RestoreReport(safe_url(store.url), "pg_restore", store.head(), report,
                          migrate.current(store.url), migrate.pending(store.url))

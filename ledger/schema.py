@@ -23,6 +23,7 @@ from sqlalchemy import (
 
 __all__ = [
     "NAMING_CONVENTION",
+    "SCHEMA_REVISION",
     "checkpoints",
     "events",
     "idempotency_keys",
@@ -40,6 +41,10 @@ NAMING_CONVENTION = {
 }
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: The Alembic revision these tables are (the shipped head, checked by the migration
+#: tests): the store appends only to a ledger at this revision (``EventStore.append``).
+SCHEMA_REVISION = "0004_pg_recorded_at_brin"
 
 events = Table(
     "events",

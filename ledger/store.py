@@ -14,6 +14,7 @@ import hashlib
 import json
 import operator
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -56,6 +57,7 @@ from ledger.model import (
     StreamState,
     VerifyReport,
 )
+from ledger.schema import SCHEMA_REVISION
 from ledger.sqlite_rows import insert_rows
 from ledger.tree import (
     StoredTree,
@@ -209,8 +211,12 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     """Creates a SQLAlchemy engine configured for the ledger's backend (WAL, busy timeout)."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise InvalidInput(f"database URL {url!r} is not valid: {exc}", url=url) from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a port that is not a number
+        shown = _password_hidden(url)
+        problem = str(exc).replace(url, shown)
+        if isinstance(exc, ValueError) and "int()" in problem:
+            problem = "its port is not a number"
+        raise InvalidInput(f"database URL {shown!r} is not valid: {problem}", url=shown) from None
     backend = parsed.get_backend_name()
     if parsed.drivername not in _DRIVERS and backend in ("sqlite", "postgresql"):
         raise InvalidInput(
@@ -227,6 +233,15 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
                 "ledger can live there; give a file, e.g. sqlite:///arena-ledger.db",
                 url=url,
             )
+        # Without uri=true, SQLAlchemy passes only the driver's own arguments and ignores
+        # the rest (a mode=ro that does not make the ledger read-only, with a warning).
+        ignored = [] if "uri" in parsed.query else sorted(set(parsed.query) - _PYSQLITE_ARGS)
+        if ignored:
+            raise InvalidInput(
+                f"database URL {url!r} has query arguments ({', '.join(ignored)}) that SQLite "
+                "ignores unless the URL also says uri=true: give sqlite:///PATH, or a SQLite "
+                "URI with uri=true", url=url,
+            )
         url = _read_only_media_url(parsed.database) or url
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _on_sqlite_connect)
@@ -239,6 +254,12 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     raise InvalidInput(
         f"database backend {backend!r} is not supported (use sqlite:/// or postgresql://)", url=url
     )
+
+
+#: The query arguments SQLAlchemy's pysqlite dialect passes to sqlite3.connect.
+_PYSQLITE_ARGS = frozenset(
+    ("timeout", "isolation_level", "detect_types", "check_same_thread", "cached_statements")
+)
 
 
 def _in_memory(path: str | None, query: Mapping[str, Any]) -> bool:
@@ -321,6 +342,7 @@ class EventStore:
         clock: Callable[[], str] = _utc_now,
         guard: AppendGuard | None = None,
         engine: Engine | None = None,
+        schema_revision: str = SCHEMA_REVISION,
     ) -> None:
         self.url = url
         self.engine = engine if engine is not None else make_engine(url)
@@ -328,6 +350,10 @@ class EventStore:
         self.clock = clock
         self.guard = guard
         self.backend = self.engine.dialect.name
+        # The schema revision appends require (a migration test building a ledger at an
+        # older one names it); checked by the first append (_check_revision).
+        self.schema_revision = schema_revision
+        self._revision_checked = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -467,6 +493,8 @@ class EventStore:
         """Writes one batch through ``cursor`` inside the open transaction of ``conn``."""
         sql = _SQL[self.backend]
         head, frontier, versions = self._lock_head(cursor, sql, batch)
+        if not self._revision_checked:
+            self._check_revision(cursor)
         if key is not None:
             found = self._lookup_key(conn, key, content)
             if found is not None:
@@ -509,6 +537,25 @@ class EventStore:
             positions=tuple(range(rows[0][0], last + 1)),
             entry_hashes=tuple(map(_entry_hash_of, rows)),
         )
+
+    def _check_revision(self, cursor: Any) -> None:
+        """Refuses to write to a ledger whose tables are not at ``SCHEMA_REVISION``: an
+        older one needs ``db upgrade``, a newer one was made by a newer release (once per
+        store: a revision changes only while its writers are stopped, operations.md)."""
+        try:
+            row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
+        except _driver_errors():
+            row = None
+        revision = None if row is None else str(row[0])
+        if revision != self.schema_revision:
+            raise SchemaNotInitialised(
+                f"the ledger is at schema revision {revision or 'none'}, not "
+                f"{self.schema_revision}, the one this release writes: run `arena-ledger db "
+                "upgrade` if it is older; one this release does not know was made by a newer "
+                "release, which must do the writing. Nothing was written",
+                url=safe_url(self.url), revision=revision, reason="schema_revision",
+            )
+        self._revision_checked = True
 
     def _check_head(
         self, cursor: Any, sql: _Statements, head: Head, frontier: bytes, doing: str
@@ -1063,6 +1110,12 @@ def safe_url(url: str) -> str:
     """
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        return "<invalid url>"
+    except (ArgumentError, ValueError):
+        return _password_hidden(url)
     return url if parsed.password is None else parsed.render_as_string(hide_password=True)
+
+
+def _password_hidden(url: str) -> str:
+    """Returns ``url`` with anything between ``user:`` and ``@`` of its authority shown as
+    ``***``: for a URL that does not parse, whose password must not reach a message."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url, count=1)

@@ -20,7 +20,7 @@ from ledger.checkpoint import sign_tree
 from ledger.errors import InvalidInput, Refused, SchemaNotInitialised, StoreError
 from ledger.model import EventDraft
 from ledger.note import Signer
-from ledger.schema import metadata
+from ledger.schema import SCHEMA_REVISION, metadata
 from ledger.store import EventStore, make_engine
 
 #: SHA-256 of each revision file as it shipped. Applied revisions are never edited
@@ -64,10 +64,44 @@ def _event_rows(url: str) -> list[tuple[Any, ...]]:
 
 
 def _append_some(url: str) -> None:
-    with EventStore(url) as store:
+    """Appends five events at whatever revision the ledger is (a store at an older one
+    appends only when told that revision: EventStore(schema_revision=…))."""
+    revision = migrate.current(url)
+    assert revision is not None
+    with EventStore(url, schema_revision=revision) as store:
         store.append([EventDraft("arena-m", "ArenaRetired", {"block": i, "reason": f"r{i}"})
                       for i in range(5)], idempotency_key="migration-test")
         assert store.verify().ok
+
+
+def test_the_store_writes_at_the_shipped_head() -> None:
+    assert migrate.heads() == [SCHEMA_REVISION]
+
+
+@pytest.mark.parametrize("revision", ["0002_merkle_checkpoints", "0009_from_a_newer_release"])
+def test_appending_to_a_ledger_at_another_revision_is_refused_and_writes_nothing(
+    tmp_path: Path, revision: str
+) -> None:
+    # operations.md: new code refuses to append to an old schema (stop, back up, upgrade),
+    # and a revision it does not know was made by a newer release.
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    migrate.upgrade(url, "0002_merkle_checkpoints")
+    _append_some(url)
+    if revision != "0002_merkle_checkpoints":
+        engine = make_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+        finally:
+            engine.dispose()
+    before = _event_rows(url)
+    with EventStore(url) as store, pytest.raises(SchemaNotInitialised) as err:
+        store.append([EventDraft("arena-m", "ArenaRetired", {"block": 9, "reason": "late"})])
+    assert err.value.exit_code == 5
+    assert err.value.context["revision"] == revision
+    assert f"is at schema revision {revision}, not {SCHEMA_REVISION}" in err.value.message
+    assert "Nothing was written" in err.value.message
+    assert _event_rows(url) == before
 
 
 def test_the_revisions_form_one_linear_chain() -> None:
@@ -410,7 +444,7 @@ def test_sqlite_position_becomes_the_rowid_and_stays_append_only(tmp_path: Path)
                     conn.execute(text(statement))
     finally:
         engine.dispose()
-    with EventStore(url) as store:
+    with EventStore(url, schema_revision="0003_sqlite_position_rowid") as store:
         assert store.verify().ok
         assert store.append([EventDraft("arena-m", "ArenaRetired",
                                         {"block": 7, "reason": "after"})]).positions == (6,)

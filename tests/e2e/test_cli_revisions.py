@@ -1,0 +1,119 @@
+"""Drives the CLI on ledgers at another schema revision, and on database URLs it must refuse.
+
+A ledger a newer release migrated (its ``alembic_version`` names a revision this release
+does not ship) and one an upgrade has not reached yet: every command says so in one line
+with exit 5 and changes nothing; ``db current`` shows what it is. A mistyped path is not an
+empty ledger, and a URL that does not parse is named without its password.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import migrate
+from ledger.schema import SCHEMA_REVISION
+
+FUTURE = "0009_from_a_newer_release"
+CREDIT = ("grant-credit", "--id", "c1", "--hotkey", "5Hk", "--amount-rao", "5")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stamp(path: Path, revision: str) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+    conn.close()
+
+
+@pytest.fixture
+def future(cli: Any) -> Any:
+    """A ledger of one credit grant whose revision a newer release wrote."""
+    cli("init")
+    cli(*CREDIT)
+    _stamp(cli.root / "l.db", FUTURE)
+    return cli
+
+
+def test_a_newer_releases_ledger_is_refused_by_every_writer_and_shown_by_db_current(
+    future: Any,
+) -> None:
+    ledger = future.root / "l.db"
+    before = _digest(ledger)
+    for args in (("init",), ("db", "upgrade"), ("db", "check"),
+                 ("db", "downgrade", "0003_sqlite_position_rowid")):
+        line = future.error_line(future(*args, expect=5).stderr, "store_error")
+        assert f"schema revision '{FUTURE}', which this release does not know" in line, args
+        assert "nothing was changed" in line
+    line = future.error_line(future(*CREDIT[:2], "c2", *CREDIT[3:], expect=5).stderr,
+                             "store_not_initialised")
+    assert f"is at schema revision {FUTURE}, not {SCHEMA_REVISION}" in line
+    assert _digest(ledger) == before
+    assert future("db", "current").stdout.strip() == (
+        f"{FUTURE} (unknown to this release: a newer release migrated it)"
+    )
+    shown = future.json("db", "current")
+    assert (shown["current"], shown["known"]) == (FUTURE, False)
+
+
+def test_a_backup_of_a_newer_releases_ledger_is_not_restored(future: Any) -> None:
+    future("db", "backup", "l.bak")
+    target = future.root / "restored.db"
+    done = future("--db", f"sqlite:///{target}", "db", "restore", "l.bak", expect=5)
+    assert "which this release does not know" in future.error_line(done.stderr, "store_error")
+    assert not target.exists()
+    assert not list(future.root.glob("restored.db*"))
+
+
+def test_db_check_on_a_ledger_behind_the_latest_revision_says_to_upgrade(cli: Any) -> None:
+    migrate.upgrade(cli.db, "0003_sqlite_position_rowid")
+    done = cli("db", "check", expect=5)
+    line = cli.error_line(done.stderr, "store_not_initialised")
+    assert "at schema revision 0003_sqlite_position_rowid, not the latest" in line
+    assert "run `arena-ledger db upgrade` first" in line
+    assert migrate.current(cli.db) == "0003_sqlite_position_rowid"
+
+
+def test_db_current_on_a_mistyped_path_is_no_ledger_not_an_empty_one(cli: Any) -> None:
+    for args in (("db", "current"), ("db", "current", "--json")):
+        line = cli.error_line(cli(*args, expect=5).stderr, "store_not_initialised")
+        assert "there is no ledger at" in line
+    assert not (cli.root / "l.db").exists()
+    cli("init")
+    assert cli("db", "current").stdout.strip() == SCHEMA_REVISION
+    assert cli.json("db", "current")["known"] is True
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql+psycopg://postgres:s3cret@127.0.0.1:notaport/x",
+         "'postgresql+psycopg://postgres:***@127.0.0.1:notaport/x' is not valid: its port is "
+         "not a number"),
+        ("sqlite:///l.db?mode=ro",
+         "has query arguments (mode) that SQLite ignores unless the URL also says uri=true"),
+    ],
+)
+def test_a_database_url_that_cannot_be_used_is_one_line_without_its_password(
+    cli: Any, url: str, named: str
+) -> None:
+    done = cli("--db", url, "head", expect=1)
+    line = cli.error_line(done.stderr, "invalid_input")
+    assert named in line
+    assert "s3cret" not in done.stderr and "Warning" not in done.stderr
+    assert not (cli.root / "l.db").exists()
+
+
+def test_a_postgresql_database_that_does_not_exist_is_named_once(cli: Any) -> None:
+    # The server's message has two spaces after FATAL:; the one line collapses them, and
+    # the reason must not repeat the message it is already in.
+    done = cli("--db", "postgresql+psycopg://postgres@127.0.0.1:5432/al_no_such_database",
+               "head", expect=5)
+    line = cli.error_line(done.stderr, "store_unavailable")
+    assert line.count('database "al_no_such_database" does not exist') == 1, line

@@ -9,7 +9,16 @@ import typer
 from rich.rule import Rule
 from rich.text import Text
 
-from cli.common import console, counted, emit_json, handle_errors, new_table, shown, state
+from cli.common import (
+    console,
+    counted,
+    emit_json,
+    handle_errors,
+    new_table,
+    options_named,
+    shown,
+    state,
+)
 
 __all__ = ["register"]
 
@@ -104,13 +113,14 @@ def demo(
     """Runs a whole arena session for real on the CPU reference engine and summarises it."""
     from engine_bridge.demo import run_demo
 
-    summary = run_demo(
-        state.db_url,
-        workdir,
-        miners=miners,
-        controls=controls,
-        notify=None if as_json else _narrate,
-    )
+    with options_named(workdir="--workdir"):
+        summary = run_demo(
+            state.db_url,
+            workdir,
+            miners=miners,
+            controls=controls,
+            notify=None if as_json else _narrate,
+        )
     if as_json:
         emit_json(summary.to_json())
     else:

@@ -14,6 +14,7 @@ from cli.common import (
     emit_json,
     emit_jsonl,
     handle_errors,
+    options_named,
     state,
 )
 from ledger.domain import ArenaLedger
@@ -70,10 +71,23 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Claims, measures, audits, grades and concludes one submission on the engine."""
+    from engine_bridge.runner import check_claim_fields, make_engine, resolve_delta
     from engine_bridge.runner import evaluate as run
-    from engine_bridge.runner import make_engine, resolve_delta
 
-    with ArenaLedger(state.db_url, actor=state.actor) as ledger:
+    named = options_named(
+        attempt_id="--attempt",
+        pair_id="--pair",
+        validator_hotkey="--validator",
+        claimed_block="--block",
+        plan="--plan",
+    )
+    with named, ArenaLedger(state.db_url, actor=state.actor) as ledger:
+        # The options the claim records, before the engine boots (the runner checks again,
+        # the derived attempt id too, once the submission is known).
+        typed = {"attempt_id": attempt_id} if attempt_id is not None else {}
+        check_claim_fields(
+            **typed, pair_id=pair, validator_hotkey=validator, claimed_block=block, plan=plan
+        )
         sub = ledger.fold.submission(submission_id)
         arena = ledger.fold.arena(sub.arena_id) if sub is not None else None
         runtime = arena.commission.event.engine.runtime if arena is not None else "torch-reference"
@@ -111,10 +125,13 @@ def run_controls(
     as_json: bool = typer.Option(False, "--json", help="JSON Lines of the control report."),
 ) -> None:
     """Evaluates every registered control of an arena and prints expected vs observed."""
-    from engine_bridge.runner import make_engine
+    from engine_bridge.runner import check_claim_fields, make_engine
     from engine_bridge.runner import run_controls as run
 
-    with ArenaLedger(state.db_url, actor=state.actor) as ledger:
+    named = options_named(validator_hotkey="--validator", claimed_block="--block")
+    with named, ArenaLedger(state.db_url, actor=state.actor) as ledger:
+        # Before the engine boots; run_controls checks them again before its first append.
+        check_claim_fields(validator_hotkey=validator, claimed_block=block)
         arena = ledger.fold.arena(arena_id)
         runtime = arena.commission.event.engine.runtime if arena is not None else "torch-reference"
         config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}

@@ -13,12 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine_bridge.deltas import registered
 from engine_bridge.runner import evaluate, make_engine, run_controls
 from ledger.codec import digest
 from ledger.domain import ArenaLedger
+from ledger.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from ledger.note import Signer
 
 __all__ = ["DemoSummary", "demo_commission", "run_demo"]
 
@@ -218,11 +222,15 @@ def run_demo(
     controls: bool = True,
     notify: Notify | None = None,
 ) -> DemoSummary:
-    """Runs one demo session on the ledger at ``url``; returns the summary."""
+    """Runs one demo session on the ledger at ``url``; returns the summary.
+
+    The validator key in ``workdir`` is made (or read) first: a workdir that cannot hold it
+    is refused (InvalidInput naming ``workdir``) before the ledger is touched.
+    """
     from ledger import migrate
 
     say = notify or (lambda stage, info: None)
-    workdir.mkdir(parents=True, exist_ok=True)
+    signer = _validator_signer(workdir)
     migrate.upgrade(url)
     with ArenaLedger(url, actor="demo") as ledger:
         session = _session(ledger)
@@ -255,8 +263,36 @@ def run_demo(
             engine.shutdown()
         _duplicate_of_failed(ledger, arena_id, base, say)
         summary.controls = ledger.controls(arena_id)
-        _finish(ledger, summary, workdir, base, say)
+        _finish(ledger, summary, signer, base, say)
     return summary
+
+
+def _validator_signer(workdir: Path) -> Signer:
+    """Returns the demo validator's signer, its key made in ``workdir`` when missing.
+
+    Each refusal names ``workdir`` (the CLI's ``--workdir``) and what is wrong with it.
+    """
+    from ledger.checkpoint import load_signer, write_key_files
+
+    key = workdir / "validator.key"
+    try:
+        if workdir.exists() and not workdir.is_dir():
+            raise InvalidInput(
+                f"{workdir} exists and is not a directory (the demo keeps its validator key "
+                "in it)"
+            )
+        workdir.mkdir(parents=True, exist_ok=True)
+        if not key.exists():
+            write_key_files("demo.arena-ledger.local", key)
+        return load_signer(key)
+    except OSError as exc:
+        raise InvalidInput(
+            f"workdir: cannot use {workdir} for the demo's validator key: "
+            f"{exc.strerror or exc}",
+            path="workdir",
+        ) from None
+    except InvalidInput as exc:
+        raise InvalidInput(f"workdir: {exc.message}", path="workdir") from None
 
 
 def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
@@ -273,9 +309,9 @@ def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
 
 
 def _finish(
-    ledger: ArenaLedger, summary: DemoSummary, workdir: Path, base: int, say: Notify
+    ledger: ArenaLedger, summary: DemoSummary, signer: Signer, base: int, say: Notify
 ) -> None:
-    from ledger.checkpoint import load_signer, sign_tree, write_key_files
+    from ledger.checkpoint import sign_tree
     from ledger.replay import replay_events
     from machines.settlement import settlement_payload
 
@@ -290,10 +326,7 @@ def _finish(
     summary.weights_ppm = dict(payload["weights_ppm"])
     summary.settlement_digest = payload["settlement_digest"]
     say("settled", {"digest": summary.settlement_digest})
-    key = workdir / "validator.key"
-    if not key.exists():
-        write_key_files("demo.arena-ledger.local", key)
-    summary.checkpoint = sign_tree(ledger.store, load_signer(key)).to_json()
+    summary.checkpoint = sign_tree(ledger.store, signer).to_json()
     say("checkpoint", {"tree_size": summary.checkpoint["tree_size"]})
     report = replay_events(ledger.store.read_all())
     summary.replay = report.to_json()

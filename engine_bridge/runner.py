@@ -8,22 +8,33 @@ passing look), exactly where the attempt machine says the evaluation stops.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError, create_model
+
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered_by_digest
 from engine_bridge.protocol import Engine, infrastructure_fault_payload
+from ledger.catalogue import schema_error
 from ledger.domain import CONTROL_HOTKEY, ArenaLedger
 from ledger.errors import EngineFault, InvalidInput, NotFound
-from ledger.events import AuditNodeGraded, QualityGraded, WindowMeasured
+from ledger.events import (
+    AttemptClaimed,
+    AuditNodeGraded,
+    ControlRegistered,
+    QualityGraded,
+    WindowMeasured,
+)
 
 __all__ = [
     "CONTROL_HOTKEY",
     "EvaluationResult",
+    "check_claim_fields",
     "control_run_id",
     "default_model_dir",
     "evaluate",
@@ -126,6 +137,31 @@ def resolve_delta(delta_digest: str, delta_file: str | None = None) -> DeltaSpec
         ) from None
 
 
+@functools.cache
+def _claim_fields(names: tuple[str, ...]) -> type[BaseModel]:
+    """Returns a model of the named AttemptClaimed fields, with the event's own rules."""
+    fields = AttemptClaimed.model_fields
+    definitions: dict[str, Any] = {name: (fields[name].annotation, fields[name]) for name in names}
+    return create_model(
+        "AttemptClaimedFields", __config__=AttemptClaimed.model_config, **definitions
+    )
+
+
+def check_claim_fields(**values: object) -> None:
+    """Raises the SchemaError the claim's AttemptClaimed would raise for these fields.
+
+    ``values`` are AttemptClaimed fields by name (``validator_hotkey``, ``claimed_block``,
+    ``pair_id``, ``attempt_id``, ``plan``). ``run_controls`` appends a credit and an intake
+    before each claim, and the CLI boots the engine before it: both check the claim's inputs
+    first, by the event schema's own field rules, so bad input is refused naming its field
+    (``$.payload.validator_hotkey``) and changes nothing.
+    """
+    try:
+        _claim_fields(tuple(sorted(values))).model_validate(values)
+    except ValidationError as exc:
+        raise schema_error(AttemptClaimed.event_type, AttemptClaimed.schema_version, exc) from None
+
+
 def evaluate(
     ledger: ArenaLedger,
     engine: Engine,
@@ -145,6 +181,13 @@ def evaluate(
     sub = ledger.fold.submission(submission_id)
     if sub is None:
         raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
+    check_claim_fields(
+        attempt_id=attempt_id,
+        pair_id=pair_id,
+        validator_hotkey=validator_hotkey,
+        claimed_block=block,
+        plan=plan,
+    )
     spec = candidate or resolve_delta(sub.delta_digest)
     # Misuse must raise before the claim: after it, only a fault or a decision may end the
     # attempt, and an exception that is neither would strand it in CLAIMED.
@@ -324,12 +367,17 @@ def run_controls(
     Each control run is an ordinary submission from ``CONTROL_HOTKEY``, paid by a credit
     granted for it (so it is reported apart from fee revenue), whose content hash names the
     control and the block, so a control expected to FAIL is never refused as a duplicate.
+    The inputs and every control's delta are checked before the first append: bad input
+    changes nothing, where a refusal at a claim would leave a granted credit and an admitted
+    submission behind.
     """
     from ledger.codec import digest
 
+    check_claim_fields(validator_hotkey=validator_hotkey, claimed_block=block)
     arena = ledger.fold.arena(arena_id)
     if arena is None:
         raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+    candidates = _control_candidates(ledger, engine, arena.controls, block)
     for index, (control_id, control) in enumerate(sorted(arena.controls.items())):
         run = control_run_id(control_id, block)
         # The attempt, not the credit, says how far a run got: a crash may fall anywhere
@@ -370,8 +418,33 @@ def run_controls(
             validator_hotkey=validator_hotkey,
             progress=progress,
             plan="calibration_observation" if listed else "normal",
+            candidate=candidates[control_id],
         )
     return ledger.controls(arena_id)
+
+
+def _control_candidates(
+    ledger: ArenaLedger, engine: Engine, controls: Mapping[str, ControlRegistered], block: int
+) -> dict[str, DeltaSpec]:
+    """Resolves the delta of every control not yet claimed at ``block``, as ``evaluate``
+    would before its claim, and has the engine check it: this runs before the first credit
+    is granted, so a control whose delta is missing or refused leaves nothing behind."""
+    candidates: dict[str, DeltaSpec] = {}
+    for control_id, control in sorted(controls.items()):
+        if ledger.fold.attempt(control_run_id(control_id, block)) is not None:
+            continue  # resumed or skipped: its delta was resolved when it was claimed
+        try:
+            spec = resolve_delta(control.delta_digest)
+        except NotFound:
+            raise NotFound(
+                f"control {control_id!r} names delta {control.delta_digest}, which is not a "
+                "registered delta; nothing was run",
+                control_id=control_id,
+                digest=control.delta_digest,
+            ) from None
+        engine.check_candidate(spec)
+        candidates[control_id] = spec
+    return candidates
 
 
 def _resume(

@@ -127,6 +127,39 @@ def test_running_the_demo_again_appends_a_second_session(
     assert second["settlement_digest"] != demo["summary"]["settlement_digest"]
 
 
+# --- a workdir that cannot hold the key -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("workdir", "problem"), [
+    ("a-file", "a-file exists and is not a directory (the demo keeps its validator key in it)"),
+    ("a-file/wd", "cannot use {root}/a-file/wd for the demo's validator key: Not a directory"),
+])
+def test_a_workdir_that_cannot_hold_the_key_is_refused_and_nothing_is_written(
+        cli: Any, workdir: str, problem: str) -> None:
+    cli("init")
+    cli("grant-credit", "--id", "c-1", "--hotkey", "5H", "--amount-rao", "1")
+    events = cli.jsonl("events")
+    (cli.root / "a-file").write_text("not a folder\n")
+
+    # It printed a FileExistsError traceback, from the workdir's mkdir.
+    done = cli("demo", "--workdir", cli.root / workdir, "--miners", "0", "--no-controls",
+               expect=1)
+
+    line = cli.error_line(done.stderr, "invalid_input")
+    assert line.startswith("error[invalid_input] [path --workdir]: --workdir: "), line
+    assert line.endswith(problem.format(root=cli.root)), line
+    assert cli.jsonl("events") == events  # not migrated, commissioned or settled
+    assert (cli.root / "a-file").read_text() == "not a folder\n"
+
+
+def test_a_bad_workdir_leaves_a_new_database_uncreated(cli: Any) -> None:
+    (cli.root / "a-file").write_text("")
+    done = cli("demo", "--workdir", cli.root / "a-file", "--json", expect=1)
+    assert "[path --workdir]" in cli.error_line(done.stderr, "invalid_input")
+    assert done.stdout == ""
+    assert not (cli.root / "l.db").exists()
+
+
 # --- the README's quick start ------------------------------------------------------------
 
 

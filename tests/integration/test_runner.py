@@ -26,7 +26,7 @@ from engine_bridge.replay import load_replay_slice
 from engine_bridge.runner import CONTROL_HOTKEY, EvaluationResult, evaluate, resolve_delta
 from ledger import migrate
 from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound, Refused
+from ledger.errors import InvalidInput, NotFound, Refused, SchemaError
 from machines import samples
 
 ARENA = "runner-arena"
@@ -485,6 +485,80 @@ def test_a_control_run_id_is_a_valid_id_that_keeps_the_control_and_block(
         tag = hashlib.sha256(control_id.encode()).hexdigest()[:12]
         assert run.endswith(f"-{tag}-{block}") and len(run) == 64
         assert run.startswith("ctl-" + control_id[:30])
+
+
+@pytest.mark.parametrize(("inputs", "path", "words"), [
+    ({"validator_hotkey": ""}, "$.payload.validator_hotkey", "got ''"),
+    ({"validator_hotkey": "a b"}, "$.payload.validator_hotkey", "got 'a b'"),
+    ({"block": -1}, "$.payload.claimed_block", "greater than or equal to 0"),
+    ({"block": 2**53}, "$.payload.claimed_block", "less than or equal to"),
+    ({"block": True}, "$.payload.claimed_block", "valid integer"),
+])
+def test_run_controls_refuses_bad_input_before_granting_anything(
+        bench: Bench, inputs: dict[str, Any], path: str, words: str) -> None:
+    from engine_bridge.runner import run_controls
+
+    bench.commission()
+    _register_honest(bench, "honest", FAST_MLP)
+    head = bench.ledger.store.head().position
+    engine = FakeEngine()
+
+    # The claim refused these after the run's credit was granted and its submission
+    # admitted: an exit 1 that had written 4 events and left the control pending.
+    with pytest.raises(SchemaError) as refused:
+        run_controls(bench.ledger, engine, arena_id=ARENA, **{"block": 1_200, **inputs})
+
+    assert refused.value.context["path"] == path
+    assert words in refused.value.message
+    assert bench.ledger.store.head().position == head
+    assert engine.booted == []
+    assert [r.get("verdict") for r in bench.ledger.controls(ARENA)] == [None]
+    # The same run with good input runs from the start: nothing was half done.
+    report = run_controls(bench.ledger, FakeEngine(), arena_id=ARENA, block=1_200)
+    assert [r["outcome"] for r in report] == ["as_expected"]
+    assert _control_runs(bench) == [("ctl-honest-1200", 1_200, 0, 0)]
+
+
+def test_run_controls_refuses_a_control_whose_delta_is_unknown_before_any_append(
+        bench: Bench) -> None:
+    from engine_bridge.runner import run_controls
+
+    bench.commission()
+    _register_honest(bench, "alpha", FAST_MLP)
+    _register_honest(bench, "beta", DeltaSpec("file", "build_mlp", {}, "/nowhere.py", "ab" * 32))
+    head = bench.ledger.store.head().position
+    engine = FakeEngine()
+
+    with pytest.raises(NotFound, match="control 'beta' names delta abab") as missing:
+        run_controls(bench.ledger, engine, arena_id=ARENA, block=1_200)
+
+    assert missing.value.context["control_id"] == "beta"
+    assert bench.ledger.store.head().position == head  # alpha did not run either
+    assert engine.booted == []
+
+
+@pytest.mark.parametrize(("inputs", "path"), [
+    ({"validator_hotkey": "a b"}, "$.payload.validator_hotkey"),
+    ({"pair_id": "Pair 0"}, "$.payload.pair_id"),
+    ({"plan": "fast"}, "$.payload.plan"),
+    ({"attempt_id": "Bad Attempt"}, "$.payload.attempt_id"),
+    ({"block": -1}, "$.payload.claimed_block"),
+])
+def test_evaluate_refuses_bad_claim_input_before_anything_runs(
+        bench: Bench, inputs: dict[str, Any], path: str) -> None:
+    bench.commission()
+    sid = bench.admit(FAST_MLP)
+    head = bench.ledger.store.head().position
+    engine = FakeEngine()
+    arguments = {"submission_id": sid, "attempt_id": "att-1", "block": BLOCK, **inputs}
+
+    with pytest.raises(SchemaError) as refused:
+        evaluate(bench.ledger, engine, **arguments)
+
+    assert refused.value.context["path"] == path
+    assert bench.ledger.store.head().position == head
+    assert engine.booted == []
+    assert bench.status(sid) == "QUEUED"
 
 
 def test_a_passing_control_run_earns_no_reward_and_does_not_raise_the_bar(

@@ -20,9 +20,10 @@ from cli.common import (
     print_as_of,
     state,
 )
+from ledger import limits
 from ledger.codec import loads
 from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, read_input
+from ledger.errors import InvalidInput, read_input, read_limited
 
 __all__ = ["register"]
 
@@ -32,7 +33,11 @@ def _ledger(as_of: int | None = None) -> ArenaLedger:
 
 
 def _read_json(path: str) -> Any:
-    data = typer.get_binary_stream("stdin").read() if path == "-" else read_input(path, "file")
+    limit = limits.input_file_bytes_max
+    if path == "-":
+        data = read_limited(typer.get_binary_stream("stdin"), "standard input", limit)
+    else:
+        data = read_input(path, "file", limit=limit)
     return loads(data, where=path)
 
 
@@ -318,7 +323,8 @@ def grant_credit(
     named = options_named(credit_id="--id", hotkey="--hotkey", note="--note")
     with named, _ledger() as ledger:
         result = ledger.grant_credit(credit_id, hotkey, amount_rao, note)
-    console.print(f"credit {credit_id} granted at position {_positions(result)}")
+    again = " (already recorded: nothing was written)" if result.already_recorded else ""
+    console.print(f"credit {credit_id} granted at position {_positions(result)}{again}")
 
 
 def register(app: typer.Typer) -> None:

@@ -29,10 +29,15 @@ class DraftLine:
 
 def read_drafts(source: IO[bytes]) -> Iterator[DraftLine]:
     """Parses each non-blank line into a draft, raising an error that names the line."""
-    for number, raw in enumerate(source, start=1):
+    number = 0
+    # A line at a time, never more than one byte past the limit: a file with no line break
+    # (/dev/zero) is refused at the limit, not read until memory runs out.
+    while raw := source.readline(line_bytes_max + 1):
+        number += 1
         if len(raw) > line_bytes_max:
+            size = f"{len(raw)} bytes" if raw.endswith(b"\n") else f"over {line_bytes_max} bytes"
             raise LimitExceeded(
-                f"line is {len(raw)} bytes; the limit is {line_bytes_max}", line=number, path="$"
+                f"line is {size}; the limit is {line_bytes_max}", line=number, path="$"
             )
         if not raw.strip():
             continue

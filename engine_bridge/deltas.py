@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine_bridge.decimals import is_canonical_decimal
 from engine_bridge.limits import SLOW_DELTA_REPEATS_MAX, WINDOWS_MAX
+from ledger import limits
 from ledger.codec import digest
 from ledger.errors import IntegrityError, InvalidInput, NotFound, read_input
 
@@ -185,7 +186,8 @@ def load_file_delta(path: str | Path, entry_point: str | None = None) -> DeltaSp
     parsed, never executed, here; it must define that function at top level.
     """
     source = Path(path).resolve()
-    data = read_input(source, "delta file", regular=True)  # regular: read again when loaded
+    # regular: read again when loaded
+    data = read_input(source, "delta file", regular=True, limit=limits.input_file_bytes_max)
     try:
         tree = ast.parse(data, filename=str(source))
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source

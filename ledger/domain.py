@@ -22,7 +22,14 @@ from pydantic import ValidationError
 
 from ledger.catalogue import CATALOGUE, schema_error
 from ledger.codec import digest, loads
-from ledger.errors import InvalidInput, LedgerError, NotFound, Refused, SchemaError
+from ledger.errors import (
+    ConcurrencyConflict,
+    InvalidInput,
+    LedgerError,
+    NotFound,
+    Refused,
+    SchemaError,
+)
 from ledger.events import (
     AttemptClaimed,
     AttemptDecided,
@@ -341,12 +348,36 @@ class ArenaLedger:
         return self.append([(f"arena-{arena_id}", event)])
 
     def grant_credit(self, credit_id: str, hotkey: str, amount_rao: int, note: str) -> AppendResult:
-        """Appends CreditGranted on a new credit stream."""
+        """Appends CreditGranted on a new credit stream.
+
+        A credit id is granted once. A retry of the same grant returns the recorded one
+        (``already_recorded``); the same id with other terms is Refused
+        (``credit_exists``, naming the recorded grant), not a conflict to retry.
+        """
         event = _model(
             CreditGranted,
             {"credit_id": credit_id, "hotkey": hotkey, "amount_rao": amount_rao, "note": note},
         )
-        return self.append([(f"credit-{credit_id}", event, NO_STREAM)])
+        stream = f"credit-{credit_id}"
+        try:
+            return self.append([(stream, event, NO_STREAM)])
+        except ConcurrencyConflict:
+            recorded = next(iter(self.store.read_stream(stream)), None)
+            if recorded is None:
+                raise
+        granted = recorded.event()
+        if granted == event:
+            return AppendResult((recorded.position,), True, (recorded.entry_hash,))
+        terms = (
+            f"to {granted.hotkey}, {granted.amount_rao:,} rao"
+            if isinstance(granted, CreditGranted)
+            else f"as {recorded.type}"
+        )
+        raise Refused(
+            f"credit {credit_id!r} was already granted at position {recorded.position} "
+            f"({terms}); a credit id is granted once: choose another",
+            reason="credit_exists", credit_id=credit_id, position=recorded.position,
+        )
 
     def set_emission_policy(
         self, half_life_blocks: int, burn_hotkey: str, validator_hotkey: str

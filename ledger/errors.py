@@ -220,17 +220,32 @@ def require_file(path: str | os.PathLike[str], what: str, *, regular: bool = Fal
     raise InvalidInput(f"{what} {os.fspath(path)} {problem}", path=os.fspath(path))
 
 
-def read_input(path: str | os.PathLike[str], what: str, *, regular: bool = False) -> bytes:
+def read_input(
+    path: str | os.PathLike[str], what: str, *, regular: bool = False, limit: int | None = None
+) -> bytes:
     """Returns the bytes of the file (or pipe) at ``path``; InvalidInput naming ``what`` and
     ``path`` when it does not exist, is a directory (or, with ``regular``, not a regular
     file: ``require_file``) or cannot be read (with the system's reason: permission denied,
-    an I/O error)."""
+    an I/O error). With ``limit``, at most that many bytes are read: more is LimitExceeded
+    (``read_limited``), and a device that never ends is not read until memory runs out."""
     require_file(path, what, regular=regular)
     try:
         with open(path, "rb") as file:
-            return file.read()
+            if limit is None:
+                return file.read()
+            return read_limited(file, f"{what} {os.fspath(path)}", limit, os.fspath(path))
     except OSError as exc:
         raise unreadable(path, what, exc) from None
+
+
+def read_limited(source: BinaryIO, what: str, limit: int, path: str = "-") -> bytes:
+    """Reads ``source`` to its end if that is at most ``limit`` bytes; LimitExceeded naming
+    ``what`` (at ``path``) otherwise (one byte more is read to know)."""
+    data = source.read(limit + 1)
+    if len(data) > limit:
+        raise LimitExceeded(f"{what} is over {limit:,} bytes; the limit is {limit:,}",
+                            path=path)
+    return data
 
 
 def open_input(path: str | os.PathLike[str], what: str) -> BinaryIO:

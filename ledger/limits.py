@@ -12,6 +12,7 @@ __all__ = [
     "checkpoint_origin_chars_max",
     "digest_hex_chars",
     "idempotency_key_chars_max",
+    "input_file_bytes_max",
     "json_depth_max",
     "json_integer_abs_max",
     "key_name_chars_max",
@@ -23,6 +24,10 @@ __all__ = [
 
 #: Largest canonical payload, in bytes, of one event.
 payload_bytes_max = 65_536
+#: Largest file (or standard input) a command reads whole: a JSON document (commission,
+#: intake, ...) or a delta's source. Read up to one byte more, so /dev/zero or a huge file
+#: is refused at this size, not read until memory runs out.
+input_file_bytes_max = 1_048_576
 #: Most events one atomic append may carry.
 batch_events_max = 10_000
 #: Longest stream name, in characters (`submission-` + 64 hex fits with room).

@@ -10,7 +10,7 @@ from test_domain_enforcement import Desk  # same directory, prepend import mode
 
 from ledger import migrate
 from ledger.domain import ArenaLedger
-from ledger.errors import ConcurrencyConflict, InvalidInput, SchemaError
+from ledger.errors import ConcurrencyConflict, InvalidInput, Refused, SchemaError
 from ledger.events import ControlRegistered
 from machines import samples
 
@@ -142,3 +142,26 @@ def test_an_operator_action_without_a_reason_is_refused_and_writes_nothing(
     assert raised.value.context["path"] == "$.payload.reason"
     assert raised.value.message.startswith(f"{event_type} needs a reason an auditor can read")
     assert ledger.store.head() == before
+
+
+def test_a_credit_id_is_granted_once_a_retry_is_recorded_and_other_terms_are_refused(
+    ledger: ArenaLedger,
+) -> None:
+    # A retried grant (a lost reply, a re-run script) used to be a concurrency conflict,
+    # exit 3 "re-read and retry", which no retry could ever pass.
+    first = ledger.grant_credit("c-dup", "5Hk", 7, "welcome")
+    head = ledger.store.head()
+    again = ledger.grant_credit("c-dup", "5Hk", 7, "welcome")
+    assert (again.positions, again.already_recorded, again.entry_hashes) == (
+        first.positions, True, first.entry_hashes
+    )
+    for other in (("5Other", 7, "welcome"), ("5Hk", 8, "welcome"), ("5Hk", 7, "another")):
+        with pytest.raises(Refused) as caught:
+            ledger.grant_credit("c-dup", *other)
+        assert caught.value.context == {
+            "reason": "credit_exists", "credit_id": "c-dup", "position": first.first
+        }
+        assert caught.value.message.startswith(
+            f"credit 'c-dup' was already granted at position {first.first} (to 5Hk, 7 rao)"
+        )
+    assert ledger.store.head() == head

@@ -99,3 +99,15 @@ def test_a_bad_line_is_refused_naming_its_number_and_place(
 
 def test_schema_version_one_is_the_least_accepted() -> None:
     assert _read(_line(schema_version=1))[0].draft.schema_version == 1
+
+
+def test_a_line_without_end_is_refused_after_one_byte_past_the_limit() -> None:
+    # Read line by line with no bound, a file without a line break was read whole first.
+    source = io.BytesIO(_line() + b"\n" + b"x" * (line_bytes_max * 20))
+    with pytest.raises(LimitExceeded) as caught:
+        list(read_drafts(source))
+    assert caught.value.message == (
+        f"line is over {line_bytes_max} bytes; the limit is {line_bytes_max}"
+    )
+    assert caught.value.context == {"line": 2, "path": "$"}
+    assert source.tell() == len(_line()) + 1 + line_bytes_max + 1

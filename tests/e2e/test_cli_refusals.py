@@ -1,21 +1,25 @@
-"""Drives the CLI on ledgers at another schema revision, and on database URLs it must refuse.
+"""Drives the CLI on input it must refuse in one line, changing nothing.
 
 A ledger a newer release migrated (its ``alembic_version`` names a revision this release
 does not ship) and one an upgrade has not reached yet: every command says so in one line
 with exit 5 and changes nothing; ``db current`` shows what it is. A mistyped path is not an
-empty ledger, and a URL that does not parse is named without its password.
+empty ledger, a URL that does not parse is named without its password, and an input that
+never ends is refused at its limit, not read until memory runs out.
 """
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli.reader import line_bytes_max
 from ledger import migrate
+from ledger.limits import input_file_bytes_max
 from ledger.schema import SCHEMA_REVISION
 
 FUTURE = "0009_from_a_newer_release"
@@ -117,3 +121,23 @@ def test_a_postgresql_database_that_does_not_exist_is_named_once(cli: Any) -> No
                "head", expect=5)
     line = cli.error_line(done.stderr, "store_unavailable")
     assert line.count('database "al_no_such_database" does not exist') == 1, line
+
+
+@pytest.mark.parametrize("command", ["append", "commission", "intake"])
+def test_an_input_that_never_ends_is_refused_at_its_limit(
+    cli: Any, script: Path, command: str
+) -> None:
+    cli("init")
+    before = _digest(cli.root / "l.db")
+    # /dev/zero has no line break and no end: read whole, it grew until the process died.
+    done = subprocess.run(
+        ["timeout", "60", str(script), command, "/dev/zero"], cwd=cli.root, env=cli.env(),
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    line = cli.error_line(done.stderr, "limit_exceeded")
+    if command == "append":
+        assert f"[line 1] [path $]: line is over {line_bytes_max} bytes" in line
+    else:
+        assert f"[path /dev/zero]: file /dev/zero is over {input_file_bytes_max:,} bytes" in line
+    assert _digest(cli.root / "l.db") == before

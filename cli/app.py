@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from itertools import islice
 from typing import IO
@@ -116,8 +117,10 @@ def append(
 ) -> None:
     """Appends events from JSON Lines drafts; the file (or each --batch) is one atomic append.
 
-    Every domain event is checked by its stream's state machine; a refused one is reported
-    with its line number and nothing of its batch is written.
+    Every line's schema and limits are checked before the first batch is written. Every
+    domain event is checked by its stream's state machine; a refused one is reported with its
+    line number, nothing of its batch or the later ones is written, and the error says which
+    lines earlier batches appended.
     """
     with _open_input(file) as source:
         try:
@@ -128,19 +131,39 @@ def append(
         raise InvalidInput("the input holds no events", path=file)
     from ledger.domain import ArenaLedger
 
+    chunks = _batches(lines, batch)
     with ArenaLedger(state.db_url, actor=actor) as ledger:
-        for chunk in _batches(lines, batch):
-            result = _append_chunk(ledger.store, chunk, actor)
-            _report_append(chunk, result, as_json)
+        # Input a batch would refuse (schema, limits, keys) is refused before any commits.
+        for chunk in chunks:
+            with _lines_named(chunk):
+                _batch_key(chunk)
+                ledger.store.prepare([line.draft for line in chunk])
+        appended: list[int] = []
+        try:
+            for chunk in chunks:
+                with _lines_named(chunk):
+                    result = ledger.store.append(
+                        [line.draft for line in chunk], idempotency_key=_batch_key(chunk),
+                        actor=actor,
+                    )
+                _report_append(chunk, result, as_json)
+                appended.extend(result.positions)
+                last_line = chunk[-1].line
+        except LedgerError as exc:
+            if appended:  # earlier batches committed: say so, in the one error line
+                exc.message += (
+                    f"; earlier batches appended lines {chunks[0][0].line}..{last_line} "
+                    f"(positions {appended[0]}..{appended[-1]}), which stay"
+                )
+                exc.context["appended_through_line"] = last_line
+            raise
 
 
-def _append_chunk(store: object, chunk: list[DraftLine], actor: str) -> AppendResult:
-    from ledger.store import EventStore
-
-    assert isinstance(store, EventStore)
-    key = _batch_key(chunk)
+@contextlib.contextmanager
+def _lines_named(chunk: list[DraftLine]) -> Iterator[None]:
+    """Names the input line of an error the store raises for one event of ``chunk``."""
     try:
-        return store.append([line.draft for line in chunk], idempotency_key=key, actor=actor)
+        yield
     except LedgerError as exc:
         index = exc.context.get("index")
         if isinstance(index, int) and 0 <= index < len(chunk):

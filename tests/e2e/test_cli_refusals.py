@@ -10,6 +10,7 @@ never ends is refused at its limit, not read until memory runs out.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -141,3 +142,35 @@ def test_an_input_that_never_ends_is_refused_at_its_limit(
     else:
         assert f"[path /dev/zero]: file /dev/zero is over {input_file_bytes_max:,} bytes" in line
     assert _digest(cli.root / "l.db") == before
+
+
+def _grant(n: int, amount: int | None = None, credit: int | None = None) -> str:
+    return json.dumps({"stream": f"credit-c{credit or n}", "type": "CreditGranted",
+                       "payload": {"credit_id": f"c{credit or n}", "hotkey": "5Hk",
+                                   "amount_rao": n if amount is None else amount, "note": ""}})
+
+
+def test_append_in_batches_checks_every_line_before_the_first_batch_commits(cli: Any) -> None:
+    cli("init")
+    (cli.root / "bad.jsonl").write_text("\n".join([_grant(1), _grant(2), _grant(3, -1),
+                                                   _grant(4)]) + "\n")
+    done = cli("append", "--batch", "1", "bad.jsonl", expect=1)
+    line = cli.error_line(done.stderr, "schema_invalid")
+    assert line.startswith("error[schema_invalid] [line 3] [path $.payload.amount_rao]")
+    assert done.stdout == ""
+    assert cli.head() == 0
+
+
+def test_a_batch_the_machines_refuse_says_which_lines_earlier_batches_appended(
+    cli: Any,
+) -> None:
+    # Batches are atomic one by one: a refusal at line 3 keeps lines 1-2, and says so.
+    cli("init")
+    (cli.root / "again.jsonl").write_text("\n".join([_grant(5), _grant(6), _grant(1, credit=5),
+                                                     _grant(7)]) + "\n")
+    done = cli("append", "--batch", "1", "again.jsonl", expect=1)
+    line = cli.error_line(done.stderr, "refused")
+    assert line.startswith("error[refused] [line 3]: CreditGranted refused")
+    assert line.endswith("nothing was written; earlier batches appended lines 1..2 "
+                         "(positions 1..2), which stay")
+    assert cli.head() == 2

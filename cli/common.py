@@ -61,6 +61,7 @@ EXIT_CODES = {
     4: "integrity failure (chain, proof, signature or replay mismatch)",
     5: "store unavailable or not initialised, or replay's temporary archive file failed",
     6: "engine fault",
+    130: "interrupted (Ctrl-C; an append either committed whole or not at all)",
 }
 
 

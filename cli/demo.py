@@ -71,14 +71,16 @@ def _render(summary: Any) -> None:
     console.print(table)
     expected = sum(1 for c in summary.controls if c["outcome"] == "as_expected")
     console.print(
-        f"controls as expected: {expected}/{len(summary.controls)}  "
+        # The arena's controls over every session, fees over the whole ledger: a second
+        # demo run appends a session, and these are what the ledger now says.
+        f"controls as expected (every session): {expected}/{len(summary.controls)}  "
         + ", ".join(
             f"{c['control_id']}={c.get('verdict') or '-'}/{c['outcome']}" for c in summary.controls
         )
     )
     fees = summary.fees["total"]
     console.print(
-        f"fees: {fees['net_rao']:,} rao net ({fees['consumed_rao']:,} consumed, "
+        f"fees (whole ledger): {fees['net_rao']:,} rao net ({fees['consumed_rao']:,} consumed, "
         f"{fees['released_rao']:,} released); credits {fees['credits_spent_rao']:,} rao"
     )
     console.print(

@@ -25,7 +25,8 @@ def _param_row(param: Any) -> str:
         name = str(param.name).upper()
         kind = "argument"
     else:
-        name = ", ".join(f"`{o}`" for o in param.opts)
+        # An on/off flag's off form too (--controls / --no-controls).
+        name = ", ".join(f"`{o}`" for o in (*param.opts, *param.secondary_opts))
         kind = "flag" if param.is_flag else "option"
     help_text = getattr(param, "help", None) or ""
     default = param.default

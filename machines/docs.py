@@ -67,11 +67,13 @@ the fold's speed on the benchmark ledger ([benchmarks.md](benchmarks.md#fold)).
 _SUBMISSION_NOTES = f"""Rules fixed here where DOMAIN is silent:
 
 - **Retry budget.** A NO_DECISION with disposition REQUEUE sends the submission back to
-  `QUEUED` at most {submission.requeues_max} times; the 4th such resolution moves it to
-  `HELD` with hold reason `retry_budget_exhausted`. The fold derives this from the
-  SubmissionResolved itself: no SubmissionHeld is appended (one would be refused
-  `already_held`). HoldReleased grants one more attempt; the budget stays spent, so the
-  next REQUEUE resolution holds again.
+  `QUEUED` at most {submission.requeues_max} times; the {submission.requeues_max + 1}th such
+  resolution moves it to `HELD` with hold reason `retry_budget_exhausted`: a submission gets
+  {submission.requeues_max + 1} qualification attempts in all (DOMAIN's "at most 3 attempts;
+  the 4th NO_DECISION holds" reads both ways; this is the reading coded). The fold derives
+  this from the SubmissionResolved itself: no SubmissionHeld is appended (one would be
+  refused `already_held`). HoldReleased grants one more attempt; the budget stays spent, so
+  the next REQUEUE resolution holds again.
 - **Hold release.** HoldReleased returns to `QUEUED`, except for a submission held before
   it was admitted: it returns to `ARRIVED`, so intake and its fee still apply.
 - **SLA.** SubmissionExpired is accepted in any non-terminal state once

@@ -12,12 +12,15 @@ A bundle is a directory of three files (format ``arena-ledger.bundle.v1``):
 
 Export streams a page at a time (memory stays flat) and refuses a ledger whose chain or
 stored tree does not check out. Verification (``verify_bundle``, no database) and import
-run the same streaming pass: every line is parsed, its entry hash recomputed from the
-previous one and its envelope, its stream version checked, and the Merkle root rebuilt in
-O(log n) memory; the totals must then equal the manifest, and the manifest's root and size
-the signed checkpoint's. Import runs that pass once before opening a transaction and again
-inside it while inserting, so nothing is committed unless every check passed on the very
-bytes that were inserted. The first bad line is named (``events.jsonl line N: …``).
+run the same streaming pass: every line is parsed and must be exactly the bytes export
+writes for it (``_export_line``: no other spelling of the same event), its entry hash is
+recomputed from the previous one and its envelope, its stream version checked, and the
+Merkle root rebuilt in O(log n) memory; the totals must then equal the manifest (itself
+exactly the bytes export writes), and the manifest's root and size the signed checkpoint's.
+Import also holds every payload to the event catalogue (``_check_events``); verification
+does not. Import runs that pass once before opening a transaction and again inside it
+while inserting, so nothing is committed unless every check passed on the very bytes that
+were inserted. The first bad line is named (``events.jsonl line N: …``).
 
 Offline verification of a large bundle spreads the lines over forked worker processes
 (``_scan_parallel``); that pass only ever accepts, and hands any fault to the sequential
@@ -128,7 +131,16 @@ _TEXT_LIMITS: Final = (
     ("stream", _STREAM_MAX), ("type", _TYPE_MAX), ("recorded_at", _RECORDED_AT_MAX),
     ("actor", _ACTOR_MAX),
 )
+#: orjson options of an events.jsonl line, as export writes it and verification re-checks it.
+_LINE_OPTIONS: Final = orjson.OPT_SORT_KEYS
+#: orjson options of manifest.json.
+_MANIFEST_OPTIONS: Final = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+#: The base64 characters whose low two (four) bits are zero: the only ones canonical base64
+#: puts before one "=" (two), where those bits are unused and decoding ignores them.
+_B64_BEFORE_PAD: Final = frozenset("AEIMQUYcgkosw048")
+_B64_BEFORE_PADS: Final = frozenset("AQgw")
 _loads = orjson.loads
+_dumps = orjson.dumps
 _a2b = binascii.a2b_base64
 _sha256 = hashlib.sha256
 _log = get_logger("arena_ledger.bundle")
@@ -163,6 +175,11 @@ class Manifest:
             "events_bytes": self.events_bytes,
             "checkpoint_file": CHECKPOINT_FILE if self.checkpoint else None,
         }
+
+    def to_bytes(self) -> bytes:
+        """Returns the exact bytes of manifest.json: the document indented by two spaces,
+        keys sorted, one newline (no carriage return) ending each line, the last included."""
+        return _dumps(self.to_json(), option=_MANIFEST_OPTIONS) + b"\n"
 
 
 _MANIFEST_KEYS: Final = frozenset(Manifest(0, "", "", "", 0, False).to_json())
@@ -217,6 +234,11 @@ def read_manifest(bundle: Path) -> Manifest:
         # Every other field follows from these (sizes, file names): a mismatch is damage.
         odd = next(k for k, v in manifest.to_json().items() if document[k] != v)
         raise _manifest_error(f"field {odd!r} is inconsistent with the others", odd)
+    if raw != manifest.to_bytes():
+        # Same fields, other bytes (spacing, key order, escapes, duplicate keys, CRLF): not
+        # what export wrote. One spelling per manifest, as for each events.jsonl line.
+        raise _manifest_error("is not byte for byte the manifest export writes for these "
+                              "fields (two-space indent, sorted keys, \\n line ends)")
     return manifest
 
 
@@ -279,6 +301,10 @@ def _line_error(number: int, problem: str) -> IntegrityError:
                           reason="bad_line")
 
 
+def _version_jump(number: int, stream: str, last: int, version: int) -> IntegrityError:
+    return _line_error(number, f"stream {stream!r} jumps from version {last} to {version}")
+
+
 def _field_problem(document: Any) -> str:
     """Explains why a parsed line is not a well-formed event (the slow path, for messages)."""
     if not isinstance(document, dict):
@@ -302,7 +328,12 @@ def _check_line(raw: bytes, number: int, previous: bytes) -> tuple[Row, bytes]:
 
     Returns the row to insert and the line's raw entry hash. This is the hot loop of
     verification and import, so the well-formed case is checked in one expression and only
-    a failure pays for a precise message. Stream versions are checked by the caller.
+    a failure pays for a precise message. The line must be exactly the bytes export writes
+    for the event (``_export_line``): one ``orjson.dumps`` of the parsed object with export's
+    options, compared with the raw bytes, refuses any other spelling (spaces, key order,
+    escapes, a duplicate key, a carriage return before the newline), and the payload's
+    base64 must be canonical (re-encode to the same text). Stream versions are checked by
+    the caller.
     """
     if len(raw) > bundle_line_bytes_max:
         raise LimitExceeded(
@@ -335,6 +366,21 @@ def _check_line(raw: bytes, number: int, previous: bytes) -> tuple[Row, bytes]:
         raise _line_error(number, "payload_b64 is not valid base64") from None
     if len(payload) > _PAYLOAD_MAX:
         raise _line_error(number, f"payload is over {_PAYLOAD_MAX} bytes")
+    # With exactly the nine fields, typed as checked above, and canonical base64, dumping the
+    # parsed object sorted is _export_line's output for this row (less its newline).
+    if _dumps(d, option=_LINE_OPTIONS) != raw:
+        raise _line_error(number, "is not byte for byte the line export writes for its fields "
+                          "(spacing, key order, escapes, a duplicate key or a \\r line end)")
+    # Canonical base64, i.e. re-encoding the payload gives the same text. Strict decoding
+    # has checked the alphabet, the length and the padding, so only the unused bits of the
+    # character before the padding can differ; they are checked here rather than by
+    # re-encoding, which costs as much as the rest of the line's checks in CPython.
+    if payload_b64[-1:] == "=" and (
+        payload_b64[-3] not in _B64_BEFORE_PADS if payload_b64[-2] == "="
+        else payload_b64[-2] not in _B64_BEFORE_PAD
+    ):
+        raise _line_error(number, "payload_b64 is not canonical base64 (re-encoding its bytes "
+                          "gives other text)")
     entry = _sha256(
         previous + envelope_bytes(position, stream, version, kind, schema, payload, at, actor)
     ).digest()
@@ -405,7 +451,7 @@ class _Pass:
             row, previous = check(raw, size, previous)
             last = versions.get(row[1], 0)
             if row[2] != last + 1:
-                raise _line_error(size, f"stream {row[1]!r} jumps from version {last} to {row[2]}")
+                raise _version_jump(size, row[1], last, row[2])
             versions[row[1]] = row[2]
             rows.append(row)
             entries.append(previous)
@@ -695,7 +741,7 @@ def _export_line(position: int, stream: str, version: int, kind: str, schema: in
     document = event_document(position, stream, version, kind, schema, payload, recorded_at,
                               actor)
     document["entry_hash"] = entry_hash
-    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS) + b"\n"
+    return _dumps(document, option=_LINE_OPTIONS) + b"\n"
 
 
 def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
@@ -754,6 +800,17 @@ def _is_database_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".", 1)[0] in ("sqlalchemy", "psycopg", "sqlite3")
 
 
+def _unwritable(bundle: Path, exc: OSError) -> InvalidInput:
+    """Returns the error of an export the file system refused (permission, a full disk).
+
+    As ``db backup`` words a file it cannot write: InvalidInput (exit 1) naming the target;
+    what had been written aside is removed, so nothing is left behind.
+    """
+    reason = exc.strerror or type(exc).__name__
+    return InvalidInput(f"cannot write the bundle {bundle}: {reason}; nothing was written",
+                        path=str(bundle))
+
+
 def _export_to(
     store: EventStore, work: Path, size: int, signer: Signer | None, origin: str | None
 ) -> tuple[Manifest, str | None]:
@@ -775,10 +832,7 @@ def _export_to(
         (work / CHECKPOINT_FILE).write_text(note, encoding="utf-8")
     manifest = Manifest(scan.events, scan.head_hash, scan.merkle_root, scan.sha256, scan.bytes,
                         note is not None)
-    (work / MANIFEST_FILE).write_bytes(
-        orjson.dumps(manifest.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
-        + b"\n"
-    )
+    (work / MANIFEST_FILE).write_bytes(manifest.to_bytes())
     return manifest, note
 
 
@@ -802,10 +856,16 @@ def export_bundle(
     if not 0 <= size <= head:
         raise InvalidInput(f"--to-position {size} is outside 0..{head} (the head)", size=size)
     work = bundle.with_name(f".{bundle.name}.partial-{secrets.token_hex(4)}")
-    work.mkdir()
+    try:
+        work.mkdir()
+    except OSError as exc:
+        raise _unwritable(bundle, exc) from None
     try:
         manifest, note = _export_to(store, work, size, signer, origin)
         work.rename(bundle)
+    except OSError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise _unwritable(bundle, exc) from None
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -966,8 +1026,10 @@ def read_bundle_events(
 ) -> tuple[Iterator[RecordedEvent], int]:
     """Returns the bundle's events as RecordedEvents (streaming) and how many will come.
 
-    Each line is checked as import checks it (shape, position, chain); a bad line raises
-    IntegrityError naming it. ``as_of`` stops after that position.
+    Each line is checked as ``verify_bundle`` checks it (shape, exact bytes, position,
+    chain, stream versions); a bad line raises IntegrityError naming it. Payloads are not
+    held to the event catalogue here, as import holds them: the replay's fold reads them.
+    ``as_of`` stops after that position.
     """
     rows, total = read_bundle_rows(bundle, as_of)
     return (RecordedEvent(*row) for row in rows), total
@@ -982,12 +1044,17 @@ def read_bundle_rows(bundle: Path, as_of: int | None = None) -> tuple[Iterator[R
     (``manifest_mismatch``) is raised, so a truncated, extended or rewritten events file
     never replays as a shorter ledger that "matches". The Merkle root and the checkpoint's
     signature are ``verify_bundle``'s to check (it needs the verifier key).
+
+    Stream versions are checked as verification and import check them, so a reader keeps
+    each stream's last version: memory grows with the number of streams in the bundle
+    (about 100 to 200 bytes a stream, by the length of its name), not with its events.
     """
     manifest = read_manifest(bundle)
     total = manifest.events if as_of is None else min(as_of, manifest.events)
 
     def rows() -> Iterator[Row]:
         previous, check, number, size = bytes(32), _check_line, 0, 0
+        versions: dict[str, int] = {}
         digest, most = _sha256(), bundle_line_bytes_max + 1  # a line and its newline
         with (bundle / EVENTS_FILE).open("rb") as source:
             read = source.readline
@@ -1001,6 +1068,10 @@ def read_bundle_rows(bundle: Path, as_of: int | None = None) -> tuple[Iterator[R
                                             f"{bundle_line_bytes_max} bytes", line=number)
                     raise _line_error(number, "does not end in a newline (the file is truncated)")
                 row, previous = check(line[:-1], number, previous)
+                last = versions.get(row[1], 0)
+                if row[2] != last + 1:
+                    raise _version_jump(number, row[1], last, row[2])
+                versions[row[1]] = row[2]
                 if number <= total:
                     yield row
         head = previous.hex() if number else GENESIS_HASH

@@ -8,6 +8,7 @@ attempt to open a database would fail.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -202,6 +203,32 @@ def test_a_flipped_byte_is_refused_naming_the_line_and_nothing_is_imported(
     done = cli("import", ledger.bundle, "--key", ledger.pub, db=store_url, cwd=ledger.root,
                expect=1)
     assert "empty ledger" in done.stderr
+
+
+def test_a_bundle_respelled_with_crlf_is_refused_naming_line_one(ledger: Ledger) -> None:
+    """The manifest's digest and size are restated (they are not signed): every line still
+    parses to the signed event, but is not the bytes export wrote."""
+    respelled = ledger.root / "crlf"
+    respelled.mkdir()
+    (respelled / "checkpoint.note").write_bytes((ledger.bundle / "checkpoint.note").read_bytes())
+    data = (ledger.bundle / "events.jsonl").read_bytes().replace(b"\n", b"\r\n")
+    (respelled / "events.jsonl").write_bytes(data)
+    manifest = json.loads((ledger.bundle / "manifest.json").read_bytes())
+    manifest.update(events_sha256=hashlib.sha256(data).hexdigest(), events_bytes=len(data))
+    (respelled / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    done = cli("verify-bundle", respelled, "--key", ledger.pub, db=offline(ledger.root),
+               cwd=ledger.root, expect=4)
+    assert done.stderr.startswith("error[integrity_failure] [line 1]: events.jsonl line 1: is "
+                                  "not byte for byte the line export writes"), done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_export_where_the_system_refuses_to_write_is_one_line(ledger: Ledger) -> None:
+    done = cli("export", "/proc/bundle", db=ledger.db, cwd=ledger.root, expect=1)
+    assert done.stderr.startswith("error[invalid_input] [path /proc/bundle]: cannot write the "
+                                  "bundle /proc/bundle: "), done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 def _line(verb: str, report: dict[str, object], signed: str) -> str:

@@ -11,15 +11,24 @@ SQLite: its files are the same whichever backend wrote them.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 from test_settlement_ledger import build_settled, open_ledger  # same directory
-from test_verifiable_bundles import _flip, _rewrite, copy_bundle, lines_of, write_lines
+from test_verifiable_bundles import (
+    _flip,
+    _rewrite,
+    copy_bundle,
+    lines_of,
+    parsed_line,
+    restate_digest,
+    write_lines,
+)
 
-from ledger.bundle import export_bundle, read_manifest
+from ledger.bundle import export_bundle, read_manifest, verify_bundle
 from ledger.errors import IntegrityError, LimitExceeded
 from ledger.note import Signer
 from ledger.replay import replay_bundle
@@ -126,3 +135,40 @@ def test_a_line_over_the_size_limit_fails_the_replay_even_past_as_of(
                           *lines[31:]])
     with pytest.raises(LimitExceeded, match="line 31 is over 4096 bytes"):
         replay_bundle(damaged, 5)
+
+
+def _skip_a_version_from(index: int) -> Callable[[list[dict[str, object]]], None]:
+    def change(lines: list[dict[str, object]]) -> None:
+        stream = lines[index]["stream"]
+        for line in lines[index:]:
+            if line["stream"] == stream:
+                line["version"] = int(str(line["version"])) + 1
+    return change
+
+
+@pytest.mark.parametrize("as_of", [None, 10], ids=["whole", "as-of-10"])
+def test_a_stream_that_skips_a_version_fails_the_replay_as_it_fails_verification(
+    published: Path, tmp_path: Path, as_of: int | None
+) -> None:
+    """A rewrite with every hash and total recomputed, but one stream jumping a version from
+    line 61 on, is refused by a replay without --key as verify-bundle and import refuse it,
+    also when the replay stops before the gap."""
+    forged = copy_bundle(published, tmp_path)
+    _rewrite(forged, _skip_a_version_from(60))
+    stream, version = parsed_line(forged, 61)
+    problem = re.escape(f"line 61: stream {stream!r} jumps from version {version - 2} to "
+                        f"{version}")
+    with pytest.raises(IntegrityError, match=problem) as caught:
+        replay_bundle(forged, as_of)
+    assert caught.value.context == {"line": 61, "reason": "bad_line"}
+    with pytest.raises(IntegrityError, match=problem):
+        verify_bundle(forged, None, allow_unsigned=True)
+
+
+def test_a_respelled_line_fails_the_replay(published: Path, tmp_path: Path) -> None:
+    respelled = copy_bundle(published, tmp_path)
+    lines = lines_of(respelled)
+    write_lines(respelled, [*lines[:40], lines[40][:-1] + b"\r\n", *lines[41:]])
+    restate_digest(respelled)
+    with pytest.raises(IntegrityError, match="line 41: is not byte for byte the line export"):
+        replay_bundle(respelled, 5)

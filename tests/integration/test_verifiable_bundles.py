@@ -7,7 +7,9 @@ events.jsonl, the signature, the manifest), and the target ledger is still empty
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -126,6 +128,12 @@ def write_lines(bundle: Path, lines: list[bytes]) -> None:
     (bundle / EVENTS_FILE).write_bytes(b"".join(lines))
 
 
+def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
+    """Writes ``manifest`` as export spells it: verification refuses any other spelling."""
+    raw = orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    (bundle / MANIFEST_FILE).write_bytes(raw)
+
+
 # --------------------------------------------------------------------------------- export
 
 
@@ -235,6 +243,58 @@ def test_export_names_a_database_failure_while_reading_and_writes_nothing(
     assert list(exports.iterdir()) == []
     report = export_bundle(store, exports / "out")  # and the same store exports once fixed
     assert report.events == 12
+
+
+def test_export_names_a_directory_it_may_not_write_and_leaves_nothing(
+    store: EventStore, exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system's refusal (here permission, as for a directory of another user; the
+    tests may run as root, so the refusal is simulated) is one InvalidInput naming the
+    bundle, not an OSError."""
+    mkdir = Path.mkdir
+
+    def refused(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path.name.startswith(".denied.partial-"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(InvalidInput) as caught:
+        export_bundle(store, tmp_path / "denied")
+    assert caught.value.message == (
+        f"cannot write the bundle {tmp_path / 'denied'}: Permission denied; nothing was written")
+    assert caught.value.context == {"path": str(tmp_path / "denied")}
+    assert not any(p.name.startswith(".denied") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("stage", ["events", "manifest"])
+def test_export_onto_a_full_disk_names_the_bundle_and_removes_what_it_wrote(
+    store: EventStore, exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    stage: str,
+) -> None:
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if stage == "events":  # a write of events.jsonl fails half way (no file name given)
+        original = bundle_module._write_events
+
+        def fills_up(store: EventStore, file: Any, size: int) -> Any:
+            original(store, file, size // 2)
+            raise full
+
+        monkeypatch.setattr(bundle_module, "_write_events", fills_up)
+    else:  # the last file written, after events.jsonl was complete
+        write_bytes = Path.write_bytes
+
+        def no_room(path: Path, data: Any) -> int:
+            if path.name == MANIFEST_FILE:
+                raise full
+            return write_bytes(path, data)
+
+        monkeypatch.setattr(Path, "write_bytes", no_room)
+    with pytest.raises(InvalidInput, match=re.escape(
+            f"cannot write the bundle {tmp_path / 'full'}: No space left on device")):
+        export_bundle(store, tmp_path / "full")
+    assert not (tmp_path / "full").exists()
+    assert not any(p.name.startswith(".full") for p in tmp_path.iterdir())
 
 
 # ------------------------------------------------------------------------- verify, import
@@ -423,17 +483,99 @@ def test_a_malformed_line_is_refused_with_what_is_wrong_with_it(
     assert caught.value.context == {"line": 3, "reason": "bad_line"}
 
 
+def restate_digest(bundle: Path) -> None:
+    """Restates events.jsonl's SHA-256 and size in the manifest (neither is signed)."""
+    data = (bundle / EVENTS_FILE).read_bytes()
+    manifest = orjson.loads((bundle / MANIFEST_FILE).read_bytes())
+    manifest.update(events_sha256=hashlib.sha256(data).hexdigest(), events_bytes=len(data))
+    write_manifest(bundle, manifest)
+
+
+def _escape_first_actor_character(line: bytes) -> bytes:
+    actor = orjson.loads(line)["actor"]
+    escaped = f"\\u{ord(actor[0]):04x}{actor[1:]}"
+    return line.replace(f'"actor":"{actor}"'.encode(), f'"actor":"{escaped}"'.encode(), 1)
+
+
+#: Other spellings of the same events: each line parses to the fields export wrote and
+#: still hashes to its entry hash; only its bytes differ from what export writes.
+RESPELLED: dict[str, tuple[Callable[[list[bytes]], list[bytes]], int]] = {
+    "crlf line end": (lambda ls: [*ls[:2], ls[2][:-1] + b"\r\n", *ls[3:]], 3),
+    "crlf file": (lambda ls: [line[:-1] + b"\r\n" for line in ls], 1),
+    "space after a comma": (lambda ls: [*ls[:2], ls[2].replace(b'","', b'", "', 1), *ls[3:]], 3),
+    "trailing space": (lambda ls: [*ls[:2], ls[2][:-1] + b" \n", *ls[3:]], 3),
+    "leading space": (lambda ls: [*ls[:2], b" " + ls[2], *ls[3:]], 3),
+    "keys reversed": (lambda ls: [*ls[:2], orjson.dumps(dict(reversed(orjson.loads(ls[2])
+                                                                     .items()))) + b"\n",
+                                  *ls[3:]], 3),
+    # orjson keeps the last of two equal keys: the first could claim anything.
+    "duplicate key": (lambda ls: [*ls[:2], b'{"actor":"zzz",' + ls[2][1:], *ls[3:]], 3),
+    "escaped character": (lambda ls: [*ls[:2], _escape_first_actor_character(ls[2]), *ls[3:]],
+                          3),
+}
+
+
+@pytest.mark.parametrize("case", RESPELLED.values(), ids=RESPELLED.keys())
+def test_a_line_that_is_not_the_bytes_export_writes_is_refused(
+    target: EventStore, exported: Path, signer: Signer, tmp_path: Path,
+    case: tuple[Callable[[list[bytes]], list[bytes]], int],
+) -> None:
+    """verify-bundle checks every byte: a respelled line is refused even with the manifest's
+    (unsigned) digest and size restated to match the file."""
+    change, number = case
+    respelled = copy_bundle(exported, tmp_path)
+    lines = lines_of(respelled)
+    changed = change(lines)
+    assert [orjson.loads(line) for line in changed] == [orjson.loads(line) for line in lines]
+    write_lines(respelled, changed)
+    restate_digest(respelled)
+    problem = f"{EVENTS_FILE} line {number}: is not byte for byte the line export writes"
+    for run in (lambda: verify_bundle(respelled, signer.verifier()),
+                lambda: import_bundle(target, respelled, signer.verifier())):
+        with pytest.raises(IntegrityError) as caught:
+            run()
+        assert caught.value.message.startswith(problem), caught.value.message
+        assert caught.value.context == {"line": number, "reason": "bad_line"}
+    assert_empty(target)
+
+
+def test_a_payload_in_non_canonical_base64_is_refused(
+    target: EventStore, exported: Path, signer: Signer, tmp_path: Path
+) -> None:
+    """Base64 whose unused trailing bits are set decodes to the same payload (so the entry
+    hash still matches); it is refused, so that each payload has one spelling."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    bad = copy_bundle(exported, tmp_path)
+    lines = lines_of(bad)
+    index, text = next((n, orjson.loads(line)["payload_b64"]) for n, line in enumerate(lines)
+                       if orjson.loads(line)["payload_b64"].endswith("="))
+    at = -3 if text.endswith("==") else -2  # the last character that carries data
+    odd = text[:at] + alphabet[alphabet.index(text[at]) ^ 1] + text[at + 1:]
+    assert base64.b64decode(odd, validate=True) == base64.b64decode(text)
+    lines[index] = lines[index].replace(text.encode(), odd.encode())
+    write_lines(bad, lines)
+    restate_digest(bad)
+    problem = f"{EVENTS_FILE} line {index + 1}: payload_b64 is not canonical base64"
+    with pytest.raises(IntegrityError, match=problem):
+        verify_bundle(bad, signer.verifier())
+    with pytest.raises(IntegrityError, match=problem) as caught:
+        import_bundle(target, bad, signer.verifier())
+    assert caught.value.context == {"line": index + 1, "reason": "bad_line"}
+    assert_empty(target)
+
+
 def test_a_line_over_the_size_limit_is_refused_before_it_is_parsed(
     offline: Path, signer: Signer, tmp_path: Path
 ) -> None:
     bad = copy_bundle(offline, tmp_path)
     lines = lines_of(bad)
     # Line 3 padded with insignificant spaces to exactly the limit (its newline aside): its
-    # fields and entry hash are unchanged, so only the file's digest tells it was edited.
+    # fields and entry hash are unchanged, so it is read and parsed, then found not to be
+    # the bytes export writes (not refused for its size).
     at_limit = lines[2][:-2] + b" " * (bundle_line_bytes_max + 1 - len(lines[2])) + b"}\n"
     assert len(at_limit) == bundle_line_bytes_max + 1
     write_lines(bad, [*lines[:2], at_limit, *lines[3:]])
-    with pytest.raises(IntegrityError, match=r"events\.jsonl sha256 is \w+ but manifest"):
+    with pytest.raises(IntegrityError, match="line 3: is not byte for byte the line export"):
         verify_bundle(bad, signer.verifier())
     write_lines(bad, [*lines[:2], b" " + at_limit, *lines[3:]])
     with pytest.raises(LimitExceeded, match=f"line 3 is over {bundle_line_bytes_max} bytes"):
@@ -505,7 +647,7 @@ def _rewrite(bundle: Path, change: Callable[[list[dict[str, Any]]], None]) -> No
     manifest.update(head_hash=previous.hex(), events_sha256=hashlib.sha256(data).hexdigest(),
                     events_bytes=len(data), merkle_root=root_from_leaves(
                         [bytes.fromhex(line["entry_hash"]) for line in lines]).hex())
-    (bundle / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
+    write_manifest(bundle, manifest)
 
 
 def _rewrite_payload(lines: list[dict[str, Any]]) -> None:
@@ -586,15 +728,15 @@ def test_a_manifest_that_disagrees_with_its_checkpoint_is_refused(
     bad = copy_bundle(exported, tmp_path)
     manifest = orjson.loads((bad / MANIFEST_FILE).read_bytes())
     manifest["merkle_root"] = "00" * 32
-    (bad / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
+    write_manifest(bad, manifest)
     with pytest.raises(IntegrityError, match="does not match the manifest"):
         import_bundle(target, bad, signer.verifier())
     manifest["events"] = 11
-    (bad / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
+    write_manifest(bad, manifest)
     with pytest.raises(IntegrityError, match="inconsistent"):
         read_manifest(bad)
     manifest["format"] = "arena-ledger.bundle.v9"
-    (bad / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
+    write_manifest(bad, manifest)
     with pytest.raises(InvalidInput, match="bundle format"):
         import_bundle(target, bad, signer.verifier())
     assert_empty(target)
@@ -622,11 +764,43 @@ def test_a_damaged_manifest_field_is_named(
     bad = copy_bundle(offline, tmp_path)
     manifest = orjson.loads((bad / MANIFEST_FILE).read_bytes())
     manifest.update(change)
-    (bad / MANIFEST_FILE).write_bytes(orjson.dumps(manifest))
+    write_manifest(bad, manifest)
     with pytest.raises(IntegrityError, match=problem) as caught:
         read_manifest(bad)
     assert caught.value.context == {"reason": "bad_manifest", "path": path}
     assert caught.value.message.startswith(f"{MANIFEST_FILE}: ")
+
+
+def _keys_reversed(raw: bytes) -> bytes:
+    document = dict(reversed(orjson.loads(raw).items()))
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+MANIFEST_SPELLINGS: dict[str, Callable[[bytes], bytes]] = {
+    "compact": lambda raw: orjson.dumps(orjson.loads(raw)),
+    "crlf": lambda raw: raw.replace(b"\n", b"\r\n"),
+    "no final newline": lambda raw: raw[:-1],
+    "two final newlines": lambda raw: raw + b"\n",
+    "trailing space": lambda raw: raw.replace(b",\n", b", \n", 1),
+    "keys reversed": _keys_reversed,
+    "escaped character": lambda raw: raw.replace(b'"events.jsonl"', b'"events\\u002ejsonl"'),
+}
+
+
+@pytest.mark.parametrize("change", MANIFEST_SPELLINGS.values(), ids=MANIFEST_SPELLINGS.keys())
+def test_a_manifest_that_is_not_the_bytes_export_writes_is_refused(
+    offline: Path, signer: Signer, tmp_path: Path, change: Callable[[bytes], bytes]
+) -> None:
+    bad = copy_bundle(offline, tmp_path)
+    raw = (bad / MANIFEST_FILE).read_bytes()
+    respelled = change(raw)
+    assert respelled != raw and orjson.loads(respelled) == orjson.loads(raw)
+    (bad / MANIFEST_FILE).write_bytes(respelled)
+    for run in (lambda: read_manifest(bad), lambda: verify_bundle(bad, signer.verifier())):
+        with pytest.raises(IntegrityError, match=r"manifest\.json: is not byte for byte the "
+                           "manifest export writes") as caught:
+            run()
+        assert caught.value.context == {"reason": "bad_manifest", "path": "$"}
 
 
 def test_a_bundle_path_that_is_not_a_directory_is_named(signer: Signer, tmp_path: Path) -> None:
@@ -781,6 +955,26 @@ def test_the_parallel_pass_checks_versions_inside_a_chunk(
         bundle_module._scan_parallel(gap, 2)
     with pytest.raises(IntegrityError, match=r"line 6: stream .* jumps from version"):
         verify_bundle(gap, None, allow_unsigned=True)
+
+
+def test_the_parallel_pass_refuses_a_respelled_line_and_the_sequential_pass_names_it(
+    store: EventStore, draft: Draft, signer: Signer, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fill(store, draft, 23)
+    export_bundle(store, tmp_path / "b", signer=signer)
+    monkeypatch.setattr(bundle_module, "parallel_events_min", 0)
+    monkeypatch.setattr(bundle_module, "parallel_chunk_lines", 4)
+    monkeypatch.setattr(bundle_module, "_workers", lambda: 2)
+    lines = lines_of(tmp_path / "b")
+    # Line 14 (inside the fourth chunk) with a space: same fields, same entry hash.
+    write_lines(tmp_path / "b", [*lines[:13], lines[13].replace(b'","', b'", "', 1),
+                                 *lines[14:]])
+    restate_digest(tmp_path / "b")
+    with pytest.raises(bundle_module._Suspect):
+        bundle_module._scan_parallel(tmp_path / "b", 2)
+    with pytest.raises(IntegrityError, match="line 14: is not byte for byte the line export"):
+        verify_bundle(tmp_path / "b", signer.verifier())
 
 
 # --------------------------------------------------------------------- round trip

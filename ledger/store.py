@@ -1111,7 +1111,7 @@ def safe_url(url: str) -> str:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        return _password_hidden(url)
+        return "<invalid url>"  # no telling what in it is a password
     return url if parsed.password is None else parsed.render_as_string(hide_password=True)
 
 

@@ -36,6 +36,8 @@ def upgrade(
     if sql:
         typer.echo(migrate.upgrade(state.db_url, revision, sql=True))
         return
+    if migrate.current(state.db_url) is None:
+        ops.refuse_foreign_sqlite(state.db_url)  # before the pending list is printed
     todo = migrate.pending(state.db_url)
     if not todo:
         console.print(f"already at {migrate.current(state.db_url)}; nothing to do")

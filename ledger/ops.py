@@ -48,6 +48,7 @@ __all__ = [
     "backup",
     "history",
     "history_at",
+    "refuse_foreign_sqlite",
     "restore",
     "stats",
     "upgrade",
@@ -96,6 +97,8 @@ def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> U
     from ledger import migrate  # alembic: imported by the commands that need it, not by every one
 
     before = migrate.current(url)
+    if before is None:
+        refuse_foreign_sqlite(url)
     todo = migrate.pending(url)
     if not todo:
         return UpgradeReport(before, before, [], None)
@@ -104,6 +107,26 @@ def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> U
     after = migrate.current(url)
     applied = todo[: todo.index(after) + 1] if after in todo else todo
     return UpgradeReport(before, after, applied, checked, skip_verify)
+
+
+def refuse_foreign_sqlite(url: str) -> None:
+    """Refuses to create ledger tables in a SQLite file that already holds another
+    application's tables (a --db that names the wrong file): init and ``db upgrade`` create
+    a ledger in a new or empty file only, as ``db restore`` restores into one."""
+    with EventStore(url) as store:
+        if store.backend != "sqlite":
+            return
+        file = _sqlite_file(store)
+        if not file.exists() or file.stat().st_size == 0:
+            return
+        with _driver_errors(f"{file} is not an arena-ledger database"):
+            objects = _sqlite_objects(store)
+        if objects:
+            raise InvalidInput(
+                f"{file} holds tables of another application and no ledger: init creates a "
+                "ledger in a new or empty file only; check --db. Nothing was changed",
+                url=safe_url(url),
+            )
 
 
 def verify_before_upgrade(url: str) -> VerifyReport | None:

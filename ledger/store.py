@@ -35,6 +35,7 @@ from ledger.codec import canonical_bytes
 from ledger.errors import (
     ConcurrencyConflict,
     IdempotencyKeyReused,
+    IntegrityError,
     InvalidInput,
     LedgerError,
     LimitExceeded,
@@ -562,15 +563,16 @@ class EventStore:
     ) -> None:
         """Holds the head row (read in this transaction) to the append-only tables before
         anything is written from it or signed (``tree.check_frontier``): one statement
-        reads the frontier's stored nodes and the last entry hashes."""
+        reads the frontier's stored nodes and the last entry hashes. A writer, which holds
+        the head lock, also looks one position past the head: an event there means the head
+        row was moved back, and the append would collide with it."""
         keys = [key for key in frontier_keys(head.position) if key[0] >= stored_level_min]
         first = frontier_tail_first(head.position)
+        last = head.position + 1 if doing == "written" else head.position
         if self.backend == "postgresql":
-            params: tuple[Any, ...] = (
-                [k[0] for k in keys], [k[1] for k in keys], first, head.position
-            )
+            params: tuple[Any, ...] = ([k[0] for k in keys], [k[1] for k in keys], first, last)
         else:
-            params = (json.dumps(keys), first, head.position)
+            params = (json.dumps(keys), first, last)
         stored: dict[tuple[int, int], bytes] = {}
         tail: dict[int, str] = {}
         for level, index, value in cursor.execute(sql.head_check, params).fetchall():
@@ -578,6 +580,13 @@ class EventStore:
                 tail[int(index)] = str(value)
             else:
                 stored[(int(level), int(index))] = bytes.fromhex(value)
+        if head.position + 1 in tail:
+            raise IntegrityError(
+                f"events exist past the head (position {head.position + 1}; the ledger_head "
+                f"row says {head.position}): the head row was moved back outside arena-ledger "
+                "or the store is damaged; nothing was written. Run `arena-ledger verify`",
+                reason="head_mismatch", position=head.position + 1,
+            )
         check_frontier(frontier, head.position, head.entry_hash, stored, tail, doing)
 
     def _write_connection(self) -> Connection:

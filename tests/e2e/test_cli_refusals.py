@@ -174,3 +174,19 @@ def test_a_batch_the_machines_refuse_says_which_lines_earlier_batches_appended(
     assert line.endswith("nothing was written; earlier batches appended lines 1..2 "
                          "(positions 1..2), which stay")
     assert cli.head() == 2
+
+
+def test_init_does_not_create_a_ledger_in_another_applications_sqlite_file(cli: Any) -> None:
+    # A --db naming the wrong file: init used to add the ledger's tables beside its own.
+    path = cli.root / "l.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users (name) VALUES ('someone')")
+    conn.close()
+    before = _digest(path)
+    for args in (("init",), ("db", "upgrade")):
+        done = cli(*args, expect=1)
+        line = cli.error_line(done.stderr, "invalid_input")
+        assert f"{path} holds tables of another application and no ledger" in line, args
+        assert done.stdout == "", args
+    assert _digest(path) == before

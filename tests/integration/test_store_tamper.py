@@ -416,3 +416,18 @@ def test_verify_on_a_ledger_whose_events_table_was_dropped_is_a_clean_error(
         conn.exec_driver_sql("DROP TABLE events")
     with pytest.raises(StoreError, match="run `arena-ledger init`"):
         ledger.verify()
+
+
+def test_a_head_moved_back_stops_the_next_append_naming_the_event_past_it(
+    ledger: EventStore, draft: Draft
+) -> None:
+    # The append would collide with position 5 (a conflict no retry passes) or, on a store
+    # without the key, fork the log; it is an integrity failure before anything is written.
+    with ledger.engine.begin() as conn:  # ledger_head is updated by every append: no trigger
+        conn.execute(text("UPDATE ledger_head SET position = 4 WHERE id = 1"))
+    before = [_row(ledger, p) for p in range(1, 6)]
+    with pytest.raises(IntegrityError, match=r"events exist past the head \(position 5") as err:
+        ledger.append([draft("arena-t", 4)])
+    assert err.value.context == {"reason": "head_mismatch", "position": 5}
+    assert "nothing was written" in err.value.message
+    assert [_row(ledger, p) for p in range(1, 6)] == before

@@ -58,9 +58,10 @@ def commission(
         result = ledger.commission(payload)
         arena = ledger.fold.arena(str(payload["arena_id"]))
     digest = arena.commission_digest if arena is not None else "?"
+    again = " (already recorded: nothing was written)" if result.already_recorded else ""
     console.print(
         f"commissioned {payload['arena_id']} at position {_positions(result)}; "
-        f"commission_digest {digest}"
+        f"commission_digest {digest}{again}"
     )
 
 

@@ -334,12 +334,33 @@ class ArenaLedger:
     # -- arenas ----------------------------------------------------------------------------
 
     def commission(self, payload: dict[str, Any]) -> AppendResult:
-        """Appends ArenaCommissioned (a first commission or a re-commission)."""
+        """Appends ArenaCommissioned (a first commission or a re-commission).
+
+        The arena's current commission sent again (the same digest: a retried command) is
+        not appended a second time, which would also reset an incumbent advanced since: the
+        recorded one is returned (``already_recorded``). A re-commission changes something.
+        """
+        from machines.arena import commission_digest
+
         self._writable()
         arena_id = payload.get("arena_id")
         if not isinstance(arena_id, str):
             raise InvalidInput("the commission needs an arena_id", path="$.arena_id")
-        draft = EventDraft(f"arena-{arena_id}", "ArenaCommissioned", payload)
+        stream = f"arena-{arena_id}"
+        draft = EventDraft(stream, "ArenaCommissioned", payload)
+        arena = self.fold.arena(arena_id)
+        if arena is not None:
+            recorded = loads(self.store.prepare([draft])[0].payload_bytes)
+            sent = commission_digest(arena.commission.event, recorded)
+            if sent == arena.commission_digest:
+                found: RecordedEvent | None = None
+                for event in self.store.read_stream(stream):
+                    if event.type == "ArenaCommissioned" and commission_digest(
+                        arena.commission.event, event.payload
+                    ) == sent:
+                        found = event  # the latest of that digest: the current commission
+                if found is not None:
+                    return AppendResult((found.position,), True, (found.entry_hash,))
         return self.store.append([draft], actor=self.actor)
 
     def register_control(self, arena_id: str, control: dict[str, Any]) -> AppendResult:
@@ -690,6 +711,9 @@ class ArenaLedger:
 
     def attempt_events(self, attempt_id: str) -> list[Event]:
         """Returns an attempt stream's events as models (NotFound when absent)."""
+        if not attempt_id:
+            raise InvalidInput("the attempt id is empty: give the id of an attempt",
+                               path="attempt_id")
         events = [r.event() for r in self.read_stream(f"attempt-{attempt_id}")]
         if not events:
             raise NotFound(

@@ -11,7 +11,7 @@ from test_domain_enforcement import Desk  # same directory, prepend import mode
 from ledger import migrate
 from ledger.domain import ArenaLedger
 from ledger.errors import ConcurrencyConflict, InvalidInput, Refused, SchemaError
-from ledger.events import ControlRegistered
+from ledger.events import ControlRegistered, IncumbentAdvanced
 from machines import samples
 
 
@@ -165,3 +165,32 @@ def test_a_credit_id_is_granted_once_a_retry_is_recorded_and_other_terms_are_ref
             f"credit 'c-dup' was already granted at position {first.first} (to 5Hk, 7 rao)"
         )
     assert ledger.store.head() == head
+
+
+def test_the_current_commission_sent_again_is_recorded_once_and_keeps_the_incumbent(
+    ledger: ArenaLedger,
+) -> None:
+    # A retried `commission` appended a second ArenaCommissioned, which also put back the
+    # commission's incumbent after an IncumbentAdvanced.
+    sent = samples.commission_document("mlp-arena")
+    first = next(e for e in ledger.store.read_stream("arena-mlp-arena")
+                 if e.type == "ArenaCommissioned")
+    ledger.append([("arena-mlp-arena", IncumbentAdvanced(
+        incumbent_digest="b" * 64, block=150, reason="a PASS was rewarded"))])
+    head = ledger.store.head()
+    again = ledger.commission(sent)
+    assert (again.positions, again.already_recorded, again.entry_hashes) == (
+        (first.position,), True, (first.entry_hash,)
+    )
+    assert ledger.store.head() == head
+    arena = ledger.fold.arena("mlp-arena")
+    assert arena is not None and arena.incumbent_digest == "b" * 64
+    changed = ledger.commission(samples.commission_document("mlp-arena", block=200))
+    assert not changed.already_recorded and changed.first == head.position + 1
+
+
+def test_an_empty_attempt_id_is_named_as_empty(ledger: ArenaLedger) -> None:
+    # "attempt  does not exist" hid what was wrong with the input.
+    with pytest.raises(InvalidInput, match="the attempt id is empty") as caught:
+        ledger.explain_attempt("")
+    assert caught.value.context == {"path": "attempt_id"}

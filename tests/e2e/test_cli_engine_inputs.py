@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_cli_evaluate import ARENA, FEE, KILL, WRONG, commission  # same directory
+from test_cli_evaluate import ARENA, queued  # same directory
 
 SHAPE = "String should match pattern "
 
@@ -21,16 +21,7 @@ SHAPE = "String should match pattern "
 def arena(cli_factory: Callable[[str], Any]) -> dict[str, Any]:
     """Returns a ledger with a commissioned arena, a control and a QUEUED submission."""
     cli = cli_factory("engine-inputs")
-    cli("init")
-    cli("commission", cli.write("commission.json", commission()))
-    cli("register-control", ARENA, "--id", "kill", "--kind", "engine_kill",
-        "--delta-digest", KILL.digest, "--expect", "NO_DECISION",
-        "--expect-reason", "engine_killed")
-    arrival = {"arena_id": ARENA, "miner_hotkey": "5Miner", "content_hash": "c" * 64,
-               "delta_digest": WRONG.digest, "target": "model.layers.*.mlp",
-               "payment_ref": "pay-1",
-               "arrival": {"block": 1_050, "event_index": 0, "event_subindex": 0}}
-    intake = cli.json("intake", cli.write("arrival.json", arrival), "--paid-rao", str(FEE))
+    intake = queued(cli)
     return {"cli": cli, "sid": intake["submission_id"], "head": cli.head()}
 
 

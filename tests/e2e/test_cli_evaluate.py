@@ -51,10 +51,9 @@ def commission() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def ledger(cli_factory: Callable[[str], Any]) -> dict[str, Any]:
-    """Runs the whole session once and returns what each step printed."""
-    cli = cli_factory("evaluate")
+def queued(cli: Any) -> dict[str, Any]:
+    """Initialises ``cli``'s ledger with the arena, an engine-kill control and one QUEUED
+    submission; returns what intake printed (JSON)."""
     cli("init")
     cli("commission", cli.write("commission.json", commission()))
     cli("register-control", ARENA, "--id", "kill", "--kind", "engine_kill",
@@ -64,7 +63,16 @@ def ledger(cli_factory: Callable[[str], Any]) -> dict[str, Any]:
                "delta_digest": WRONG.digest, "target": "model.layers.*.mlp",
                "payment_ref": "pay-1",
                "arrival": {"block": 1_050, "event_index": 0, "event_subindex": 0}}
-    intake = cli.json("intake", cli.write("arrival.json", arrival), "--paid-rao", str(FEE))
+    intake: dict[str, Any] = cli.json("intake", cli.write("arrival.json", arrival),
+                                      "--paid-rao", str(FEE))
+    return intake
+
+
+@pytest.fixture(scope="module")
+def ledger(cli_factory: Callable[[str], Any]) -> dict[str, Any]:
+    """Runs the whole session once and returns what each step printed."""
+    cli = cli_factory("evaluate")
+    intake = queued(cli)
     sid = intake["submission_id"]
     evaluated = cli.json("evaluate", sid, "--block", str(EVAL_BLOCK))
     controls = cli.jsonl("run-controls", ARENA, "--block", str(CONTROL_BLOCK))

@@ -895,6 +895,13 @@ def test_a_file_changed_between_the_passes_is_refused(
 # ------------------------------------------------------------------ parallel verification
 
 
+def _parallel_in_chunks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sends even a small bundle through the parallel pass: 2 workers, 4 lines a chunk."""
+    monkeypatch.setattr(bundle_module, "parallel_events_min", 0)
+    monkeypatch.setattr(bundle_module, "parallel_chunk_lines", 4)
+    monkeypatch.setattr(bundle_module, "_workers", lambda: 2)
+
+
 def test_the_parallel_pass_agrees_and_falls_back_to_name_the_bad_line(
     store: EventStore, draft: Draft, signer: Signer, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -902,9 +909,7 @@ def test_the_parallel_pass_agrees_and_falls_back_to_name_the_bad_line(
     fill(store, draft, 23)
     export_bundle(store, tmp_path / "b", signer=signer)
     sequential = verify_bundle(tmp_path / "b", signer.verifier())
-    monkeypatch.setattr(bundle_module, "parallel_events_min", 0)
-    monkeypatch.setattr(bundle_module, "parallel_chunk_lines", 4)
-    monkeypatch.setattr(bundle_module, "_workers", lambda: 2)
+    _parallel_in_chunks_of_4(monkeypatch)
     scan = bundle_module._scan_parallel(tmp_path / "b", 2)
     assert (scan.events, scan.merkle_root) == (23, sequential.merkle_root)
     assert verify_bundle(tmp_path / "b", signer.verifier()) == sequential
@@ -963,9 +968,7 @@ def test_the_parallel_pass_refuses_a_respelled_line_and_the_sequential_pass_name
 ) -> None:
     fill(store, draft, 23)
     export_bundle(store, tmp_path / "b", signer=signer)
-    monkeypatch.setattr(bundle_module, "parallel_events_min", 0)
-    monkeypatch.setattr(bundle_module, "parallel_chunk_lines", 4)
-    monkeypatch.setattr(bundle_module, "_workers", lambda: 2)
+    _parallel_in_chunks_of_4(monkeypatch)
     lines = lines_of(tmp_path / "b")
     # Line 14 (inside the fourth chunk) with a space: same fields, same entry hash.
     write_lines(tmp_path / "b", [*lines[:13], lines[13].replace(b'","', b'", "', 1),

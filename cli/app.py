@@ -138,7 +138,7 @@ def append(
             with _lines_named(chunk):
                 _batch_key(chunk)
                 ledger.store.prepare([line.draft for line in chunk])
-        appended: list[int] = []
+        done: list[tuple[list[DraftLine], AppendResult]] = []
         try:
             for chunk in chunks:
                 with _lines_named(chunk):
@@ -147,16 +147,33 @@ def append(
                         actor=actor,
                     )
                 _report_append(chunk, result, as_json)
-                appended.extend(result.positions)
-                last_line = chunk[-1].line
+                done.append((chunk, result))
         except LedgerError as exc:
-            if appended:  # earlier batches committed: say so, in the one error line
-                exc.message += (
-                    f"; earlier batches appended lines {chunks[0][0].line}..{last_line} "
-                    f"(positions {appended[0]}..{appended[-1]}), which stay"
-                )
-                exc.context["appended_through_line"] = last_line
+            written = _spans(done)
+            if written:  # earlier batches of this run committed: say so, in the one line
+                exc.message += "; earlier batches appended " + ", ".join(
+                    f"lines {lines[0]}..{lines[1]} (positions {at[0]}..{at[1]})"
+                    for lines, at in written
+                ) + ", which stay"
+                exc.context["appended_through_line"] = written[-1][0][1]
             raise
+
+
+def _spans(
+    done: list[tuple[list[DraftLine], AppendResult]],
+) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Returns the (lines, positions) ranges batches wrote, not counting ones already
+    recorded; batches that follow on in both are one range."""
+    spans: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for chunk, result in done:
+        if result.already_recorded:
+            continue
+        lines, at = (chunk[0].line, chunk[-1].line), (result.first, result.last)
+        if spans and spans[-1][1][1] + 1 == at[0]:
+            lines, at = (spans[-1][0][0], lines[1]), (spans[-1][1][0], at[1])
+            spans.pop()
+        spans.append((lines, at))
+    return spans
 
 
 @contextlib.contextmanager

@@ -349,18 +349,17 @@ class ArenaLedger:
         stream = f"arena-{arena_id}"
         draft = EventDraft(stream, "ArenaCommissioned", payload)
         arena = self.fold.arena(arena_id)
-        if arena is not None:
+        if arena is not None and not arena.retired:  # a retired arena refuses it (append)
             recorded = loads(self.store.prepare([draft])[0].payload_bytes)
             sent = commission_digest(arena.commission.event, recorded)
-            if sent == arena.commission_digest:
-                found: RecordedEvent | None = None
-                for event in self.store.read_stream(stream):
-                    if event.type == "ArenaCommissioned" and commission_digest(
-                        arena.commission.event, event.payload
-                    ) == sent:
-                        found = event  # the latest of that digest: the current commission
-                if found is not None:
-                    return AppendResult((found.position,), True, (found.entry_hash,))
+            latest: RecordedEvent | None = None
+            for event in self.store.read_stream(stream):
+                if event.type == "ArenaCommissioned":
+                    latest = event  # the current commission, as stored now
+            if latest is not None and commission_digest(
+                arena.commission.event, latest.payload
+            ) == sent:
+                return AppendResult((latest.position,), True, (latest.entry_hash,))
         return self.store.append([draft], actor=self.actor)
 
     def register_control(self, arena_id: str, control: dict[str, Any]) -> AppendResult:

@@ -28,6 +28,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal
 from pathlib import Path
 from typing import Any
 
+from ledger import schema
 from ledger.errors import (
     IntegrityError,
     InvalidInput,
@@ -120,11 +121,18 @@ def refuse_foreign_sqlite(url: str) -> None:
         if not file.exists() or file.stat().st_size == 0:
             return
         with _driver_errors(f"{file} is not an arena-ledger database"):
-            objects = _sqlite_objects(store)
-        if objects:
+            tables = _sqlite_tables(store) - {"alembic_version"}  # left by `downgrade base`
+        if tables & set(schema.metadata.tables):
+            raise StoreError(
+                f"{file} holds the ledger's tables ({', '.join(sorted(tables))}) but no schema "
+                "revision: the store is damaged; restore a backup. Nothing was changed",
+                url=safe_url(url),
+            )
+        if tables:
             raise InvalidInput(
-                f"{file} holds tables of another application and no ledger: init creates a "
-                "ledger in a new or empty file only; check --db. Nothing was changed",
+                f"{file} holds tables of another application ({', '.join(sorted(tables))}) "
+                "and no ledger: init creates a ledger in a new or empty file only; check "
+                "--db. Nothing was changed",
                 url=safe_url(url),
             )
 
@@ -386,6 +394,19 @@ def _sqlite_target_is_empty(store: EventStore) -> bool:
         return False  # an empty database file (opening a missing file creates one)
     raise InvalidInput(f"{file} exists and is not an arena-ledger database; restore into a "
                        "new file", url=safe_url(store.url))
+
+
+def _sqlite_tables(store: EventStore) -> set[str]:
+    """Returns the names of the tables in the SQLite file (SQLite's own excluded)."""
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+        return {str(row[0]) for row in cursor.fetchall()}
+    finally:
+        raw.close()
 
 
 def _sqlite_objects(store: EventStore) -> int:

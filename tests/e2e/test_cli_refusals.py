@@ -187,6 +187,27 @@ def test_init_does_not_create_a_ledger_in_another_applications_sqlite_file(cli: 
     for args in (("init",), ("db", "upgrade")):
         done = cli(*args, expect=1)
         line = cli.error_line(done.stderr, "invalid_input")
-        assert f"{path} holds tables of another application and no ledger" in line, args
+        assert f"{path} holds tables of another application (users) and no ledger" in line, args
         assert done.stdout == "", args
     assert _digest(path) == before
+
+
+def test_a_ledger_taken_down_to_base_is_created_again_by_init(cli: Any) -> None:
+    # `db downgrade base` leaves an empty alembic_version table: not another application's.
+    cli("init")
+    cli("db", "downgrade", "base")
+    assert "ledger ready" in cli("init").stdout
+    assert cli("db", "current").stdout.strip() == SCHEMA_REVISION
+
+
+def test_a_batch_recorded_before_is_not_reported_as_appended_by_this_run(cli: Any) -> None:
+    cli("init")
+    keyed = json.dumps({**json.loads(_grant(8)), "idempotency_key": "grant-8"})
+    (cli.root / "first.jsonl").write_text(keyed + "\n")
+    cli("append", "first.jsonl")
+    (cli.root / "retry.jsonl").write_text("\n".join([keyed, _grant(1, credit=8)]) + "\n")
+    done = cli("append", "--batch", "1", "retry.jsonl", expect=1)
+    assert "already recorded at position 1" in done.stdout
+    line = cli.error_line(done.stderr, "refused")
+    assert line.startswith("error[refused] [line 2]:") and "earlier batches" not in line
+    assert cli.head() == 1

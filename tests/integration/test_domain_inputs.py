@@ -11,7 +11,7 @@ from test_domain_enforcement import Desk  # same directory, prepend import mode
 from ledger import migrate
 from ledger.domain import ArenaLedger
 from ledger.errors import ConcurrencyConflict, InvalidInput, Refused, SchemaError
-from ledger.events import ControlRegistered, IncumbentAdvanced
+from ledger.events import ArenaRetired, ControlRegistered, IncumbentAdvanced
 from machines import samples
 
 
@@ -187,6 +187,13 @@ def test_the_current_commission_sent_again_is_recorded_once_and_keeps_the_incumb
     assert arena is not None and arena.incumbent_digest == "b" * 64
     changed = ledger.commission(samples.commission_document("mlp-arena", block=200))
     assert not changed.already_recorded and changed.first == head.position + 1
+    # The first commission is no longer the current one: sent again, it is recorded again.
+    back = ledger.commission(sent)
+    assert not back.already_recorded and back.first == changed.first + 1
+    # A retired arena refuses a commission, the current one included.
+    ledger.append([("arena-mlp-arena", ArenaRetired(block=300, reason="season over"))])
+    with pytest.raises(Refused, match="ArenaCommissioned refused"):
+        ledger.commission(sent)
 
 
 def test_an_empty_attempt_id_is_named_as_empty(ledger: ArenaLedger) -> None:

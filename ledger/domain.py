@@ -892,6 +892,10 @@ def submission_row(
 
 
 def _stated_reason(sub: SubmissionState) -> str:
+    if sub.status in _WAITING:
+        # Requeued (by the retry budget or an operator) and maybe claimed again: the last
+        # attempt's reason no longer states why the submission is where it is.
+        return ""
     if sub.status == "REJECTED":
         return str(sub.rejection or "")
     if sub.status == "HELD":
@@ -900,6 +904,9 @@ def _stated_reason(sub: SubmissionState) -> str:
         return "sla_expired"
     return str(sub.reason or "")
 
+
+#: Statuses a submission waits in; an earlier attempt's reason is not their cause.
+_WAITING = frozenset(("ARRIVED", "QUEUED", "QUALIFYING"))
 
 _STATUS_TEXT = {
     "ARRIVED": ("recorded, intake not yet decided", "wait for intake"),

@@ -173,6 +173,11 @@ def test_engine_killed_decides_no_decision_and_keeps_the_windows(desk: Desk) -> 
     assert desk.ledger.fold.next_claimable(ARENA) is None
     desk.ledger.requeue(sid, "engine replaced", 1_030)
     assert desk.ledger.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
+    # Requeued, it waits: the killed attempt's cause and "requeue it" no longer apply.
+    row = desk.ledger.explain_submission(sid)
+    assert (row["status"], row["reason"], row["cause"], row["next_step"]) == (
+        "QUEUED", "", "admitted and waiting for a validator",
+        "wait: the queue runs in arrival order")
     desk.refused(lambda: desk.ledger.requeue(sid, "again", 1_031), machine="submission",
                  state="QUEUED", event_type="SubmissionRequeued",
                  reason="transition_not_allowed")
@@ -202,6 +207,9 @@ def test_adapter_start_failed_requeues_the_submission(desk: Desk) -> None:
     assert sub is not None and (sub.status, sub.attempts, sub.requeues) == ("QUEUED", 1, 1)
     nxt = desk.ledger.fold.next_claimable(ARENA)
     assert nxt is not None and nxt.submission_id == sid
+    desk.claim(sid, "att-2")  # claimed again: being evaluated, whatever the last attempt said
+    row = desk.ledger.explain_submission(sid)
+    assert (row["status"], row["reason"], row["cause"]) == ("QUALIFYING", "", "being evaluated")
 
 
 @pytest.mark.parametrize("code", ["evidence_unavailable", "unproven_infrastructure_failure"])

@@ -53,6 +53,7 @@ __all__ = [
     "node_hash",
     "nodes_for_append",
     "range_hash",
+    "right_edge",
     "root",
     "root_from_leaves",
     "verify_consistency",
@@ -403,6 +404,19 @@ def consistency_proof(size1: int, size2: int, get_node: NodeGetter) -> list[byte
 # ---------------------------------------------------------------------- in-memory trees
 
 
+def right_edge(size: int) -> list[tuple[int, int]]:
+    """Returns (level, index) of each perfect subtree on the right edge of a tree of
+    ``size`` leaves, largest first: one per set bit of ``size`` (what a compact range, or
+    the store's frontier, holds, in its order)."""
+    keys: list[tuple[int, int]] = []
+    start = 0
+    for level in range(size.bit_length() - 1, -1, -1):
+        if size >> level & 1:
+            keys.append((level, start >> level))
+            start += 1 << level
+    return keys
+
+
 class CompactRange:
     """Holds the right edge of a tree: one perfect subtree hash per set bit of its size.
 
@@ -423,11 +437,7 @@ class CompactRange:
         """Returns the compact range of the first ``size`` leaves of a stored tree."""
         _check_size("size", size)
         compact = cls()
-        position = 0
-        for level in range(size.bit_length() - 1, -1, -1):
-            if size >> level & 1:
-                compact._edge.append(get_node(level, position >> level))
-                position += 1 << level
+        compact._edge = [get_node(level, index) for level, index in right_edge(size)]
         compact._size = size
         return compact
 
@@ -471,14 +481,10 @@ class CompactRange:
 
     def nodes(self) -> list[Node]:
         """Returns the right-edge nodes as ``(level, index, hash)``, largest first."""
-        out: list[Node] = []
-        position = 0
-        hashes = iter(self._edge)
-        for level in range(self._size.bit_length() - 1, -1, -1):
-            if self._size >> level & 1:
-                out.append((level, position >> level, next(hashes)))
-                position += 1 << level
-        return out
+        return [
+            (level, index, value)
+            for (level, index), value in zip(right_edge(self._size), self._edge, strict=True)
+        ]
 
 
 class MerkleTree:

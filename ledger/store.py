@@ -47,6 +47,7 @@ from ledger.errors import (
     head_row_missing,
 )
 from ledger.log import get_logger
+from ledger.merkle import right_edge
 from ledger.model import (
     ANY,
     NO_STREAM,
@@ -64,7 +65,6 @@ from ledger.tree import (
     StoredTree,
     advance_frontier,
     check_frontier,
-    frontier_keys,
     frontier_root,
     frontier_tail_first,
     stored_level_min,
@@ -566,7 +566,7 @@ class EventStore:
         reads the frontier's stored nodes and the last entry hashes. A writer, which holds
         the head lock, also looks one position past the head: an event there means the head
         row was moved back, and the append would collide with it."""
-        keys = [key for key in frontier_keys(head.position) if key[0] >= stored_level_min]
+        keys = [key for key in right_edge(head.position) if key[0] >= stored_level_min]
         first = frontier_tail_first(head.position)
         last = head.position + 1 if doing == "written" else head.position
         if self.backend == "postgresql":

@@ -35,7 +35,6 @@ __all__ = [
     "StoredTree",
     "advance_frontier",
     "check_frontier",
-    "frontier_keys",
     "frontier_root",
     "frontier_tail_first",
     "stored_entry_hash",
@@ -44,6 +43,8 @@ __all__ = [
 
 #: Lowest level (subtree height) stored in ``merkle_nodes``; lower ones are recomputed.
 stored_level_min = 4
+#: The bits of a size below ``stored_level_min``: the leaves not under a stored node.
+_BELOW_STORED = (1 << stored_level_min) - 1
 _LEAF = b"\x00"
 _NODE = b"\x01"
 _sha256 = hashlib.sha256
@@ -92,22 +93,10 @@ def frontier_root(frontier: bytes) -> bytes:
     return acc
 
 
-def frontier_keys(size: int) -> list[tuple[int, int]]:
-    """Returns (level, index) of each perfect subtree on the right edge of a tree of
-    ``size`` leaves, largest first: the nodes a frontier holds, in its order."""
-    keys: list[tuple[int, int]] = []
-    start = 0
-    for level in range(size.bit_length() - 1, -1, -1):
-        if size >> level & 1:
-            keys.append((level, start >> level))
-            start += 1 << level
-    return keys
-
-
 def frontier_tail_first(size: int) -> int:
     """Returns the first position whose entry hash ``check_frontier`` reads: the leaves
     under the frontier's subtrees below ``stored_level_min``, and the head's own event."""
-    return size - max(size & ((1 << stored_level_min) - 1), 1) + 1
+    return size - max(size & _BELOW_STORED, 1) + 1
 
 
 def stored_entry_hash(position: int, value: str | None, consequence: str = "") -> bytes:
@@ -138,7 +127,7 @@ def check_frontier(
     """Raises IntegrityError unless the head row (``size``, ``head_hash``, ``frontier``) is
     what the append-only tables give.
 
-    ``stored`` holds the stored nodes of ``frontier_keys(size)`` (levels
+    ``stored`` holds the stored nodes of ``merkle.right_edge(size)`` (levels
     ``stored_level_min`` and up) and ``tail`` the entry hashes of positions
     ``frontier_tail_first(size)`` to ``size``. The head row is the one row appends rewrite;
     the chain covers its entry hash only once the next event links to it, and nothing else
@@ -158,11 +147,11 @@ def check_frontier(
         )
     leaves = [
         stored_entry_hash(position, tail.get(position), f"; nothing was {doing}")
-        for position in range(size - (size & ((1 << stored_level_min) - 1)) + 1, size + 1)
+        for position in range(size - (size & _BELOW_STORED) + 1, size + 1)
     ]
     low, _ = advance_frontier(b"", 0, leaves)
     expected: list[bytes] = []
-    for level, index in frontier_keys(size):
+    for level, index in merkle.right_edge(size):
         if level >= stored_level_min:
             node = stored.get((level, index))
             if node is None:
@@ -176,7 +165,7 @@ def check_frontier(
     if b"".join(expected) == frontier:
         return
     edge = _split_frontier(frontier)
-    for (level, index), want, have in zip(frontier_keys(size), expected, edge, strict=False):
+    for (level, index), want, have in zip(merkle.right_edge(size), expected, edge, strict=False):
         if want != have:
             where = f"at node ({level}, {index})"
             break

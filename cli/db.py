@@ -86,7 +86,7 @@ def current(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     from ledger import migrate
 
     revision = migrate.current(state.db_url, must_exist=True)
-    known = revision is None or revision in {r["revision"] for r in migrate.history()}
+    known = migrate.is_shipped(revision)
     if as_json:
         emit_json({"current": revision, "heads": migrate.heads(), "known": known})
         return

@@ -33,6 +33,7 @@ __all__ = [
     "downgrade",
     "heads",
     "history",
+    "is_shipped",
     "pending",
     "require_known",
     "require_revision",
@@ -113,12 +114,18 @@ def unknown_revision(revision: str, url: str) -> StoreError:
     )
 
 
+def is_shipped(revision: str | None) -> bool:
+    """Tells whether the shipped history holds ``revision`` (None, no revision, is known:
+    a database not yet migrated)."""
+    return revision is None or revision in {r.revision for r in _shipped().walk_revisions()}
+
+
 def require_known(url: str) -> str | None:
     """Returns the database's revision (None without one) when the shipped history holds
     it; StoreError ``unknown_revision`` (exit 5) otherwise, before anything is changed."""
     at = current(url)
-    if at is not None and at not in {rev.revision for rev in _shipped().walk_revisions()}:
-        raise unknown_revision(at, url)
+    if not is_shipped(at):
+        raise unknown_revision(str(at), url)
     return at
 
 

@@ -552,7 +552,7 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
             first_bad_position=report.first_bad_position, kind=report.kind,
         )
     revision = migrate.current(store.url)
-    if revision is not None and revision not in {r["revision"] for r in migrate.history()}:
+    if not migrate.is_shipped(revision):
         raise StoreError(
             f"the backup was restored and verifies, but it is at schema revision {revision!r}, "
             "which this release does not know (a newer release migrated it): use that "

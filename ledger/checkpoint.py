@@ -34,6 +34,7 @@ from ledger.errors import (
     InvalidInput,
     LimitExceeded,
     NotFound,
+    read_limited,
     require_file,
     unreadable,
 )
@@ -197,7 +198,9 @@ def read_file_bytes(path: Path, what: str, bytes_max: int) -> bytes:
             raise LimitExceeded(
                 f"{what} {path} is {size} bytes; the limit is {bytes_max}", path=str(path)
             )
-        return path.read_bytes()
+        # A device or pipe says size 0 (/dev/zero never ends): read one byte past the limit.
+        with path.open("rb") as file:
+            return read_limited(file, f"{what} {path}", bytes_max, str(path))
     except OSError as exc:
         raise unreadable(path, what, exc) from None
 

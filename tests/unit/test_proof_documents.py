@@ -36,6 +36,7 @@ from ledger.checkpoint import (
     proof_document_bytes_max,
     proof_hashes_max,
     public_key_path,
+    read_file_bytes,
     verify_proof,
     write_key_files,
 )
@@ -564,6 +565,17 @@ def test_an_oversized_key_file_is_refused_before_it_is_read(tmp_path: Path) -> N
         os.truncate(path, key_file_bytes_max)  # exactly at the limit: read as before
     assert load_verifier(files.public_path).key_string() == files.verifier_key
     assert load_signer(files.private_path).verifier().key_string() == files.verifier_key
+
+
+def test_a_file_that_never_ends_is_refused_at_its_limit() -> None:
+    # A device says size 0, so the size check let it through and read_bytes never ended
+    # (`verify-proof /dev/zero …` hung): it is read one byte past the limit and refused.
+    for load in (load_verifier, load_signer):
+        with pytest.raises(LimitExceeded, match="the limit is") as caught:
+            load(Path("/dev/zero"))
+        assert caught.value.context["path"] == "/dev/zero"
+    with pytest.raises(LimitExceeded):
+        read_file_bytes(Path("/dev/zero"), "proof file", proof_document_bytes_max)
 
 
 def test_an_invalid_key_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -230,6 +230,9 @@ def events(
         _check_types(types)
     if stream is not None:  # a malformed name (e.g. "Arena-x") would list "0 events"
         check_stream_name(stream, "--stream")
+        _check_category(stream, "--stream")
+    if stream_prefix is not None:
+        _check_category(stream_prefix, "--stream-prefix")
     recorded_from = None if since is None else _recorded_at(since, "--since")
     recorded_to = None if until is None else _recorded_at(until, "--until")
     upper = as_of if as_of is not None else to_position
@@ -256,6 +259,36 @@ def _check_types(types: list[str]) -> None:
                 f"unknown event type {name!r}; the types are {', '.join(sorted(known))}",
                 path="--type",
             )
+
+
+def _check_category(text: str, option: str) -> None:
+    """Refuses a --stream or --stream-prefix that no event type's stream can match.
+
+    Every event type belongs to one stream category (``arena-…``, ``settlement``, …), so a
+    misspelt category (``--stream sub-x``, ``--stream-prefix atempt-``) would list "0
+    events". A prefix matches when it begins a category's streams (``sub``, ``attempt-``)
+    or goes on into their ids (``attempt-7``).
+    """
+    from ledger.catalogue import CATALOGUE
+
+    categories = sorted({CATALOGUE.model(kind).category or "" for kind in CATALOGUE.types})
+    exact = option == "--stream"
+    if exact:  # a name check_stream_name has passed: category-id, or settlement
+        matches = text.partition("-")[0] in categories
+    else:
+        heads = [c if c == "settlement" else f"{c}-" for c in categories]
+        matches = any(
+            head.startswith(text) or (head != "settlement" and text.startswith(head))
+            for head in heads
+        )
+    if matches:
+        return
+    shown = ", ".join(c if c == "settlement" else f"{c}-…" for c in categories)
+    raise InvalidInput(
+        f"no event type belongs to a stream {'named' if exact else 'starting with'} "
+        f"{text!r}; the streams are {shown}",
+        path=option,
+    )
 
 
 def _recorded_at(text: str, option: str) -> str:

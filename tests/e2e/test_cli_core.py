@@ -171,6 +171,35 @@ def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
     assert malformed.stdout == "" and unknown.stdout == ""
 
 
+def test_events_refuses_a_stream_or_prefix_of_no_category(session: Session) -> None:
+    """Every event type belongs to one stream category, so a misspelt category is an error
+    naming the option and the categories, not "0 events"; a prefix may stop anywhere in a
+    category's name or go on into its ids."""
+    cli = session.cli
+    outcomes = cli.many([
+        (("events", "--stream", "credits-cr-6", "--json"), 1),
+        (("events", "--stream-prefix", "cred", "--json"), 0),
+        (("events", "--stream-prefix", "credit-cr-", "--json"), 0),
+        (("events", "--stream-prefix", "settle", "--json"), 0),
+        (("events", "--stream-prefix", "settlement-", "--json"), 1),
+        (("events", "--stream-prefix", "atempt-", "--json"), 1)])
+    stream, short, into_ids, settle, past_settlement, misspelt = outcomes
+    streams = ("the streams are arena-…, attempt-…, credit-…, payment-…, settlement, "
+               "submission-…")
+    assert cli.error_line(stream.stderr, "invalid_input") == (
+        "error[invalid_input] [path --stream]: no event type belongs to a stream named "
+        f"'credits-cr-6'; {streams}")
+    assert cli.error_line(misspelt.stderr, "invalid_input") == (
+        "error[invalid_input] [path --stream-prefix]: no event type belongs to a stream "
+        f"starting with 'atempt-'; {streams}")
+    assert "'settlement-'" in cli.error_line(past_settlement.stderr, "invalid_input")
+    assert stream.stdout == misspelt.stdout == past_settlement.stdout == ""
+    credits = [e["position"] for e in cli.lines(short.stdout)]
+    assert credits == [2, 3, 5, 6]
+    assert [e["position"] for e in cli.lines(into_ids.stdout)] == credits
+    assert [e["position"] for e in cli.lines(settle.stdout)] == [4]
+
+
 def test_time_filters_take_any_offset_and_ranges_past_the_head_are_refused(
     session: Session,
 ) -> None:

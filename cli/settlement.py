@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,16 @@ def rewards(
             ", ".join(b[:16] for b in row.get("blocked_by") or []) or "-",
         )
     console.print(table)
+    console.print(_rewards_count(rows, arena_id))
+
+
+def _rewards_count(rows: list[dict[str, Any]], arena_id: str | None) -> str:
+    """Returns "3 PASS verdicts: 1 rewarded, 2 pending" (in an arena, when one is asked),
+    so an empty table reads as none yet rather than as a listing that failed."""
+    where = "" if arena_id is None else f" in arena {arena_id}"
+    statuses = Counter(str(row.get("status")) for row in rows)
+    parts = ", ".join(f"{count:,} {status}" for status, count in sorted(statuses.items()))
+    return f"{counted(len(rows), 'PASS verdict')}{where}{': ' if parts else ''}{parts}"
 
 
 @handle_errors

@@ -197,6 +197,11 @@ def test_the_human_forms_show_what_the_json_shows(
             row["status"], ", ".join(b[:16] for b in row["blocked_by"]) or "-",
         ]
     assert any(row["blocked_by"] for row in rows) and any(row["best_before"] for row in rows)
+    statuses = [row["status"] for row in rows]
+    assert table[-1] == f"{len(rows)} PASS verdicts: " + ", ".join(
+        f"{statuses.count(s)} {s}" for s in ("lost_potential", "pending", "rewarded")
+        if s in statuses)
+    assert {"lost_potential", "rewarded"} <= set(statuses)
 
     fees = cli("fees", db=db, cwd=tmp_path).stdout.splitlines()
     for name, sums in ((S.ARENA_A, S.FEES_A), (S.ARENA_B, S.FEES_B), ("TOTAL", S.FEES_TOTAL)):
@@ -337,18 +342,22 @@ def test_queries_as_of_a_position_reproduce_a_recorded_settlement(tmp_path: Path
         ledger.close()
     first, _ = built.settlements[0]
     names = {sid: name for name, sid in built.sids.items()}
-    weights, rewards, now, history = (
+    weights, rewards, now, history, none_yet = (
         cli("weights", "--block", str(first["block"]), "--as-of", str(first["as_of_position"]),
             "--json", db=db, cwd=tmp_path),
         cli("rewards", "--arena", S.ARENA_B, "--as-of", str(S.HEAD_BEFORE_POLICY), db=db,
             cwd=tmp_path),
         cli("rewards", "--arena", S.ARENA_B, "--json", db=db, cwd=tmp_path),
         cli("history", "--hotkey", S.CAROL, "--as-of", "1000000", db=db, cwd=tmp_path),
+        cli("rewards", "--as-of", "1", db=db, cwd=tmp_path),
     )
     assert as_json(weights) == {**first, "position": None}
     lines = rewards.stdout.splitlines()
     assert lines[0] == f"as of position {S.HEAD_BEFORE_POLICY}"
     assert any(built.sids["b2"][:16] in line and "pending" in line for line in lines)
+    # The table ends with the count by status; an empty one says so rather than look failed.
+    assert lines[-1] == f"1 PASS verdict in arena {S.ARENA_B}: 1 pending"
+    assert none_yet.stdout.splitlines()[-1] == "0 PASS verdicts"
     assert [(names[r["submission_id"]], r["status"]) for r in map(json.loads,
             now.stdout.splitlines())] == [("b2", "rewarded")]
     assert history.stdout.splitlines()[0] == "as of position 92"  # past the head: the head

@@ -105,7 +105,8 @@ def register_control(
 @handle_errors
 def intake(
     file: str = typer.Argument(
-        ..., help="SubmissionArrived fields as JSON, without submission_id (or - for stdin)."
+        ..., help="SubmissionArrived fields as JSON (or - for stdin); submission_id is "
+        "derived from them, so one stated must be that one."
     ),
     paid_rao: int | None = typer.Option(
         None,

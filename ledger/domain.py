@@ -424,7 +424,8 @@ class ArenaLedger:
     ) -> IntakeOutcome:
         """Records an arrival and its intake outcome in one atomic, idempotent append.
 
-        ``arrival`` holds SubmissionArrived's fields without ``submission_id``;
+        ``arrival`` holds SubmissionArrived's fields; its ``submission_id`` is derived from
+        them, so one given must be that one (SchemaError otherwise, nothing written);
         ``payment_amount_rao`` is what the chain shows for its payment_ref (None: none).
         """
         self._writable()  # before a retry returns what was recorded
@@ -447,6 +448,15 @@ class ArenaLedger:
         except (KeyError, TypeError, LedgerError):
             sid = "0" * 64  # a malformed arrival: validation below names the bad field
         arrived = _model(SubmissionArrived, {**fields, "submission_id": sid})
+        stated = arrival.get("submission_id", sid)
+        if stated != sid:
+            # The id is derived from the arrival (DOMAIN §3); one stated otherwise (a
+            # mistyped copy, another system's id) would be dropped without a word.
+            raise SchemaError(
+                f"submission_id {stated!r} is not the id of this arrival: its fields give "
+                f"{sid} (the id is derived from them; omit it, or state that one)",
+                path="$.submission_id",
+            )
         fold = self.fold
         if fold.arena(arrived.arena_id) is None:
             raise NotFound(

@@ -9,7 +9,7 @@ import pytest
 from test_domain_enforcement import Desk  # same directory, prepend import mode
 
 from ledger import migrate
-from ledger.domain import ArenaLedger
+from ledger.domain import ArenaLedger, submission_id
 from ledger.errors import ConcurrencyConflict, InvalidInput, Refused, SchemaError
 from ledger.events import ArenaRetired, ControlRegistered, IncumbentAdvanced
 from machines import samples
@@ -91,6 +91,26 @@ def test_intake_refuses_amounts_and_blocks_outside_the_json_integers(
         ledger.intake(Desk.arrival(content="bad", payment_ref="pay-bad"), **{keyword: value})
     assert raised.value.context["path"] == keyword
     assert ledger.store.head() == before
+
+
+def test_intake_takes_a_stated_submission_id_only_when_it_is_the_arrivals_own(
+    ledger: ArenaLedger,
+) -> None:
+    # DOMAIN §3: the id is a digest of the arrival's fields. One stated otherwise (a
+    # mistyped copy, another system's id) is refused, not silently replaced.
+    arrival = Desk.arrival(content="stated", payment_ref="pay-stated")
+    own = submission_id(arrival)
+    before = ledger.store.head()
+    for wrong in ("f" * 64, own.upper(), "", 7):
+        with pytest.raises(SchemaError) as raised:
+            ledger.intake({**arrival, "submission_id": wrong}, payment_amount_rao=10**9)
+        assert raised.value.context["path"] == "$.submission_id"
+        assert raised.value.message == (
+            f"submission_id {wrong!r} is not the id of this arrival: its fields give {own} "
+            "(the id is derived from them; omit it, or state that one)")
+    assert ledger.store.head() == before
+    outcome = ledger.intake({**arrival, "submission_id": own}, payment_amount_rao=10**9)
+    assert (outcome.submission_id, outcome.admitted) == (own, True)
 
 
 def test_append_holds_an_expected_version_given_with_an_event(ledger: ArenaLedger) -> None:

@@ -541,6 +541,14 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
     if "TABLE DATA public events" not in listing:
         raise InvalidInput(f"{source} is not a pg_dump archive of an arena ledger",
                            path=str(source))
+    for revision in _archived_revisions(tool, source):
+        if not migrate.is_shipped(revision):  # refused before anything is restored
+            raise StoreError(
+                f"the backup is at schema revision {revision!r}, which this release does not "
+                "know (a newer release migrated it): restore it with that release. Nothing "
+                "was restored", url=safe_url(store.url), revision=revision,
+                reason="unknown_revision",
+            )
     conninfo, env = _conninfo(store)
     _run_tool([tool, "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
                "--no-password", f"--dbname={conninfo}", str(source)], env, StoreError)
@@ -552,7 +560,7 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
             first_bad_position=report.first_bad_position, kind=report.kind,
         )
     revision = migrate.current(store.url)
-    if not migrate.is_shipped(revision):
+    if not migrate.is_shipped(revision):  # an archive _archived_revisions could not read
         raise StoreError(
             f"the backup was restored and verifies, but it is at schema revision {revision!r}, "
             "which this release does not know (a newer release migrated it): use that "
@@ -561,6 +569,28 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
         )
     return RestoreReport(safe_url(store.url), "pg_restore", store.head(), report,
                          migrate.current(store.url), migrate.pending(store.url))
+
+
+def _archived_revisions(tool: str, source: Path) -> list[str]:
+    """Returns the schema revisions (``alembic_version`` rows) a pg_dump archive holds.
+
+    pg_restore prints the table's data as a COPY block without touching a database; a
+    revision row is plain text (no COPY escapes). An archive without that block gives none
+    (the restored database is checked again).
+    """
+    text = _run_tool([tool, "--data-only", "--table=alembic_version", "--file=-", str(source)],
+                     dict(os.environ), InvalidInput)
+    lines = text.splitlines()
+    try:
+        start = lines.index("COPY public.alembic_version (version_num) FROM stdin;")
+    except ValueError:
+        return []
+    rows: list[str] = []
+    for line in lines[start + 1:]:
+        if line == "\\.":
+            return rows
+        rows.append(line)
+    return []
 
 
 # -- stats -----------------------------------------------------------------------------------

@@ -25,7 +25,13 @@ from tampering import triggers_bypassed
 from ledger import migrate, ops
 from ledger.checkpoint import sign_tree
 from ledger.domain import ArenaLedger
-from ledger.errors import IntegrityError, InvalidInput, SchemaNotInitialised, StoreUnavailable
+from ledger.errors import (
+    IntegrityError,
+    InvalidInput,
+    SchemaNotInitialised,
+    StoreError,
+    StoreUnavailable,
+)
 from ledger.model import EventDraft
 from ledger.note import Signer
 from ledger.store import EventStore
@@ -658,6 +664,41 @@ def test_a_postgres_restore_refuses_what_is_not_a_ledger_archive(
     assert migrate.current(store_url) is None
     with pytest.raises(InvalidInput, match="already holds ledger tables"):
         ops.restore(store_url, junk)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_postgres_backup_of_a_newer_releases_ledger_is_refused_before_restoring(
+    built: tuple[str, dict[str, str]], tmp_path: Path, fresh_pg_database: str,
+) -> None:
+    # The archive's own alembic_version row is read first: nothing reaches the target (it
+    # used to be restored whole, then refused, leaving a database to drop by hand).
+    url, _ = built
+    with EventStore(url) as store, store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0009_from_a_newer'")
+    archive = tmp_path / "newer.dump"
+    ops.backup(url, archive)
+    with pytest.raises(StoreError) as caught:
+        ops.restore(fresh_pg_database, archive)
+    assert caught.value.context["reason"] == "unknown_revision"
+    assert caught.value.message.startswith(
+        "the backup is at schema revision '0009_from_a_newer', which this release does not "
+        "know")
+    assert "Nothing was restored" in caught.value.message
+    assert migrate.current(fresh_pg_database) is None
+    with EventStore(fresh_pg_database) as target:
+        assert not target.is_initialised()
+        with target.engine.connect() as conn:
+            tables = conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").scalar_one()
+    assert tables == 0
+    # The archive of a known revision reads back as that revision.
+    with EventStore(url) as store, store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"UPDATE alembic_version SET version_num = '{migrate.heads()[0]}'")
+    known = tmp_path / "known.dump"
+    ops.backup(url, known)
+    assert ops._archived_revisions(ops._tool("pg_restore"), known) == [migrate.heads()[0]]
 
 
 # -- upgrade ---------------------------------------------------------------------------------

@@ -541,12 +541,12 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
     if "TABLE DATA public events" not in listing:
         raise InvalidInput(f"{source} is not a pg_dump archive of an arena ledger",
                            path=str(source))
-    for revision in _archived_revisions(tool, source):
-        if not migrate.is_shipped(revision):  # refused before anything is restored
+    for archived in _archived_revisions(tool, source):
+        if not migrate.is_shipped(archived):  # refused before anything is restored
             raise StoreError(
-                f"the backup is at schema revision {revision!r}, which this release does not "
+                f"the backup is at schema revision {archived!r}, which this release does not "
                 "know (a newer release migrated it): restore it with that release. Nothing "
-                "was restored", url=safe_url(store.url), revision=revision,
+                "was restored", url=safe_url(store.url), revision=archived,
                 reason="unknown_revision",
             )
     conninfo, env = _conninfo(store)

@@ -851,7 +851,17 @@ def export_bundle(
                            path=str(bundle))
     if not bundle.parent.is_dir():
         raise InvalidInput(f"directory {bundle.parent} does not exist", path=str(bundle))
-    head = store.head().position
+    from ledger.verify import head_and_last_position
+
+    head_row, stored_max = head_and_last_position(store)
+    head = head_row.position
+    if stored_max > head:  # verify reports this too; a bundle would leave those events out
+        raise IntegrityError(
+            f"events exist past the head (up to position {stored_max}; the ledger_head row "
+            f"says {head}): the head row was moved back outside arena-ledger or the store is "
+            "damaged; nothing was exported. Run `arena-ledger verify`",
+            reason="head_mismatch", position=head + 1,
+        )
     size = head if to_position is None else to_position
     if not 0 <= size <= head:
         raise InvalidInput(f"--to-position {size} is outside 0..{head} (the head)", size=size)

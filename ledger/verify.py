@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from ledger.store import EventStore
 
-__all__ = ["raw_rows", "verify_chain"]
+__all__ = ["head_and_last_position", "raw_rows", "verify_chain"]
 
 _SQL = (
     "SELECT position, stream, version, type, schema_version, payload, recorded_at, actor, "
@@ -67,7 +67,7 @@ def verify_chain(
     # The head and the last stored position in one statement, so one snapshot: an append
     # that commits while the chain is read moves both, and is not mistaken for events
     # written past the head (the chain is checked up to this head).
-    head, stored_max = _head_and_last_position(store)
+    head, stored_max = head_and_last_position(store)
     if from_position > max(head.position, 1):
         raise InvalidInput(
             f"the range starts at {from_position}, past the head (position {head.position})",
@@ -307,13 +307,20 @@ def _stored_hash(store: EventStore, position: int) -> str | None:
     return None if value is None else str(value)
 
 
-def _head_and_last_position(store: EventStore) -> tuple[Head, int]:
-    """Returns the head and the largest stored position, read by one statement."""
-    with store.engine.connect() as conn:
-        row = conn.execute(text(
-            "SELECT h.position, h.entry_hash, (SELECT MAX(position) FROM events) "
-            "FROM ledger_head h WHERE h.id = 1"
-        )).first()
+def head_and_last_position(store: EventStore) -> tuple[Head, int]:
+    """Returns the head and the largest stored position, read by one statement (so an
+    append that commits meanwhile moves both: only a head row moved back makes the second
+    larger). A database failure raises the store's error for it."""
+    from ledger.store import _database_errors, _store_error
+
+    try:
+        with store.engine.connect() as conn:
+            row = conn.execute(text(
+                "SELECT h.position, h.entry_hash, (SELECT MAX(position) FROM events) "
+                "FROM ledger_head h WHERE h.id = 1"
+            )).first()
+    except _database_errors() as exc:
+        raise _store_error(exc, store.url) from None
     if row is None:
         raise head_row_missing()
     return Head(int(row[0]), str(row[1])), int(row[2] or 0)

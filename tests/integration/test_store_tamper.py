@@ -232,6 +232,26 @@ def test_events_past_the_head_are_found(ledger: EventStore) -> None:
     _assert_bad(ledger.verify(), 5, "head_mismatch")
 
 
+def test_an_export_refuses_events_past_the_head(ledger: EventStore, tmp_path: Any) -> None:
+    # A bundle of positions 1..4 would verify on its own and leave position 5 out, so a
+    # second validator would replay a shorter ledger without a word.
+    from ledger.bundle import export_bundle
+
+    with ledger.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET position = 4, entry_hash = "
+                          "(SELECT entry_hash FROM events WHERE position = 4) WHERE id = 1"))
+    out = tmp_path / "exports"
+    out.mkdir()
+    for to_position in (None, 2):
+        with pytest.raises(IntegrityError) as err:
+            export_bundle(ledger, out / "b", to_position=to_position)
+        assert err.value.context == {"reason": "head_mismatch", "position": 5}
+        assert err.value.message.startswith(
+            "events exist past the head (up to position 5; the ledger_head row says 4)")
+        assert "nothing was exported" in err.value.message
+    assert list(out.iterdir()) == []
+
+
 def test_an_append_that_commits_while_verify_reads_is_not_damage(
     ledger: EventStore, draft: Draft, monkeypatch: pytest.MonkeyPatch
 ) -> None:

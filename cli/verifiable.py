@@ -180,6 +180,16 @@ def _report(verb: str, report: BundleReport, as_json: bool) -> None:
         signed = "no checkpoint, signature not checked"
     console.print(f"{verb} {counted(report.events, 'event')} ({report.path}); root "
                   f"{report.merkle_root}, head {report.head_hash}; {signed}")
+    if report.unlisted:
+        shown = ", ".join(report.unlisted[:unlisted_shown_max])
+        more = len(report.unlisted) - unlisted_shown_max
+        console.print(f"not part of the bundle, so not verified"
+                      f"{' or imported' if verb == 'imported' else ''}: {shown}"
+                      f"{f' and {more:,} more' if more > 0 else ''}", markup=False)
+
+
+#: Names of files that are not part of a bundle that one line lists (the rest are counted).
+unlisted_shown_max = 10
 
 
 @handle_errors

@@ -698,6 +698,9 @@ class BundleReport:
     checkpoint_origin: str | None
     signature_checked: bool
     checkpoint_included: bool
+    #: Names in the bundle directory that are not part of the bundle (verify and import):
+    #: nothing vouches for them, so a reader is told rather than left to trust them.
+    unlisted: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Returns the report as a JSON-ready object."""
@@ -711,6 +714,7 @@ class BundleReport:
             "checkpoint_origin": self.checkpoint_origin,
             "signature_checked": self.signature_checked,
             "checkpoint_included": self.checkpoint_included,
+            "unlisted_files": list(self.unlisted),
         }
 
 
@@ -730,7 +734,19 @@ def verify_bundle(
     return BundleReport(
         str(bundle), scan.events, scan.head_hash, scan.merkle_root, scan.sha256,
         signed[0].origin if signed else None, signed is not None, manifest.checkpoint,
+        _unlisted(bundle, manifest),
     )
+
+
+def _unlisted(bundle: Path, manifest: Manifest) -> tuple[str, ...]:
+    """Returns the sorted names in ``bundle`` other than its files (a checkpoint.note the
+    manifest does not list is one of them)."""
+    listed = {EVENTS_FILE, MANIFEST_FILE, *([CHECKPOINT_FILE] if manifest.checkpoint else [])}
+    try:
+        names = os.listdir(bundle)
+    except OSError:  # it was read a moment ago; a directory gone now has nothing to add
+        return ()
+    return tuple(sorted(name for name in names if name not in listed))
 
 
 # ------------------------------------------------------------------------------ export
@@ -1025,7 +1041,7 @@ def import_bundle(
               signature_checked=signed is not None)
     return BundleReport(str(bundle), first.events, first.head_hash, first.merkle_root,
                         first.sha256, signed[0].origin if signed else None, signed is not None,
-                        manifest.checkpoint)
+                        manifest.checkpoint, _unlisted(bundle, manifest))
 
 
 # ------------------------------------------------------------------------------ replay source

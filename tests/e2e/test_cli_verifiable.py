@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import os
 import stat
 import subprocess
@@ -319,3 +320,37 @@ def test_checkpoint_refuses_a_forged_head_frontier_in_one_line(
     assert "nothing was signed" in done.stderr
     assert done.stdout == ""
     assert cli("checkpoints", "--json", db=db, cwd=ledger.root).stdout == listed
+
+
+def test_files_beside_a_bundle_are_named_as_not_verified(ledger: Ledger) -> None:
+    # Nothing vouches for a file the bundle does not list (a weights table someone added, a
+    # checkpoint.note an unsigned manifest does not list): verify and import say so, by name.
+    root, away = ledger.root, offline(ledger.root)
+    cli("export", "seven-extra", "--to-position", "7", db=ledger.db, cwd=root)
+    extra = root / "seven-extra"
+    (extra / "weights.json").write_text('{"5Alice": 1000000}\n')
+    (extra / "[red]x").write_text("")  # printed as it is named, not as console markup
+    shutil.copy(ledger.bundle / "checkpoint.note", extra / "checkpoint.note")
+    checked = json.loads(cli("verify-bundle", "seven-extra", "--no-signature-check", "--json",
+                             db=away, cwd=root).stdout)
+    assert checked["unlisted_files"] == ["[red]x", "checkpoint.note", "weights.json"]
+    done = cli("verify-bundle", "seven-extra", "--no-signature-check", db=away, cwd=root)
+    assert done.stdout.splitlines() == [
+        _line("verified", checked, "no checkpoint, signature not checked").rstrip("\n"),
+        "not part of the bundle, so not verified: [red]x, checkpoint.note, weights.json"]
+    target = f"sqlite:///{root / 'extra-imported.db'}"
+    cli("init", db=target, cwd=root)
+    done = cli("import", "seven-extra", "--no-signature-check", db=target, cwd=root)
+    assert done.stdout.splitlines()[1] == (
+        "not part of the bundle, so not verified or imported: [red]x, checkpoint.note, "
+        "weights.json")
+    # The signed bundle lists its checkpoint.note: nothing unlisted, no second line.
+    signed = json.loads(cli("verify-bundle", ledger.bundle, "--key", ledger.pub, "--json",
+                            db=away, cwd=root).stdout)
+    assert signed["unlisted_files"] == []
+    for name in (f"f{n:02d}" for n in range(12)):
+        (extra / name).write_text("")
+    done = cli("verify-bundle", "seven-extra", "--no-signature-check", db=away, cwd=root)
+    assert done.stdout.splitlines()[1] == (
+        "not part of the bundle, so not verified: [red]x, checkpoint.note, f00, f01, f02, f03, "
+        "f04, f05, f06, f07 and 5 more")

@@ -233,6 +233,7 @@ def test_audit_counts_may_reach_the_calls_but_not_exceed_them(
         ({"near_misses": 1}, "0.96999", True),  # exactly bar - band: a near miss
         ({"near_misses": 1}, "0.969989", False),  # below bar - band: that is a violation
         ({"near_misses": 1}, "0.999999", False),  # a near miss scores below the bar
+        ({"near_misses": 1}, "0.99999", False),  # ... so not at a six-place bar either
         ({"violations": 1}, "0.969989", True),
         ({"violations": 1}, "0.96999", False),  # a violation scores below bar - band
         ({"uncomparable": 8}, "0", True),  # no comparable call: min_score says nothing
@@ -264,6 +265,33 @@ def test_audit_near_misses_above_rate_fail() -> None:
     state = _ok(_measured(_claimed(), WORKED), samples.audit(calls=100, near_misses=2))
     decision = A.derive_decision(state)
     assert decision is not None and decision.reason == "slot_audit_failed"
+
+
+def test_a_thin_node_with_too_many_near_misses_fails_rather_than_goes_uncovered() -> None:
+    # DOMAIN §6 names the FAIL conditions first: 1 near miss in 4 calls (25% > 1%) fails
+    # the audit although 4 calls are fewer than min_calls (8), which alone would leave the
+    # node uncovered (NO_DECISION, never the miner's fault).
+    state = _ok(_measured(_claimed(), WORKED), samples.audit(calls=4, near_misses=1))
+    assert A.derive_decision(state) == Decision(
+        "FAIL", "slot_audit_failed", "COMPLETE", "1.019129", "0.018884", 3
+    )
+
+
+def test_the_lowest_score_is_held_to_a_bar_of_more_than_six_places_as_it_floors() -> None:
+    # min_score is recorded floored to six places. Under the bar 0.9999995 the violation
+    # edge (bar - band) is 0.9699995: an honest violation at 0.96999949 is recorded as
+    # "0.969999", which must be taken, and an honest near miss cannot floor to "0.999999"
+    # (at most 0.99999949 → "0.999999" is possible) nor to the bar's own "1".
+    sealed = samples.policy(audit={"bar": "0.9999995", "min_calls": 8})
+    state = _measured(_claimed(sealed), WORKED)
+    violation = samples.audit(calls=8, violations=1).model_copy(
+        update={"min_score": "0.969999", "bar": "0.9999995"})
+    decision = A.derive_decision(_ok(state, violation))
+    assert decision is not None and decision.reason == "slot_audit_failed"
+    near = samples.audit(calls=8, near_misses=1).model_copy(update={"bar": "0.9999995"})
+    assert _ok(state, near.model_copy(update={"min_score": "0.999999"})).audit is not None
+    refused = _refused(state, near.model_copy(update={"min_score": "1"}))
+    assert refused.code == "audit_counts_inconsistent"
 
 
 @pytest.mark.parametrize(

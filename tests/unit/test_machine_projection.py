@@ -29,6 +29,7 @@ from machines.scenario import Scenario, ScenarioRefused
 BILLION = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS
 SLOW = ((BILLION, 1_040_000_000),) * 4
+FLAT = ((BILLION, 998_000_000),) * 4  # 0.2 % faster: not enough
 FEE = BILLION
 
 
@@ -480,6 +481,22 @@ def test_duplicate_of_a_failure_until_recommission() -> None:
     sc.commission(fee_rao=0, block=200, model={"name": "tiny-llama", "revision": "r2"})
     fresh = sc.arrive(content="same", block=1_002)
     assert sc.fold.submission(fresh).status == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_a_duplicate_names_the_earliest_arriving_failure_not_the_first_recorded() -> None:
+    # Two submissions of one content fail, the later arrival first. DOMAIN orders "earlier"
+    # by arrival key, never by when something was recorded (intake.FailedRef), so a third
+    # copy names the earlier arrival and its reason, however the attempts interleaved.
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    early = sc.arrive(content="same", block=1_000)
+    late = sc.arrive(content="same", block=1_001)
+    assert sc.evaluate(late, "att-late", SLOW).status == "FAILED"
+    assert sc.evaluate(early, "att-early", FLAT).status == "FAILED"
+    third = sc.arrive(content="same", block=1_002)
+    sub = sc.fold.submission(third)
+    assert sub is not None and sub.rejection == (
+        f"duplicate_of:{early[:16]}:speed_threshold_not_met")
 
 
 def test_a_pass_is_never_replayed_as_a_duplicate() -> None:

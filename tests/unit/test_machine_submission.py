@@ -109,6 +109,11 @@ def test_resolution_must_name_the_current_attempt_and_a_valid_disposition() -> N
     assert _refused(state, _resolved("att-2", "FAIL", "x", "REQUEUE")).code == (
         "disposition_invalid"
     )
+    # REQUEUE and HOLD belong to NO_DECISION alone (DOMAIN §4): a PASS is COMPLETE too.
+    for verdict, reason in (("PASS", ""), ("FAIL", "candidate_slower")):
+        for disposition in ("REQUEUE", "HOLD"):
+            refusal = _refused(state, _resolved("att-2", verdict, reason, disposition))
+            assert refusal.code == "disposition_invalid", (verdict, disposition)
 
 
 def test_resolution_is_checked_against_the_attempt_decision() -> None:
@@ -120,6 +125,14 @@ def test_resolution_is_checked_against_the_attempt_decision() -> None:
     assert refusal.code == "resolution_mismatch" and refusal.detail.startswith("reason:")
     same = Decision("FAIL", "candidate_slower", "COMPLETE", None, None, 4)
     assert _ok(state, event, check_resolution=True, attempt_decision=same).status == S.FAILED
+    # The disposition is the decision's too: a REQUEUE decision resolved as HOLD would park
+    # a submission the retry budget should have queued again.
+    requeue = Decision("NO_DECISION", "adapter_start_failed", "REQUEUE", None, None, None)
+    held = _resolved("att-1", "NO_DECISION", "adapter_start_failed", "HOLD")
+    refusal = _refused(state, held, check_resolution=True, attempt_decision=requeue)
+    assert refusal.code == "resolution_mismatch" and refusal.detail.startswith("disposition:")
+    queued = _resolved("att-1", "NO_DECISION", "adapter_start_failed", "REQUEUE")
+    assert _ok(state, queued, check_resolution=True, attempt_decision=requeue).status == S.QUEUED
 
 
 def test_retry_budget_holds_the_fourth_requeue() -> None:

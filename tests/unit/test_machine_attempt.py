@@ -390,6 +390,19 @@ def test_claim_checks_submission_and_commission() -> None:
     nobody = A.ClaimContext(None, context.arena)
     refusal = A.decide_claim(claim, nobody)
     assert refusal is not None and refusal.code == "submission_unknown"
+    # A submission under qualification takes no second attempt; its own claim, seen again
+    # once the submission moved on (QualificationStarted names it), still holds.
+    from ledger.events import QualificationStarted
+
+    qualifying = submission.apply(context.submission, QualificationStarted(
+        attempt_id=claim.attempt_id))
+    assert qualifying is not None and qualifying.status == submission.QUALIFYING
+    under_way = A.ClaimContext(qualifying, context.arena)
+    assert A.decide_claim(claim, under_way) is None
+    second = claim.model_copy(update={"attempt_id": "att-second"})
+    refusal = A.decide_claim(second, under_way)
+    assert refusal is not None and (refusal.code, refusal.detail) == (
+        "submission_not_queued", "submission is QUALIFYING")
     with pytest.raises(ValueError, match="ClaimContext"):
         A.decide(None, claim)
 

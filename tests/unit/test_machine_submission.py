@@ -174,7 +174,9 @@ def test_other_no_decisions_do_not_spend_the_budget() -> None:
 
 def test_holds_from_every_live_state_and_release_targets() -> None:
     arrived = _ok(None, samples.arrived())
-    for state in (arrived, _queued(), _qualifying()):
+    parked = _ok(_qualifying(), _resolved("att-1", "NO_DECISION", "engine_killed", "COMPLETE"))
+    assert parked.status == S.NO_DECISION  # completed, not terminal (DOMAIN §5)
+    for state in (arrived, _queued(), _qualifying(), parked):
         held = _ok(state, SubmissionHeld(reason="ops", block=2))
         assert held.status == S.HELD
         released = _ok(held, HoldReleased(reason="ok", block=3, operator="5Op"))

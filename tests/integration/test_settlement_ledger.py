@@ -187,7 +187,9 @@ def build_before_policy(ledger: ArenaLedger) -> dict[str, str]:
         "a3": intake(ledger, ARENA_A, CAROL, "a3", 1_020, FEE_A),
         "a4": intake(ledger, ARENA_A, BOB, "a4", 1_030, FEE_A),
     }
-    ledger.grant_credit("cr-alice", ALICE, FEE_A, "operator credit")
+    # Granted above the fee: a credit counts at the fee its admission recorded (the arena's
+    # fee at intake, docs/settlement.md), not at what was granted.
+    ledger.grant_credit("cr-alice", ALICE, 3 * FEE_A, "operator credit")
     sids["a5"] = intake(ledger, ARENA_A, ALICE, "a5", 1_040, None)
     ledger.hold(sids["b1"], "evidence under review", 1_050)
     evaluate(ledger, sids["a1"], "att-a1", 980_000_000)

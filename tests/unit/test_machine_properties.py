@@ -44,10 +44,14 @@ from machines.table import Guard, Table
 ARENA = "a1"
 HOTKEYS = ("5A", "5B")
 STREAMS = ("arena-a1", "attempt-t0", "payment-p0", "credit-k0", "settlement")
+#: (emission_share_ppm, reward_margin) a re-commission may set: settlement reads both, so a
+#: tracker that kept the old ones would disagree with the full recomputation.
+SHARES = ((500_000, None), (250_000, "0.05"), (1_000_000, "0"))
 
 op = st.one_of(
     st.tuples(st.just("commission"), st.sampled_from([0, 0, 5]), st.integers(2, 5),
-              st.sampled_from([None, "0.01"]), st.sampled_from([20, 500_000])),
+              st.sampled_from([None, "0.01"]), st.sampled_from([20, 500_000]),
+              st.integers(0, len(SHARES) - 1)),
     st.tuples(st.just("arrive"), st.sampled_from(HOTKEYS), st.integers(0, 3),
               st.integers(0, 800), st.sampled_from([None, None, "p0", "p1"])),
     st.tuples(st.just("intake"), st.integers(0, 9), st.sampled_from([None, 5, 1])),
@@ -94,12 +98,17 @@ class _World:
         kind = item[0]
         return getattr(self, "_" + kind)(*item[1:])  # type: ignore[no-any-return]
 
-    def _commission(self, fee: int, windows: int, futility: str | None, sla: int) -> Built:
+    def _commission(
+        self, fee: int, windows: int, futility: str | None, sla: int, shares: int = 0
+    ) -> Built:
         z = {str(k): "1.5" for k in range(windows // 2 + 1, windows + 1)}
+        share, margin = SHARES[shares]
         sealed = samples.policy(windows=windows, z=z, futility_margin=futility, sla_blocks=sla,
                                 audit={"bar": "0.99", "min_calls": 4},
-                                audit_control_delta_digests=[samples.hex64("delta:c0")])
-        return [(f"arena-{ARENA}", samples.commissioned(ARENA, fee_rao=fee, sealed=sealed))]
+                                audit_control_delta_digests=[samples.hex64("delta:c0")],
+                                **({} if margin is None else {"reward_margin": margin}))
+        return [(f"arena-{ARENA}", samples.commissioned(ARENA, fee_rao=fee, sealed=sealed,
+                                                        emission_share_ppm=share))]
 
     def _arrive(self, hotkey: str, content: int, block: int, ref: str | None) -> Built:
         event = samples.arrived(ARENA, hotkey=hotkey, content=f"c{content}", block=block,

@@ -251,8 +251,12 @@ def test_fees_list_arenas_without_records_with_zeros() -> None:
 # --- reward assessment rules ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", BLOCKING_STATUSES)
+# Listed here, not read from BLOCKING_STATUSES: a status dropped from that constant would
+# drop its own case too. DOMAIN §7: every earlier arrival not terminal and not a completed
+# NO_DECISION blocks; ARRIVED (intake undecided) may still be admitted and PASS.
+@pytest.mark.parametrize("status", ["ARRIVED", "QUEUED", "QUALIFYING", "HELD"])
 def test_earlier_unresolved_submission_blocks_a_pass(status: str) -> None:
+    assert status in BLOCKING_STATUSES
     arena = ArenaInput(
         "a", 1, "0.015", [sub("x", "k1", 5, status), sub("p", "k2", 6, "QUALIFIED", "1.1")]
     )
@@ -288,6 +292,20 @@ def test_arrival_key_not_input_order_decides_who_is_first() -> None:
     }
     # early is first -> rewarded; late needs 1.04 * 1.015 = 1.0556 -> lost_potential.
     assert result == {hexid("early"): "rewarded", hexid("late"): "lost_potential"}
+
+
+def test_one_event_position_is_ordered_by_hotkey_then_content_hash() -> None:
+    # DOMAIN §3: the arrival key is (block, event_index, event_subindex, miner_hotkey,
+    # content_hash). Two arrivals of one event position go by hotkey, whatever their ids:
+    # hexid("x-b") sorts before hexid("x-a"), so an order by id would put b first.
+    a = sub("x-a", "a", 7, "QUALIFIED", "1.010000")
+    b = sub("x-b", "b", 7, "QUALIFIED", "1.020000")
+    assert hexid("x-b") < hexid("x-a")
+    result = {
+        r.submission_id: r.status for r in assess_rewards([ArenaInput("a", 1, "0.015", [b, a])])
+    }
+    # a is first -> rewarded; b needs 1.01 * 1.015 = 1.02515 > 1.02 -> lost_potential.
+    assert result == {hexid("x-a"): "rewarded", hexid("x-b"): "lost_potential"}
 
 
 def test_pending_pass_keeps_every_later_pass_pending() -> None:

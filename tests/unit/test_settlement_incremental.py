@@ -457,6 +457,34 @@ def test_an_arena_commissioned_after_a_check_is_built_at_the_next(archived: bool
     assert tracker.arena_builds == 2
 
 
+@pytest.mark.parametrize("archived", [False, True])
+def test_a_recommission_changes_the_share_and_margin_a_built_scan_applies(
+    archived: bool,
+) -> None:
+    # The arena's scan is built at the first check; a re-commission then sets another share
+    # and reward margin, which the next check must apply as the full recomputation does.
+    sc = Scenario()
+    sc.commission("mlp-arena", emission_share_ppm=600_000)
+    first = sc.arrive(payment_ref="pay-1", paid_rao=FEE, hotkey="5Alice", content="a")
+    sc.evaluate(first, "att-1", samples.WORKED_EXAMPLE_COSTS, *PASSED)  # S 1.019129
+    checked = len(sc.records)
+    sc.commission("mlp-arena", emission_share_ppm=250_000,
+                  sealed=samples.policy(reward_margin="0"), block=200)
+    second = sc.arrive(payment_ref="pay-2", paid_rao=FEE, hotkey="5Bob", content="b",
+                       block=1_001)
+    sc.evaluate(second, "att-2", ((1_000_000_000, 975_000_000),) * 3, *PASSED)  # S 1.025641
+    fold = LedgerFold(archive=MemoryArchive() if archived else None)
+    tracker = SettlementTracker(fold)
+    _feed(fold, tracker, sc.records[:checked])
+    assert tracker.payload(POLICY, 2_000) == _full(fold)
+    _feed(fold, tracker, sc.records[checked:])
+    expected = _full(fold)
+    assert tracker.payload(POLICY, 2_000) == expected
+    assert expected["weights_ppm"]["5Burn"] == 750_000  # the new share; the rest burns
+    # Under the old margin 1.025641 < 1.019129 × 1.015 would be lost_potential.
+    assert {c["submission_id"] for c in expected["claims"]} == {first, second}
+
+
 def test_a_credit_spent_before_the_admission_counts_once_the_admission_is_folded() -> None:
     # Intake lets a credit be spent by a submission before its SubmissionAdmitted (the
     # credit counts as available to it); settled in between, the credit is spent on nothing

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import os
+import shutil
 import stat
 import subprocess
 import sys

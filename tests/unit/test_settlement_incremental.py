@@ -446,15 +446,24 @@ def test_an_arena_commissioned_after_a_check_is_built_at_the_next(archived: bool
         block=1_001,
     )
     sc.evaluate(second, "att-2", samples.WORKED_EXAMPLE_COSTS, *PASSED)
+    tracker, expected = _checked_at_and_after(sc, checked, archived)
+    assert [c["submission_id"] for c in expected["claims"]] == [second, first]
+    assert tracker.arena_builds == 2
+
+
+def _checked_at_and_after(
+    sc: Scenario, checked: int, archived: bool
+) -> tuple[SettlementTracker, dict[str, Any]]:
+    """Folds ``sc``'s records with a tracker, holding it to the full recomputation after the
+    first ``checked`` and after all; returns the tracker and the last full payload."""
     fold = LedgerFold(archive=MemoryArchive() if archived else None)
     tracker = SettlementTracker(fold)
     _feed(fold, tracker, sc.records[:checked])
     assert tracker.payload(POLICY, 2_000) == _full(fold)
     _feed(fold, tracker, sc.records[checked:])
     expected = _full(fold)
-    assert [c["submission_id"] for c in expected["claims"]] == [second, first]
     assert tracker.payload(POLICY, 2_000) == expected
-    assert tracker.arena_builds == 2
+    return tracker, expected
 
 
 @pytest.mark.parametrize("archived", [False, True])
@@ -473,13 +482,7 @@ def test_a_recommission_changes_the_share_and_margin_a_built_scan_applies(
     second = sc.arrive(payment_ref="pay-2", paid_rao=FEE, hotkey="5Bob", content="b",
                        block=1_001)
     sc.evaluate(second, "att-2", ((1_000_000_000, 975_000_000),) * 3, *PASSED)  # S 1.025641
-    fold = LedgerFold(archive=MemoryArchive() if archived else None)
-    tracker = SettlementTracker(fold)
-    _feed(fold, tracker, sc.records[:checked])
-    assert tracker.payload(POLICY, 2_000) == _full(fold)
-    _feed(fold, tracker, sc.records[checked:])
-    expected = _full(fold)
-    assert tracker.payload(POLICY, 2_000) == expected
+    _, expected = _checked_at_and_after(sc, checked, archived)
     assert expected["weights_ppm"]["5Burn"] == 750_000  # the new share; the rest burns
     # Under the old margin 1.025641 < 1.019129 × 1.015 would be lost_potential.
     assert {c["submission_id"] for c in expected["claims"]} == {first, second}

@@ -38,6 +38,7 @@ from ledger.errors import (
     require_file,
     unreadable,
 )
+from ledger.fields import is_digest
 from ledger.note import Checkpoint, Signer, Verifier, sign_checkpoint, verify_checkpoint
 from ledger.tree import stored_entry_hash
 
@@ -446,12 +447,11 @@ def _hash(document: Mapping[str, Any], name: str, path: str = "$") -> bytes:
 
 
 def _hex32(value: str, path: str) -> bytes:
-    if len(value) != _HEX_CHARS or value != value.lower():
+    # is_digest, not bytes.fromhex alone: fromhex skips whitespace, so "00 … 00 " (64
+    # characters) gave 31 bytes and a mismatch later instead of this error.
+    if not is_digest(value):
         raise InvalidInput(f"{path} must be {_HEX_CHARS} lowercase hex digits", path=path)
-    try:
-        return bytes.fromhex(value)
-    except ValueError:
-        raise InvalidInput(f"{path} must be {_HEX_CHARS} lowercase hex digits", path=path) from None
+    return bytes.fromhex(value)
 
 
 def _path(document: Mapping[str, Any]) -> list[bytes]:
@@ -482,12 +482,18 @@ def _event_envelope(document: Mapping[str, Any]) -> tuple[int, bytes]:
     version: int = _field(event, "version", int, where)
     schema_version: int = _field(event, "schema_version", int, where)
     text = [_field(event, k, str, where) for k in ("stream", "type", "recorded_at", "actor")]
+    encoded: str = _field(event, "payload_b64", str, where)
     try:
-        payload = base64.b64decode(_field(event, "payload_b64", str, where), validate=True)
+        payload = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInput(
             "proof event payload_b64 is not base64", path=f"{where}.payload_b64"
         ) from None
+    if base64.b64encode(payload).decode("ascii") != encoded:  # one spelling, as in bundles
+        raise InvalidInput(
+            "proof event payload_b64 is not canonical base64 (re-encoding its bytes gives "
+            "other text)", path=f"{where}.payload_b64"
+        )
     envelope = envelope_bytes(
         position, text[0], version, text[1], schema_version, payload, text[2], text[3]
     )

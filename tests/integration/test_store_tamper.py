@@ -352,6 +352,48 @@ def grown(ledger: EventStore, draft: Draft) -> EventStore:
     return ledger
 
 
+def test_an_uppercase_stored_entry_hash_is_damage_not_a_hash(
+    grown: EventStore, draft: Draft
+) -> None:
+    # Entry hashes are stored as 64 lowercase hex digits, and the chain compares that text:
+    # an uppercase spelling is a row altered outside arena-ledger, refused by its readers.
+    with grown.engine.connect() as conn:
+        value = conn.execute(text("SELECT entry_hash FROM events WHERE position = 35")).scalar()
+    with triggers_bypassed(grown) as conn:
+        conn.execute(text("UPDATE events SET entry_hash = :h WHERE position = 35"),
+                     {"h": str(value).upper()})
+    with pytest.raises(IntegrityError, match="entry hash at position 35") as err:
+        grown.append([draft("arena-t", 37)])
+    assert err.value.context["reason"] == "hash_mismatch"
+    assert grown.head().position == 37
+    with pytest.raises(IntegrityError, match="entry hash at position 35") as err:
+        inclusion_document(grown, 35)
+    assert err.value.context == {"reason": "hash_mismatch", "position": 35}
+
+
+def test_a_missing_right_edge_node_is_named_as_tree_damage(grown: EventStore) -> None:
+    # A stored node of the head's right edge that is gone is tree damage, named, not a
+    # fault of the head row's frontier.
+    with triggers_bypassed(grown) as conn:
+        conn.execute(text("DELETE FROM merkle_nodes WHERE level = 5 AND idx = 0"))
+    with pytest.raises(IntegrityError, match=r"Merkle node \(5, 0\) is not stored") as err:
+        sign_tree(grown, Signer.generate("ops.example"))
+    assert err.value.context["reason"] == "tree_mismatch"
+
+
+def test_advance_frontier_refuses_a_frontier_that_does_not_match_the_size() -> None:
+    # A frontier holds one subtree hash per set bit of the size; one of another length
+    # would pop the wrong siblings, so it is refused rather than built on.
+    from ledger.tree import advance_frontier
+
+    some = bytes(range(32))
+    one, _ = advance_frontier(b"", 0, [some])
+    assert len(one) == 32
+    for frontier, size in ((b"", 1), (one, 3), (one + one, 1)):
+        with pytest.raises(InvalidInput, match="frontier does not match the ledger size"):
+            advance_frontier(frontier, size, [some])
+
+
 def _forge_frontier(store: EventStore, element: int) -> bytes:
     """Flips one bit of the head row's frontier element ``element`` (same length)."""
     _, _, frontier = _head_row(store)

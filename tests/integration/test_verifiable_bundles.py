@@ -1007,3 +1007,21 @@ def test_sqlite_to_postgresql_to_sqlite_keeps_every_hash_and_the_root(
     finally:
         for s in stores:
             s.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "named"), [("events_sha256", "events.jsonl sha256"), ("head_hash", "head hash")]
+)
+def test_a_manifest_stating_another_digest_or_head_is_refused(
+    offline: Path, signer: Signer, tmp_path: Path, field: str, named: str
+) -> None:
+    # The checkpoint signs size and root only: the manifest's events_sha256 (which people
+    # check the file against) and head_hash must equal the file's, or a reader is misled.
+    bundle = copy_bundle(offline, tmp_path)
+    assert verify_bundle(bundle, signer.verifier()).events == 12
+    manifest = orjson.loads((bundle / MANIFEST_FILE).read_bytes())
+    manifest[field] = hashlib.sha256(b"something else").hexdigest()
+    write_manifest(bundle, manifest)
+    with pytest.raises(IntegrityError, match=named) as err:
+        verify_bundle(bundle, signer.verifier())
+    assert err.value.context["reason"] == "manifest_mismatch"

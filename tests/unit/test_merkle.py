@@ -14,6 +14,7 @@ from ledger import merkle
 from ledger.errors import InvalidInput, NotFound
 from ledger.merkle import (
     EMPTY_ROOT,
+    TREE_SIZE_MAX,
     CompactRange,
     MerkleTree,
     consistency_proof_from_leaves,
@@ -521,3 +522,44 @@ def test_every_proof_of_a_tree_verifies(size: int) -> None:
     for size1 in range(size + 1):
         proof = tree.consistency_proof(size1)
         assert verify_consistency(size1, size, tree.root(size1), root, proof)
+
+
+# -- found unpinned by a mutation review: RFC 9162's "sn is 0: fail", types and bounds ---------
+
+EIGHT = [bytes([i]) for i in range(8)]
+
+
+def test_inclusion_fails_when_the_path_is_longer_than_the_tree_allows() -> None:
+    # RFC 9162 §2.1.3.2 step 4: "If sn is 0, then stop the iteration and fail the proof
+    # verification." Leaf b claimed as the whole one-leaf tree, with a's hash as an extra
+    # path element, recomputes the real two-leaf root: only the size binding fails it.
+    two = root_from_leaves([b"a", b"b"])
+    assert verify_inclusion(1, 2, leaf_hash(b"b"), [leaf_hash(b"a")], two)
+    assert not verify_inclusion(0, 1, leaf_hash(b"b"), [leaf_hash(b"a")], two)
+
+
+def test_consistency_fails_when_the_path_is_longer_than_the_sizes_allow() -> None:
+    # RFC 9162 §2.1.4.2 step 6, the same rule. The trees of 7 and 8 leaves share D[0:4]: a
+    # 3→4 proof over D[4:8] plus D[0:4]'s hash recomputes both real roots, at wrong sizes.
+    root7, root8 = root_from_leaves(EIGHT[:7]), root_from_leaves(EIGHT)
+    crafted = [*consistency_proof_from_leaves(3, EIGHT[4:8]), root_from_leaves(EIGHT[:4])]
+    assert verify_consistency(7, 8, root7, root8, consistency_proof_from_leaves(7, EIGHT))
+    assert not verify_consistency(3, 4, root7, root8, crafted)
+
+
+@pytest.mark.parametrize("empty", ["", b""])
+def test_an_empty_string_or_bytes_is_not_a_proof(empty: str | bytes) -> None:
+    # A proof is a list of hashes; a str or bytes is a malformed one (a failed
+    # verification), even where an empty list would verify.
+    root, leaf = root_from_leaves(EIGHT[:3]), leaf_hash(b"x")
+    assert verify_consistency(3, 3, root, root, []) and verify_inclusion(0, 1, leaf, [], leaf)
+    assert not verify_consistency(3, 3, root, root, empty)  # type: ignore[arg-type]
+    assert not verify_inclusion(0, 1, leaf, empty, leaf)  # type: ignore[arg-type]
+
+
+def test_nodes_for_append_refuses_to_grow_past_the_largest_tree_size() -> None:
+    # Tree sizes are uint64 (TREE_SIZE_MAX): a tree of TREE_SIZE_MAX leaves takes no more.
+    some = hashlib.sha256(b"some").digest()
+    assert len(nodes_for_append(TREE_SIZE_MAX - 1, some, lambda level, index: some)) == 1
+    with pytest.raises(InvalidInput, match="tree_size must be an integer"):
+        nodes_for_append(TREE_SIZE_MAX, some, lambda level, index: some)

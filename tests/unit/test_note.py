@@ -415,3 +415,12 @@ def test_changing_any_one_character_of_a_signed_checkpoint_breaks_it(
     tampered = note[:position] + replacement + note[position + 1 :]
     with pytest.raises(SignatureInvalid):
         verify_checkpoint(tampered, verifier, expected_origin=origin)
+
+
+def test_oversized_note_bytes_are_refused_as_too_large_before_decoding(peter: Verifier) -> None:
+    # Bytes over NOTE_BYTES_MAX are refused for their size whatever they hold (reason
+    # too_large), before any UTF-8 decoding: not "malformed" for bytes that are not UTF-8.
+    for size in (NOTE_BYTES_MAX + 1, NOTE_BYTES_MAX + 2):
+        with pytest.raises(SignatureInvalid) as caught:
+            open_note(b"\xff" * size, [peter])
+        assert caught.value.context["reason"] == "too_large"

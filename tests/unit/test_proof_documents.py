@@ -416,6 +416,11 @@ def test_a_proof_document_of_exactly_the_limit_is_read(ledger: MemoryLedger) -> 
         (lambda d: d.pop("format"), "$.format"),
         (lambda d: d.update(kind="exclusion"), "$.kind"),
         (lambda d: d["event"].update(payload_b64="%%%"), "$.event.payload_b64"),
+        # "QR==" decodes to b"A" as "QQ==" does: one spelling, as in bundles.
+        (lambda d: d["event"].update(payload_b64="QR=="), "$.event.payload_b64"),
+        # 64 characters, but bytes.fromhex skips the spaces: 31 bytes, not a hash.
+        (lambda d: d.update(root_hash="00" * 30 + " 00 "), "$.root_hash"),
+        (lambda d: d.update(proof=[" " + "00" * 31 + " "]), "$.proof[0]"),
         (lambda d: d.update(tree_size=-1), "$.tree_size"),
         (lambda d: d.update(tree_size=merkle.TREE_SIZE_MAX + 1), "$.tree_size"),
         (lambda d: d.update(leaf_index=-1), "$.leaf_index"),

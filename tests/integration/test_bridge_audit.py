@@ -74,6 +74,47 @@ def test_scaled_float32_delta_is_a_near_miss_on_every_call(engine: TorchReferenc
         assert p["min_score"].startswith("0.998")  # 1 - 0.001, less float32 rounding
 
 
+@pytest.mark.parametrize(("bar", "band", "counted"), [
+    ("0.99", "0.03", None),  # a bfloat16-style bar: about 0.999 is at or above it
+    ("0.99999", "0.0001", "violations"),  # more than the band below the bar
+])
+def test_the_audit_classifies_against_the_bar_and_band_it_is_given(
+    engine: TorchReferenceEngine, bar: str, band: str, counted: str | None
+) -> None:
+    # scaled(0.001) scores about 0.999 a call: a near miss under the defaults (above), but
+    # the sealed bar and band of the arena decide, not the defaults.
+    payloads = run_audit(engine, registered("scaled", epsilon="0.001"), REPLAY, bar=bar,
+                         near_miss_band=band)
+    assert len(payloads) == 4
+    for p in payloads:
+        assert p["bar"] == bar
+        expected = {"violations": 0, "near_misses": 0}
+        if counted is not None:
+            expected[counted] = CALLS_PER_NODE
+        assert {k: p[k] for k in expected} == expected, p
+
+
+def test_score_is_accumulated_in_float64_not_in_the_outputs_dtype() -> None:
+    # DOMAIN §6: accumulated in float64. ||r||² of these float32 outputs overflows float32,
+    # where ||r|| is inf and any candidate scores 1.0; in float64 the 0.1 % error shows.
+    r = torch.full((4,), 1e20, dtype=torch.float32)
+    score = score_outputs(r * 1.001, r)
+    assert score is not None and abs(score - 0.999) < 1e-5
+
+
+def test_an_audited_node_that_is_never_called_is_graded_with_zero_calls() -> None:
+    # A node whose hook never fires (a CUDA graph replay, a branch not taken) is still
+    # graded, with 0 calls, so the machine decides audit_not_covered (fewer than
+    # min_calls) rather than audit fewer nodes without a word.
+    anchor = nn.ModuleDict({"layers": nn.ModuleList(
+        nn.ModuleDict({"mlp": nn.Identity(), "self_attn": nn.Identity()}) for _ in range(2))})
+    session = AuditSession(AuditSpec(registered("faithful")).to_config())
+    session.bind_names(anchor)
+    payloads = tallies_to_payloads(session.snapshot(), "0.99999")
+    assert [(p["node"], p["calls"]) for p in payloads] == [
+        ("model.layers.0.mlp", 0), ("model.layers.1.mlp", 0)]
+
+
 def _delta_file(folder: Path, name: str, forward: str) -> Path:
     """Writes a file delta whose MLP's forward(x, ...) is the one statement ``forward``."""
     path = folder / f"{name}.py"

@@ -326,6 +326,57 @@ def test_a_crash_leaves_a_partial_attempt_that_a_fault_then_concludes(bench: Ben
     assert bench.status(sid) == "HELD"
 
 
+def test_the_audit_runs_with_the_arenas_sealed_bar_and_band(bench: Bench) -> None:
+    # Every other test seals the default bar and band; a bfloat16 arena seals its own, and
+    # the audit lane must grade against them (the ledger holds the recorded bar only).
+    seen: list[AuditSpec] = []
+
+    class Recording(FakeEngine):
+        def boot_lane(self, lane_id: str, delta: DeltaSpec | None = None, *,
+                      audit: AuditSpec | None = None, stage: str = "speed") -> FakeLane:
+            if audit is not None:
+                seen.append(audit)
+            return super().boot_lane(lane_id, delta, audit=audit, stage=stage)
+
+    bench.commission(audit={"bar": "0.984", "near_miss_band": "0.02", "min_calls": 8})
+    sid = bench.admit(FAST_MLP)
+    engine = Recording(cost_ns=scripted(WORKED.__getitem__)[0].cost_ns, tallies=clean_tallies())
+    bench.run(engine, sid)
+    assert [(spec.bar, spec.near_miss_band) for spec in seen] == [("0.984", "0.02")]
+
+
+def test_a_control_run_resumed_after_its_audit_does_not_audit_again(bench: Bench) -> None:
+    # The audit is recorded whole before quality starts: a validator that dies in quality
+    # and runs again grades quality only, on fresh lanes, and reaches the same verdict.
+    def cost(lane_id: str, delta: DeltaSpec | None, window: int) -> int:
+        return STOCK_NS if delta is None or window == 0 else WORKED[window]
+
+    class DiesInQuality(FakeEngine):
+        def boot_lane(self, lane_id: str, delta: DeltaSpec | None = None, *,
+                      audit: AuditSpec | None = None, stage: str = "speed") -> FakeLane:
+            if stage == "quality":
+                raise Crash("validator killed before quality")
+            return super().boot_lane(lane_id, delta, audit=audit, stage=stage)
+
+    from engine_bridge.runner import control_run_id, run_controls
+
+    bench.commission()
+    bench.ledger.register_control(ARENA, {
+        "control_id": "honest", "kind": "honest", "delta_digest": FAST_MLP.digest,
+        "expected_verdict": "PASS"})
+    run = control_run_id("honest", 1_200)
+    with pytest.raises(Crash):
+        run_controls(bench.ledger, DiesInQuality(cost_ns=cost, tallies=clean_tallies()),
+                     arena_id=ARENA, block=1_200)
+    state = bench.ledger.fold.attempt(run)
+    assert state is not None and state.status == "AUDIT"
+    again = FakeEngine(cost_ns=cost, tallies=clean_tallies())
+    report = run_controls(bench.ledger, again, arena_id=ARENA, block=1_200)
+    assert [stage for _, _, stage in again.booted] == ["quality"] * 3
+    assert [(r["control_id"], r["verdict"], r["outcome"]) for r in report] == [
+        ("honest", "PASS", "as_expected")]
+
+
 # --- FakeEngine: calibration observation ---------------------------------------------------
 
 

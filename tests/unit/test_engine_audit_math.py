@@ -23,7 +23,7 @@ from engine_bridge.hooks import (
     run_audit,
     tallies_to_payloads,
 )
-from ledger.errors import CanonicalFormError
+from ledger.errors import CanonicalFormError, EngineFault
 
 BAR, BAND = Decimal("0.99999"), Decimal("0.03")
 
@@ -91,6 +91,35 @@ def test_receipts_from_two_processes_merge_per_node_and_rank(tmp_path: Path) -> 
     merged = read_receipts(str(tmp_path), "s1")
     assert [(t.rank, t.calls, t.near_misses, t.min_score) for t in merged] == [
         (0, 5, 5, 0.998), (1, 4, 4, 0.997)]
+
+
+def _receipt(folder: Path, pid: int, **row: object) -> None:
+    """Writes one process's receipt of node model.layers.0.mlp, rank 0, session s1."""
+    tally = {"node": "model.layers.0.mlp", "rank": 0, "calls": 3, "violations": 0,
+             "near_misses": 0, "uncomparable": 0, "min_score": 1.0, "first_error": None, **row}
+    body = {"session": "s1", "rank": 0, "pid": pid, "tallies": [tally]}
+    (folder / f"audit-s1-rank0-pid{pid}.json").write_text(json.dumps(body))
+
+
+def test_receipts_from_two_processes_add_their_uncomparable_calls(tmp_path: Path) -> None:
+    # Per node and rank the counts are summed: two scheduler processes that each saw one
+    # uncomparable call record two, not one.
+    _receipt(tmp_path, 10, uncomparable=1)
+    _receipt(tmp_path, 11, uncomparable=1)
+    [payload] = tallies_to_payloads(read_receipts(str(tmp_path), "s1"), "0.99999")
+    assert (payload["calls"], payload["uncomparable"]) == (6, 2)
+
+
+def test_a_host_failure_in_a_second_receipt_of_the_same_rank_still_faults(
+    tmp_path: Path,
+) -> None:
+    # A host failure (out of memory) noted only by a second process of the rank is no
+    # miner's verdict: the merged tally still faults the audit, it is not graded.
+    _receipt(tmp_path, 10, infrastructure_error=None)
+    _receipt(tmp_path, 11, infrastructure_error="OutOfMemoryError: CUDA out of memory")
+    with pytest.raises(EngineFault) as caught:
+        tallies_to_payloads(read_receipts(str(tmp_path), "s1"), "0.99999")
+    assert caught.value.fault_code == "unproven_infrastructure_failure"
 
 
 def test_merging_tallies_adds_counts_and_keeps_the_first_error() -> None:

@@ -49,6 +49,18 @@ def test_orientation_refuses_out_of_range() -> None:
         orientation_of(0, 4)
 
 
+@pytest.mark.parametrize(("windows", "first"), [(4, 5), (4, 0), (6, 1)])
+def test_a_start_outside_the_windows_is_refused_before_anything_boots(
+    windows: int, first: int
+) -> None:
+    # Checked up front: a start past W (or a W outside 2..5) would otherwise yield no
+    # window at all, as if the speed stage had nothing left to do.
+    engine = FakeEngine()
+    with pytest.raises(LimitExceeded):
+        list(iter_windows(engine, CANDIDATE, REPLAY, windows=windows, first_window=first))
+    assert engine.booted == []
+
+
 def test_lane_roles_swap_between_orientations() -> None:
     assert lane_roles(1) == ("A", "B")
     assert lane_roles(2) == ("B", "A")

@@ -319,8 +319,9 @@ def _render_replay(
         )
     if report.divergence is not None:
         d = report.divergence
+        where = f"{d.stream}, {d.type}" if d.stream else "no event: the store's head row"
         console.print(
-            f"first divergence at position {d.position} ({d.stream}, {d.type}): "
+            f"first divergence at position {d.position} ({where}): "
             f"{d.code} field {d.field}: recorded {d.recorded!r}, recomputed "
             f"{d.recomputed!r}",
         )

@@ -528,17 +528,51 @@ def replay_store(
 
     The same replay as ``replay_events(store.read_all(1, to_position=...))``, reading the
     driver's rows a position window at a time (``ledger.verify.raw_rows``) instead of
-    building a RecordedEvent per event. A database failure while reading raises the
+    building a RecordedEvent per event. The rows must reach that position, and a replay to
+    the head must end on the head row's entry hash with nothing stored past it, as
+    ``verify`` holds them (``_short_of_head``): a store whose last events were deleted does
+    not replay OK to an earlier settlement. A database failure while reading raises the
     LedgerError the store raises for it (e.g. SchemaNotInitialised, StoreUnavailable).
     """
-    from ledger.verify import raw_rows  # the windowed raw-cursor reader verify_chain uses
+    # The windowed raw-cursor reader verify_chain uses, and its one-statement head read.
+    from ledger.verify import head_and_last_position, raw_rows
 
-    head = store.head().position
-    last = head if as_of is None else min(as_of, head)
-    return replay_rows(
+    head, stored_max = head_and_last_position(store)
+    last = head.position if as_of is None else min(as_of, head.position)
+    to_head = last == head.position
+    report = replay_rows(
         raw_rows(store, 1, last), expect=expect, progress=progress,
         archive_finished=archive_finished,
     )
+    if report.divergence is None:
+        report.divergence = _short_of_head(report, last, head if to_head else None, stored_max)
+    return report
+
+
+def _short_of_head(
+    report: ReplayReport, last: int, head: Any, stored_max: int
+) -> Divergence | None:
+    """Names where a store's rows fall short of what its head row says, or None.
+
+    ``last`` is the position the replay was to reach; ``head`` the head row when it was
+    to reach the head (else None), and ``stored_max`` the largest stored position, read
+    with it. A divergence here concerns no event (its stream and type are empty).
+    """
+    if report.last_position < last:  # the events from here on are gone
+        missing = report.last_position + 1
+        return Divergence(missing, "", "", "position", None, missing, "gap")
+    if head is None:
+        return None
+    if report.head_hash != head.entry_hash:
+        return Divergence(
+            head.position, "", "", "entry_hash", head.entry_hash, report.head_hash,
+            "head_mismatch",
+        )
+    if stored_max > head.position:  # the head row was moved back: events lie past it
+        return Divergence(
+            head.position + 1, "", "", "position", stored_max, head.position, "head_mismatch"
+        )
+    return None
 
 
 def replay_bundle(

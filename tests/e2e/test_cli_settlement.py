@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -329,6 +330,35 @@ def test_replay_of_an_uninitialised_database_is_one_line_and_exit_5(tmp_path: Pa
     assert len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("error[store_not_initialised]: ")
     assert "arena-ledger init" in done.stderr
+
+
+def test_replay_of_a_store_whose_head_row_is_not_its_last_event_diverges(
+    tmp_path: Path,
+) -> None:
+    # The head row is the one row appends rewrite (no trigger keeps it): rewritten, the
+    # replay to the head names it (no event there to name), exit 4, as verify does.
+    db = tmp_path / "settled.db"
+    ledger = S.open_ledger(f"sqlite:///{db}")
+    try:
+        S.build_settled(ledger)
+        last = ledger.store.head()
+    finally:
+        ledger.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE ledger_head SET entry_hash = ? WHERE id = 1", ("e" * 64,))
+    conn.close()
+    done = cli("replay", db=f"sqlite:///{db}", cwd=tmp_path, expect=4)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"replay DIVERGED: {last.position} events to position "
+                               f"{last.position}, ")
+    assert lines[-1] == (
+        f"first divergence at position {last.position} (no event: the store's head row): "
+        f"head_mismatch field entry_hash: recorded '{'e' * 64}', recomputed "
+        f"'{last.entry_hash}'")
+    document = as_json(cli("replay", "--json", db=f"sqlite:///{db}", cwd=tmp_path, expect=4))
+    assert document["divergence"] == {
+        "position": last.position, "stream": "", "type": "", "field": "entry_hash",
+        "recorded": "e" * 64, "recomputed": last.entry_hash, "code": "head_mismatch"}
 
 
 def test_queries_as_of_a_position_reproduce_a_recorded_settlement(tmp_path: Path) -> None:

@@ -21,8 +21,10 @@ from test_settlement_ledger import (  # the shared builder (same directory, prep
     ALICE,
     ARENA_A,
     BOB,
+    BURN,
     CAROL,
     FEE_A,
+    VALIDATOR,
     Settled,
     build_before_policy,
     build_settled,
@@ -36,7 +38,7 @@ from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput, Refused
 from ledger.events import AttemptDecided, SubmissionResolved
 from ledger.model import EventDraft
-from ledger.replay import ReplayReport, replay_events, replay_rows
+from ledger.replay import ReplayReport, replay_events, replay_rows, replay_store
 from ledger.store import EventStore
 from machines.settlement import RULES_VERSION, settlement_digest, settlement_payload
 
@@ -328,3 +330,274 @@ def test_a_bundle_replays_to_the_same_digest_and_head(
     assert total == 81
     assert (first.events, first.ok) == (81, True)
 
+
+# --- every field of a forged AttemptDecided is compared ------------------------------------
+
+
+@pytest.mark.parametrize(("forged", "field", "recorded", "recomputed"), [
+    ({"look_window": 4}, "look_window", 4, 3),
+    ({"pass_line": "0.020000"}, "pass_line", "0.020000", "0.018884"),
+])
+def test_every_field_of_a_forged_decision_is_compared(
+    store_url: str, forged: dict[str, Any], field: str, recorded: Any, recomputed: Any
+) -> None:
+    # a6: PASS at look 3, speedup "1.030928", pass line "0.018884" (DOMAIN §6 worked numbers).
+    position, _, refused = _forge_a6(
+        store_url, forged, {"verdict": "PASS", "reason": "", "disposition": "COMPLETE"}
+    )
+    assert refused == "decision_mismatch"
+
+    report = replay(store_url)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    assert (d.position, d.stream, d.type, d.code) == (
+        position, "attempt-att-a6", "AttemptDecided", "decision_mismatch")
+    assert (d.field, d.recorded, d.recomputed) == (field, recorded, recomputed)
+
+
+# --- every field of a forged SubmissionResolved is compared ---------------------------------
+
+
+@pytest.mark.parametrize(("resolution", "field", "recorded", "recomputed"), [
+    ({"verdict": "PASS", "reason": "", "disposition": "HOLD"}, "disposition", "HOLD",
+     "COMPLETE"),
+    ({"verdict": "PASS", "reason": "futility", "disposition": "COMPLETE"}, "reason",
+     "futility", ""),
+])
+def test_a_resolution_that_keeps_the_verdict_but_changes_another_field_is_caught(
+    store_url: str, resolution: dict[str, str], field: str, recorded: Any, recomputed: Any
+) -> None:
+    position, a6, _ = _forge_a6(store_url, {}, resolution)  # the decision itself is honest
+
+    report = replay(store_url)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    assert (d.position, d.stream, d.type, d.code) == (
+        position + 1, f"submission-{a6}", "SubmissionResolved", "decision_mismatch")
+    assert (d.field, d.recorded, d.recomputed) == (field, recorded, recomputed)
+
+
+# --- a missing position is a gap at that position -------------------------------------------
+
+
+def test_a_deleted_event_is_a_gap_at_its_position(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, _ = settled
+    with triggers_bypassed(ledger.store) as conn:
+        conn.execute(text("DELETE FROM events WHERE position = 50"))
+
+    report = replay_store(ledger.store)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    # Position 50 is missing: the ledger holds 51 where 50 belongs.
+    assert (d.position, d.field, d.recorded, d.recomputed, d.code) == (
+        50, "position", 51, 50, "gap")
+    assert (report.events, report.last_position) == (49, 49)
+    verified = ledger.store.verify()  # replay and verify name the same place
+    assert (verified.first_bad_position, verified.kind) == (50, "gap")
+
+
+# --- the latest EmissionPolicySet applies from its position on -------------------------------
+
+
+def test_a_settlement_under_a_replaced_emission_policy_replays(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, built = settled
+    ledger.set_emission_policy(4_000, BURN, VALIDATOR)  # h 1000 -> 4000: other credits
+    settlement, result = ledger.settle(3_000)
+    assert settlement_payload(settlement)["settlement_digest"] != _digests(built)[-1]
+
+    report = replay(store_url)
+
+    assert report.divergence is None and report.ok
+    assert report.settlements_checked == 4
+    assert report.settlement_digest == settlement_payload(settlement)["settlement_digest"]
+    assert report.last_position == result.first
+
+
+# --- every field of a forged SettlementComputed is compared, the digest too ------------------
+
+
+def _append_forged(store_url: str, forged: dict[str, Any]) -> int:
+    with EventStore(store_url) as unguarded:
+        return unguarded.append([EventDraft("settlement", "SettlementComputed", forged)]).first
+
+
+def test_a_settlement_whose_recorded_digest_alone_is_forged_is_caught(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, built = settled
+    honest = settlement_payload(ledger.weights(4_000))
+    forged = {**honest, "settlement_digest": "ab" * 32}
+    position = _append_forged(store_url, forged)
+
+    report = replay(store_url)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    assert (d.position, d.type, d.field, d.code) == (
+        position, "SettlementComputed", "settlement_digest", "settlement_mismatch")
+    assert (d.recorded, d.recomputed) == ("ab" * 32, honest["settlement_digest"])
+    assert report.settlement_digest == _digests(built)[-1]  # not the forged digest
+
+
+def test_a_settlement_with_forged_fees_and_honest_weights_is_caught(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, _ = settled
+    honest = settlement_payload(ledger.weights(4_000))
+    forged = copy.deepcopy(honest)
+    forged["fees"]["total"]["net_rao"] += 1
+    position = _append_forged(store_url, forged)
+
+    report = replay(store_url)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    assert (d.position, d.field, d.code) == (position, "fees", "settlement_mismatch")
+    assert (d.recorded, d.recomputed) == (forged["fees"], honest["fees"])
+
+
+# --- the JSON summary counts verdicts and resolutions apart ---------------------------------
+
+
+def test_the_json_summary_counts_verdicts_and_resolutions_apart(store_url: str) -> None:
+    _forge_a6(store_url, {"speedup": "1.040000"},
+              {"verdict": "PASS", "reason": "", "disposition": "COMPLETE"})
+
+    summary = replay(store_url).to_json()
+
+    # The forged decision (the 7th verdict) stops the replay before its resolution.
+    assert (summary["verdicts_checked"], summary["resolutions_checked"]) == (7, 6)
+    assert summary["ok"] is False and summary["divergence"]["field"] == "speedup"
+
+
+# --- a store's rows must reach its head row ------------------------------------------------
+
+
+def test_a_store_missing_events_before_its_head_does_not_replay_ok(
+    settled: tuple[ArenaLedger, Settled], store_url: str
+) -> None:
+    ledger, _ = settled
+    assert ledger.store.head().position == HEAD
+    with triggers_bypassed(ledger.store) as conn:  # the last settlement's row is deleted
+        conn.execute(text("DELETE FROM events WHERE position = :n"), {"n": HEAD})
+    assert ledger.store.head().position == HEAD  # the head row still says 92
+    verified = ledger.store.verify()
+    assert (verified.ok, verified.first_bad_position, verified.kind) == (False, HEAD, "gap")
+
+    report = replay_store(ledger.store)
+
+    # verify names a gap at 92; a replay of the same store to its head must not say OK (it
+    # said OK to position 91, with the settlement before the deleted one).
+    assert report.ok is False
+    d = report.divergence
+    assert d is not None
+    assert (d.position, d.stream, d.type, d.field, d.recorded, d.recomputed, d.code) == (
+        HEAD, "", "", "position", None, HEAD, "gap")
+    assert (report.events, report.last_position) == (HEAD - 1, HEAD - 1)
+    # Short of the head, the rows up to --as-of are all there: that replay is OK.
+    assert replay_store(ledger.store, HEAD - 1).ok
+
+
+def test_a_head_row_that_is_not_the_last_event_does_not_replay_ok(
+    settled: tuple[ArenaLedger, Settled],
+) -> None:
+    # The head row is the one row appends rewrite (no trigger keeps it): an entry hash
+    # other than the last event's, or a position moved back with events past it, is
+    # damage verify reports, and a replay to the head reports it too.
+    ledger, _ = settled
+    store = ledger.store
+    last = store.head().entry_hash
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"),
+                     {"h": "e" * 64})
+    d = replay_store(store).divergence
+    assert d is not None
+    assert (d.position, d.field, d.recorded, d.recomputed, d.code) == (
+        HEAD, "entry_hash", "e" * 64, last, "head_mismatch")
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET position = :p, entry_hash = (SELECT "
+                          "entry_hash FROM events WHERE position = :p) WHERE id = 1"),
+                     {"p": HEAD - 2})
+    report = replay_store(store)
+    d = report.divergence
+    assert d is not None and report.last_position == HEAD - 2
+    assert (d.position, d.field, d.recorded, d.recomputed, d.code) == (
+        HEAD - 1, "position", HEAD, HEAD - 2, "head_mismatch")
+    assert store.verify().kind == "head_mismatch"
+
+
+# --- a settlement forged before any EmissionPolicySet names the refusal's reason -------------
+
+
+def test_a_settlement_forged_before_the_emission_policy_names_the_missing_policy(
+    tmp_path: Path, store_url: str
+) -> None:
+    elsewhere = open_ledger(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    try:
+        payload = build_settled(elsewhere).settlements[0][0]  # a well-formed settlement
+    finally:
+        elsewhere.close()
+    ledger = open_ledger(store_url)
+    try:
+        build_before_policy(ledger)  # 79 events, no EmissionPolicySet
+    finally:
+        ledger.close()
+    forged = {**payload, "as_of_position": 79}
+    document = {k: v for k, v in forged.items() if k != "settlement_digest"}
+    forged["settlement_digest"] = settlement_digest({**document, "rules_version": RULES_VERSION})
+    position = _append_forged(store_url, forged)
+    assert position == 80
+
+    report = replay(store_url)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    assert (d.position, d.stream, d.type) == (80, "settlement", "SettlementComputed")
+    # The reason code settle itself is refused with (DOMAIN §7), not a generic one.
+    assert d.code == "emission_policy_missing"
+    # Nothing can be recomputed: the recomputed side says why (the refusal), not nothing.
+    assert isinstance(d.recomputed, str) and "EmissionPolicySet" in d.recomputed
+    assert report.settlement_digest is None
+
+
+# --- a chain that is consistent but skips a position is a gap --------------------------------
+
+
+def test_a_consistently_rechained_ledger_that_skips_a_position_is_a_gap() -> None:
+    # A ledger whose entry hashes were computed over positions 1, 2, 4: every hash checks
+    # out, yet position 3 is missing (DOMAIN §2.2: positions are gapless).
+    from ledger.catalogue import CATALOGUE
+    from ledger.chain import chained
+    from ledger.codec import canonical_bytes
+    from ledger.events import ControlRegistered
+    from machines import samples
+
+    events = [samples.commissioned("mlp")] + [
+        ControlRegistered(control_id=f"ctl-{n}", kind="identity",
+                          delta_digest=samples.hex64(f"delta-{n}"), expected_verdict="PASS")
+        for n in (1, 2)
+    ]
+    rows = [
+        (position, "arena-mlp", version, e.event_type, CATALOGUE.types[e.event_type],
+         canonical_bytes(e.model_dump(mode="json", exclude_unset=True)),
+         "2026-01-01T00:00:00Z", "tester", "")
+        for position, version, e in zip((1, 2, 4), (1, 2, 3), events, strict=True)
+    ]
+    rows = [(*row[:8], computed.hex()) for row, computed in chained(bytes(32), rows)]
+    honest = [(3 if r[0] == 4 else r[0], *r[1:]) for r in rows]  # the same events, 1, 2, 3
+    honest = [(*row[:8], computed.hex()) for row, computed in chained(bytes(32), honest)]
+    assert replay_rows(honest).ok  # the events themselves fold without a refusal
+
+    report = replay_rows(rows)
+
+    d = report.divergence
+    assert d is not None and report.ok is False
+    assert (d.position, d.field, d.recorded, d.recomputed, d.code) == (3, "position", 4, 3, "gap")
+    assert (report.events, report.last_position) == (2, 2)

@@ -281,7 +281,10 @@ class Catalogue:
     def decode(self, event_type: str, version: int, payload: dict[str, Any]) -> Event:
         """Returns the event as a model of the current version (upcasting on the way)."""
         lifted = self.upcast(event_type, version, payload)
-        return self.model(event_type).model_validate(lifted)
+        try:
+            return self.model(event_type).model_validate(lifted)
+        except ValidationError as exc:  # a recorded payload off its schema: damage, named
+            raise schema_error(event_type, self.current_version(event_type), exc) from None
 
 
 def _exact(data: bytes) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import ValidationError
 
 from ledger.catalogue import CATALOGUE
 from ledger.chain import GENESIS_HASH, Row, chained
@@ -160,7 +161,10 @@ def decoder() -> Callable[[str, int, Any], Event]:
     def decode(kind: str, schema_version: int, payload: Any) -> Event:
         found = current.get(kind)
         if found is not None and found[0] == schema_version:
-            event: Event = found[1](payload)
+            try:
+                event: Event = found[1](payload)
+            except ValidationError:  # CATALOGUE.decode raises the SchemaError naming it
+                return slow(kind, schema_version, payload)
             return event
         return slow(kind, schema_version, payload)
 
@@ -284,17 +288,26 @@ class _Replayer:
                             payload = None
                     except orjson_error:
                         payload = None
-                if payload is None:
-                    payload = loads(data)  # not canonical ASCII: codec.loads raises or agrees
                 found = kinds.get(kind)
-                if found is not None and found[0] == schema:
-                    _, validate, check, touch, decided = found
-                    event = validate(payload)
-                else:
-                    event = slow(kind, schema, payload)
-                    model = type(event)
-                    check, touch = checks.get(model), touches.get(model)
-                    decided = model is AttemptDecided
+                try:
+                    if payload is None:
+                        payload = loads(data)  # not canonical ASCII: codec.loads raises or agrees
+                    if found is not None and found[0] == schema:
+                        _, validate, check, touch, decided = found
+                        try:
+                            event = validate(payload)
+                        except ValidationError:
+                            event = slow(kind, schema, payload)  # the SchemaError naming it
+                    else:
+                        event = slow(kind, schema, payload)
+                        model = type(event)
+                        check, touch = checks.get(model), touches.get(model)
+                        decided = model is AttemptDecided
+                except LedgerError as exc:  # not JSON, an unknown type or version, off schema
+                    divergence = _unreadable(position, stream, kind, exc)
+                    if progress is not None:
+                        progress(position)
+                    break
                 if check is not None:
                     divergence = check(position, stream, event, payload)
                 if divergence is None:
@@ -434,6 +447,17 @@ def _chain_divergence(row: Row, computed: bytes, expected: int) -> Divergence:
     return Divergence(
         position, stream, kind, "entry_hash", entry, computed.hex(), "hash_mismatch"
     )
+
+
+def _unreadable(position: int, stream: str, kind: str, error: LedgerError) -> Divergence:
+    """Names an event whose payload cannot be read as its type: not JSON in canonical form,
+    a type or schema version the catalogue does not know, or off its schema (the field the
+    error's path names, else the event as a whole)."""
+    path = error.context.get("path")
+    field = "event"
+    if isinstance(path, str) and path.startswith("$.payload."):
+        field = path.removeprefix("$.payload.")
+    return Divergence(position, stream, kind, field, None, error.message, error.code)
 
 
 def _refused(position: int, stream: str, kind: str, refusal: Any) -> Divergence:

@@ -361,6 +361,50 @@ def test_replay_of_a_store_whose_head_row_is_not_its_last_event_diverges(
         "recorded": "e" * 64, "recomputed": last.entry_hash, "code": "head_mismatch"}
 
 
+def test_a_rechained_payload_off_its_schema_is_a_divergence_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # Someone with the database rewrote an event's payload and every entry hash after it
+    # (around the triggers): the chain holds, the payload is no ArenaCommissioned. Replay
+    # names it at its position (exit 4); a command that folds the ledger says so in one line.
+    from ledger.chain import chained
+
+    db = tmp_path / "settled.db"
+    ledger = S.open_ledger(f"sqlite:///{db}")
+    try:
+        S.build_settled(ledger)
+    finally:
+        ledger.close()
+    with sqlite3.connect(db) as conn:
+        triggers = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'"
+        ).fetchall()
+        for name, _ in triggers:
+            conn.execute(f'DROP TRIGGER "{name}"')
+        rows = conn.execute(
+            "SELECT position, stream, version, type, schema_version, payload, recorded_at, "
+            "actor, entry_hash FROM events ORDER BY position").fetchall()
+        payload = json.loads(rows[0][5])
+        payload["surplus"] = 1
+        rows[0] = (*rows[0][:5], json.dumps(payload, sort_keys=True,
+                                            separators=(",", ":")).encode(), *rows[0][6:])
+        for row, computed in chained(bytes(32), rows):
+            conn.execute("UPDATE events SET payload = ?, entry_hash = ? WHERE position = ?",
+                         (row[5], computed.hex(), row[0]))
+        for _, sql in triggers:
+            conn.execute(sql)
+    conn.close()
+    done = cli("replay", db=f"sqlite:///{db}", cwd=tmp_path, expect=4)
+    assert done.stdout.splitlines()[-1] == (
+        f"first divergence at position 1 (arena-{S.ARENA_A}, ArenaCommissioned): "
+        "schema_invalid field surplus: recorded None, recomputed 'ArenaCommissioned v1: "
+        "$.payload.surplus: Extra inputs are not permitted'")
+    listed = cli("submissions", db=f"sqlite:///{db}", cwd=tmp_path, expect=1)
+    assert listed.stderr.splitlines() == [
+        "error[schema_invalid] [path $.payload.surplus]: ArenaCommissioned v1: "
+        "$.payload.surplus: Extra inputs are not permitted"]
+
+
 def test_queries_as_of_a_position_reproduce_a_recorded_settlement(tmp_path: Path) -> None:
     # An auditor re-derives a published settlement as of its as_of_position, without
     # replaying the ledger, and sees what each PASS's status was then.

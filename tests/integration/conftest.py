@@ -7,6 +7,7 @@ so that end-to-end tests can share them.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -79,3 +80,27 @@ def count_rows(store: EventStore) -> Callable[[str], int]:
             return int(conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
 
     return count
+
+
+@pytest.fixture
+def fresh_pg_database() -> Iterator[str]:
+    """Yields the URL of a newly created, empty PostgreSQL database (dropped afterwards)."""
+    psycopg = pytest.importorskip("psycopg")
+    import uuid
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"al_ops_{uuid.uuid4().hex[:8]}"
+    admin = os.environ.get(  # as tests/conftest.py reads it
+        "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+    params = conninfo_to_dict(admin)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        info = {**params, "dbname": name}
+        yield (f"postgresql+psycopg://{info.get('user', 'postgres')}@{info.get('host')}:"
+               f"{info.get('port', 5432)}/{name}")
+    finally:
+        with psycopg.connect(make_conninfo(**params), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -583,25 +581,6 @@ def test_a_restore_never_overwrites_another_database_or_file(
 
 
 # -- backup and restore: PostgreSQL ----------------------------------------------------------
-
-
-@pytest.fixture
-def fresh_pg_database() -> Iterator[str]:
-    """Yields the URL of a newly created, empty PostgreSQL database (dropped afterwards)."""
-    psycopg = pytest.importorskip("psycopg")
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"al_ops_{uuid.uuid4().hex[:8]}"
-    params = conninfo_to_dict(PG_ADMIN_URL)
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        info = {**params, "dbname": name}
-        yield (f"postgresql+psycopg://{info.get('user', 'postgres')}@{info.get('host')}:"
-               f"{info.get('port', 5432)}/{name}")
-    finally:
-        with psycopg.connect(make_conninfo(**params), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.postgres

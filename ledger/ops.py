@@ -659,7 +659,7 @@ def _fold_and_count(store: EventStore, size: int) -> tuple[Any, _Tally]:
 def _snapshot(store: EventStore, as_of: int | None) -> tuple[Head, int, str]:
     """Reads the head and the Merkle root at the same size: the head's, or ``as_of``'s
     (the head when ``as_of`` is past it)."""
-    size, root = store.merkle_root()
+    size, root = store.merkle_root(doing="reported")
     head = store.head()
     if as_of is not None and as_of < head.position:
         size, root = store.merkle_root(as_of)

@@ -800,11 +800,12 @@ class EventStore:
             raise _store_error(exc, self.url) from None
 
     @_store_errors
-    def merkle_root(self, size: int | None = None) -> tuple[int, bytes]:
+    def merkle_root(self, size: int | None = None, *, doing: str = "signed") -> tuple[int, bytes]:
         """Returns (size, root hash) of the Merkle tree at ``size`` (the head when None).
 
         The head's root comes from the head row's frontier once that is held to the stored
-        nodes and events (IntegrityError otherwise: ``tree.check_frontier``).
+        nodes and events (IntegrityError otherwise: ``tree.check_frontier``, whose message
+        says "nothing was ``doing``": signed for a checkpoint, reported for ``stats``).
         """
         if size is None:
             # The head's frontier, once it is held to the stored nodes and events
@@ -816,7 +817,7 @@ class EventStore:
                     if row is None:
                         raise head_row_missing()
                     head, frontier = Head(int(row[0]), str(row[1])), bytes(row[2])
-                    self._check_head(cursor, _SQL[self.backend], head, frontier, "signed")
+                    self._check_head(cursor, _SQL[self.backend], head, frontier, doing)
                 finally:
                     cursor.close()
             return head.position, frontier_root(frontier)

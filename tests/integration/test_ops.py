@@ -205,6 +205,22 @@ def test_stats_counts_types_like_an_independent_query(built: tuple[str, dict[str
     assert ops.stats(url)["events"]["by_type"] == {str(t): int(n) for t, n in sorted(rows)}
 
 
+def test_stats_of_a_damaged_head_row_is_an_integrity_failure_that_reports_nothing(
+    built: tuple[str, dict[str, str]],
+) -> None:
+    # The head's Merkle root is read from the head row once it is held to the tables: a
+    # rewritten head row stops stats (exit 4 on the command line, which the cron check in
+    # operations.md alerts on), and the message says nothing was reported, not "signed".
+    url, _ = built
+    with EventStore(url) as store, store.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_head SET entry_hash = :h WHERE id = 1"),
+                     {"h": "e" * 64})
+    with pytest.raises(IntegrityError) as caught:
+        ops.stats(url)
+    assert caught.value.context["reason"] == "head_mismatch"
+    assert "nothing was reported" in caught.value.message
+
+
 def test_stats_of_an_empty_ledger(store: EventStore) -> None:
     doc = ops.stats(store.url)
     assert doc["head"]["position"] == 0 and doc["tip"] is None and doc["tip_matches_head"]

@@ -332,18 +332,23 @@ def test_replay_of_an_uninitialised_database_is_one_line_and_exit_5(tmp_path: Pa
     assert "arena-ledger init" in done.stderr
 
 
+def _settled_file(tmp_path: Path) -> tuple[Path, Any]:
+    """Builds the settled SQLite ledger in ``tmp_path``; returns its file and head."""
+    db = tmp_path / "settled.db"
+    ledger = S.open_ledger(f"sqlite:///{db}")
+    try:
+        S.build_settled(ledger)
+        return db, ledger.store.head()
+    finally:
+        ledger.close()
+
+
 def test_replay_of_a_store_whose_head_row_is_not_its_last_event_diverges(
     tmp_path: Path,
 ) -> None:
     # The head row is the one row appends rewrite (no trigger keeps it): rewritten, the
     # replay to the head names it (no event there to name), exit 4, as verify does.
-    db = tmp_path / "settled.db"
-    ledger = S.open_ledger(f"sqlite:///{db}")
-    try:
-        S.build_settled(ledger)
-        last = ledger.store.head()
-    finally:
-        ledger.close()
+    db, last = _settled_file(tmp_path)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE ledger_head SET entry_hash = ? WHERE id = 1", ("e" * 64,))
     conn.close()
@@ -369,12 +374,7 @@ def test_a_rechained_payload_off_its_schema_is_a_divergence_not_a_traceback(
     # names it at its position (exit 4); a command that folds the ledger says so in one line.
     from ledger.chain import chained
 
-    db = tmp_path / "settled.db"
-    ledger = S.open_ledger(f"sqlite:///{db}")
-    try:
-        S.build_settled(ledger)
-    finally:
-        ledger.close()
+    db, _ = _settled_file(tmp_path)
     with sqlite3.connect(db) as conn:
         triggers = conn.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'"

@@ -7,7 +7,6 @@ so that end-to-end tests can share them.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,24 +82,13 @@ def count_rows(store: EventStore) -> Callable[[str], int]:
 
 
 @pytest.fixture
-def fresh_pg_database() -> Iterator[str]:
-    """Yields the URL of a newly created, empty PostgreSQL database (dropped afterwards)."""
-    psycopg = pytest.importorskip("psycopg")
-    import uuid
-
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"al_ops_{uuid.uuid4().hex[:8]}"
-    admin = os.environ.get(  # as tests/conftest.py reads it
-        "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    params = conninfo_to_dict(admin)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+def fresh_pg_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Yields the URL of a second empty, un-migrated PostgreSQL database (a restore target
+    beside the test's own store), from the session's pool as ``spare_store`` takes one:
+    no CREATE/DROP DATABASE per test (tests/conftest.py, ``_PgDatabases``)."""
+    pool = request.getfixturevalue("_pg_databases")
+    name = pool.take()
     try:
-        info = {**params, "dbname": name}
-        yield (f"postgresql+psycopg://{info.get('user', 'postgres')}@{info.get('host')}:"
-               f"{info.get('port', 5432)}/{name}")
+        yield pool.url(name)
     finally:
-        with psycopg.connect(make_conninfo(**params), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pool.give_back(name)

@@ -10,7 +10,6 @@ the way tests/integration/test_store_tamper.py does).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -40,9 +39,6 @@ ARENA_A, ARENA_B = "mlp-arena", "cache-arena"
 FEE = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS[:3]
 SLOWER = ((1_000_000_000, 1_020_000_000),) * 4
-PG_ADMIN_URL = os.environ.get(
-    "ARENA_LEDGER_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 
 
 # -- the small ledger ------------------------------------------------------------------------

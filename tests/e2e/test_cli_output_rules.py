@@ -1,0 +1,331 @@
+"""Pins output of the settlement and domain commands that a mutation review of
+cli/settlement.py and cli/domain.py found unchecked: a filter or --as-of a command could
+drop, a count or separator it could lose, an error it could raise in the wrong order or
+with the wrong exit code.
+
+The settled ledger of tests/integration/test_settlement_ledger.py (92 events: two arenas,
+seven submissions, three settlements; its docstring works every number out by hand) is
+written once per module in-process; every read is then the installed ``arena-ledger``
+script in a subprocess (``conftest.Cli``). Tests that write work on a copy of it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from cli.common import console
+from cli.settlement import _progress, _render_replay, _rewards_count
+from ledger.replay import ReplayReport
+from machines import samples
+
+
+def _scenario() -> ModuleType:
+    """Loads the integration test's ledger builder, as test_cli_settlement.py does."""
+    name = "settlement_scenario"
+    if name not in sys.modules:
+        path = Path(__file__).parents[1] / "integration" / "test_settlement_ledger.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while it executes
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+S = _scenario()
+
+
+@pytest.fixture(scope="module")
+def settled(cli_factory: Callable[[str], Any]) -> tuple[Any, Any]:
+    """Writes the settled ledger into a module-wide Cli's database; returns (cli, built)."""
+    cli = cli_factory("settled")
+    ledger = S.open_ledger(cli.db)
+    try:
+        built = S.build_settled(ledger)
+    finally:
+        ledger.close()
+    return cli, built
+
+
+def _copy(settled: tuple[Any, Any], cli_factory: Callable[[str], Any], name: str) -> Any:
+    """Returns a Cli on a copy of the settled ledger (for tests that write)."""
+    source, target = settled[0], cli_factory(name)
+    with sqlite3.connect(source.root / "l.db") as src, \
+            sqlite3.connect(target.root / "l.db") as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return target
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("│").split("│")]
+
+
+def _rows(text: str) -> list[list[str]]:
+    """Returns the body rows of a rich table (box-drawing lines and the header left out)."""
+    return [_cells(line) for line in text.splitlines() if line.startswith("│")]
+
+
+def _money(sums: dict[str, int]) -> list[str]:
+    return [f"{sums[k]:,}" for k in ("consumed_rao", "released_rao", "net_rao",
+                                      "credits_spent_rao")]
+
+
+# --- cli/settlement.py ------------------------------------------------------------------
+
+
+def test_fees_for_one_arena_show_that_arena_and_its_own_total(settled: tuple[Any, Any]) -> None:
+    cli, _ = settled
+    text, document = cli.many([(("fees", "--arena", S.ARENA_B), 0),
+                               (("fees", "--arena", S.ARENA_B, "--json"), 0)])
+    assert json.loads(document.stdout) == {"arenas": {S.ARENA_B: S.FEES_B}, "total": S.FEES_B}
+    assert _rows(text.stdout) == [[S.ARENA_B, *_money(S.FEES_B)], ["TOTAL", *_money(S.FEES_B)]]
+
+
+def test_fees_as_of_a_position_before_the_refund(settled: tuple[Any, Any]) -> None:
+    cli, _ = settled
+    (refund,) = cli.jsonl("events", "--type", "PaymentReleased")  # a2's, in mlp-a
+    before = refund["position"] - 1
+    text, document = cli.many([(("fees", "--as-of", str(before)), 0),
+                               (("fees", "--as-of", str(before), "--json"), 0)])
+    unrefunded = {**S.FEES_A, "released_rao": 0, "net_rao": S.FEES_A["consumed_rao"]}
+    total = {k: unrefunded[k] + S.FEES_B[k] for k in unrefunded}
+    assert json.loads(document.stdout) == {
+        "arenas": {S.ARENA_A: unrefunded, S.ARENA_B: S.FEES_B}, "total": total}
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"as of position {before}"
+    assert _rows(text.stdout) == [[S.ARENA_A, *_money(unrefunded)],
+                                  [S.ARENA_B, *_money(S.FEES_B)], ["TOTAL", *_money(total)]]
+
+
+def test_the_rewards_count_groups_thousands_in_every_number() -> None:
+    rows = [{"status": "rewarded"}] * 1_000 + [{"status": "pending"}] * 1_200
+    assert _rewards_count(rows, "mlp-a") == (
+        "2,200 PASS verdicts in arena mlp-a: 1,200 pending, 1,000 rewarded")
+
+
+def test_replay_refuses_a_malformed_expected_digest_before_it_opens_the_store(
+    cli: Any,
+) -> None:
+    # The digest is checked before anything is read: on a database with no ledger the
+    # error is the digest's (exit 1), not the store's (exit 5).
+    done = cli("replay", "--expect", "deadbeef", expect=1)
+    assert done.stdout == ""
+    assert cli.error_line(done.stderr, "invalid_input") == (
+        "error[invalid_input] [path --expect]: the expected settlement digest must be 64 hex "
+        "characters (a SHA-256, as settle prints it); got 'deadbeef'")
+    assert not (cli.root / "l.db").exists()
+
+
+def test_a_zero_half_life_is_a_usage_error_and_writes_nothing(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    cli = _copy(settled, cli_factory, "half-life")
+    head = cli.head()
+    done = cli("emission-policy", "--half-life-blocks", "0", "--burn-hotkey", "5Burn",
+               "--validator-hotkey", "5Validator", expect=2)
+    assert done.stdout == "" and "--half-life-blocks" in done.stderr
+    assert cli.head() == head
+
+
+def test_the_replay_rate_groups_thousands() -> None:
+    timing = {"seconds": 0.5, "cpu_seconds": 0.25, "events_per_second": 123_456,
+              "build": "pure Python"}
+    with console.capture() as captured:
+        _render_replay(ReplayReport(events=61_728, last_position=61_728), timing)
+    assert captured.get().splitlines()[1] == (
+        "took 0.50 s, 123,456 events/s (0.25 s of CPU; pure Python build)")
+
+
+def test_the_progress_bar_ends_on_the_last_position_whatever_the_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = _progress(1_001, quiet=False)  # a step of 5: 1,001 is not a multiple of it
+    with bar as advance:
+        (task,) = bar.bar.tasks
+        advance(1_000)
+        advance(1_001)
+        assert task.completed == 1_001
+
+
+def test_a_signed_bundle_is_named_as_typed_like_an_unsigned_one(
+    settled: tuple[Any, Any],
+) -> None:
+    cli, _ = settled
+    cli("key", "generate", "--name", "validator.example", "--out", "v.key")
+    cli("export", "bundle", "--key", "v.key")
+    typed = "./bundle/"
+    signed, unsigned = cli.many([
+        (("replay", "--from-bundle", typed, "--key", "v.key.pub", "--json"), 0),
+        (("replay", "--from-bundle", typed, "--json"), 0)])
+    assert json.loads(signed.stdout)["bundle"]["path"] == typed
+    assert json.loads(unsigned.stdout)["bundle"]["path"] == typed
+
+
+# --- cli/domain.py ----------------------------------------------------------------------
+
+
+def _table(text: str) -> list[list[str]]:
+    """Returns a rich table's rows, a row folded over several lines joined back cell by cell."""
+    rows: list[list[str]] = []
+    for cells in _rows(text):
+        if rows and cells[0] == "":
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+        else:
+            rows.append(cells)
+    return rows
+
+
+def _arrival(content: str, *, block: int, index: int = 0) -> tuple[str, dict[str, Any]]:
+    """Returns (submission id, the intake document) of a new paid mlp-a arrival."""
+    event = samples.arrived(S.ARENA_A, hotkey="5Dave", content=content, block=block,
+                            index=index, payment_ref=f"pay-{content}")
+    document = event.model_dump(mode="json", exclude_unset=True)
+    del document["submission_id"]
+    return event.submission_id, document
+
+
+def test_a_recorded_commission_read_from_stdin_says_nothing_was_written(
+    settled: tuple[Any, Any],
+) -> None:
+    cli, _ = settled
+    head = cli.head()
+    payload = samples.commissioned(S.ARENA_A, fee_rao=S.FEE_A, emission_share_ppm=S.SHARE_A)
+    done = cli("commission", "-", stdin=json.dumps(payload.model_dump(
+        mode="json", exclude_unset=True)))
+    digest = cli.json("explain", "attempt", "att-a1")["commission_digest"]
+    assert done.stdout == (f"commissioned {S.ARENA_A} at position 1; commission_digest {digest} "
+                           "(already recorded: nothing was written)\n")
+    assert cli.head() == head
+
+
+def test_a_commission_that_is_not_an_object_is_one_error_line(settled: tuple[Any, Any]) -> None:
+    cli, _ = settled
+    head = cli.head()
+    (cli.root / "list.json").write_text(json.dumps([{"arena_id": S.ARENA_A}]))
+    done = cli("commission", "list.json", expect=1)
+    assert done.stdout == ""
+    assert cli.error_line(done.stderr, "invalid_input") == (
+        "error[invalid_input] [path $]: the commission must be a JSON object")
+    assert cli.head() == head
+
+
+def test_an_intake_from_stdin_records_the_intake_block_given(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    cli = _copy(settled, cli_factory, "intake")
+    sid, document = _arrival("d1", block=2_000)
+    done = cli("intake", "-", "--paid-rao", str(S.FEE_A), "--block", "2005",
+               stdin=json.dumps(document))
+    assert done.stdout == f"submission {sid} admitted at positions 93..95\n"
+    events = cli.jsonl("events", "--stream", f"submission-{sid}")
+    assert [(e["type"], e["payload"].get("block")) for e in events] == [
+        ("SubmissionArrived", None), ("SubmissionAdmitted", 2005)]
+
+
+def test_a_calibration_plan_for_an_unlisted_delta_is_refused(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    cli = _copy(settled, cli_factory, "plan")
+    sid, document = _arrival("d2", block=2_000)
+    cli("intake", cli.write("d2.json", document), "--paid-rao", str(S.FEE_A))
+    head = cli.head()
+    done = cli("claim", "--submission", sid, "--attempt", "att-d2", "--validator", "5V",
+               "--block", "2010", "--plan", "calibration_observation", expect=1)
+    assert done.stdout == ""
+    assert "calibration_observation_not_listed" in cli.error_line(done.stderr, "refused")
+    assert cli.head() == head
+
+
+def test_expire_with_a_submission_expires_that_one_only(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    cli = _copy(settled, cli_factory, "expire")
+    (first, one), (second, other) = (_arrival("d3", block=2_000),
+                                     _arrival("d4", block=2_000, index=1))
+    cli("intake", cli.write("d3.json", one), "--paid-rao", str(S.FEE_A))
+    cli("intake", cli.write("d4.json", other), "--paid-rao", str(S.FEE_A))
+    done = cli("expire", "--block", "600000", "--submission", first)
+    assert done.stdout == f"expired 1 submission(s)\n  {first}\n"
+    statuses = {r["submission_id"]: r["status"] for r in cli.jsonl("submissions")}
+    assert (statuses[first], statuses[second]) == ("EXPIRED", "QUEUED")
+
+
+def test_explain_refuses_a_kind_it_does_not_know(settled: tuple[Any, Any]) -> None:
+    cli, _ = settled
+    done = cli("explain", "settlement", "att-a1", expect=1)
+    assert done.stdout == ""
+    assert cli.error_line(done.stderr, "invalid_input") == (
+        "error[invalid_input] [path settlement]: explain takes 'submission' or 'attempt', "
+        "not 'settlement'")
+
+
+def test_explain_as_of_a_position_says_so_first(settled: tuple[Any, Any]) -> None:
+    cli, built = settled
+    a1 = built.sids["a1"]
+    done = cli("explain", "submission", a1[:16], "--as-of", "30")
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["as of position 30", f"submission {a1}"]
+    assert "  status QUALIFYING  reason -" in lines
+
+
+def test_submissions_of_one_arena_list_that_arena_only(settled: tuple[Any, Any]) -> None:
+    cli, built = settled
+    rows = cli.jsonl("submissions", "--arena", S.ARENA_B)
+    assert [(r["submission_id"], r["arena_id"]) for r in rows] == [
+        (built.sids["b1"], S.ARENA_B), (built.sids["b2"], S.ARENA_B)]
+
+
+def test_the_submissions_table_shows_reason_cause_and_next_step_each_in_its_column(
+    settled: tuple[Any, Any],
+) -> None:
+    cli, _ = settled
+    text, document = cli.many([(("submissions", "--arena", S.ARENA_B), 0),
+                               (("submissions", "--arena", S.ARENA_B, "--json"), 0)])
+    expected = [[r["submission_id"][:16], r["arena_id"], r["hotkey"], r["status"], r["reason"],
+                 r["cause"], r["next_step"]] for r in cli.lines(document.stdout)]
+    assert _table(text.stdout) == expected
+    assert len({row[4] for row in expected}) == len({row[5] for row in expected}) == 2
+
+
+def test_controls_as_of_a_position_and_a_pending_control(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    cli = _copy(settled, cli_factory, "controls")
+    unseen = "0" * 64  # no submission has this delta digest: the control stays pending
+    cli("register-control", S.ARENA_A, "--id", "ctl-none", "--kind", "honest",
+        "--delta-digest", unseen, "--expect", "PASS")
+    now, before = cli.many([(("controls", S.ARENA_A), 0),
+                            (("controls", S.ARENA_A, "--as-of", "92"), 0)])
+    assert _table(now.stdout) == [["ctl-none", "honest", "PASS", "-", "pending"]]
+    assert before.stdout.splitlines()[0] == "as of position 92"
+    assert _table(before.stdout) == []
+
+
+def test_granting_a_recorded_credit_again_says_nothing_was_written(
+    settled: tuple[Any, Any],
+) -> None:
+    cli, _ = settled
+    head = cli.head()
+    done = cli("grant-credit", "--id", "cr-alice", "--hotkey", S.ALICE, "--amount-rao",
+               str(3 * S.FEE_A), "--note", "operator credit")
+    assert done.stdout == (
+        f"credit cr-alice granted at position {_position_of(cli, 'credit-cr-alice')} "
+        "(already recorded: nothing was written)\n")
+    assert cli.head() == head
+
+
+def _position_of(cli: Any, stream: str) -> int:
+    (event,) = cli.jsonl("events", "--stream", stream, "--type", "CreditGranted")
+    return int(event["position"])

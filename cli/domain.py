@@ -245,13 +245,15 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Explains a verdict: every window, look, audit node, quality and the decision."""
+    # Checked before the store is opened: a mistyped kind is named as such, not hidden
+    # behind a store error, and no ledger is folded for nothing.
+    if kind not in ("submission", "attempt"):
+        raise InvalidInput(f"explain takes 'submission' or 'attempt', not {kind!r}", path=kind)
     with _ledger(as_of) as ledger:
         if kind == "submission":
             document = ledger.explain_submission(ident)
-        elif kind == "attempt":
-            document = ledger.explain_attempt(ident)
         else:
-            raise InvalidInput(f"explain takes 'submission' or 'attempt', not {kind!r}", path=kind)
+            document = ledger.explain_attempt(ident)
         position = ledger.guard.fold.position
     if as_json:
         emit_json(document)

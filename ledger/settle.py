@@ -44,8 +44,9 @@ def settlement_input(
 
     if policy is None:
         raise Refused(
-            "settle is refused until the settlement stream holds an EmissionPolicySet; "
-            "nothing was written",
+            "no settlement (settle, weights, a replay's check) can be computed until the "
+            "settlement stream holds an EmissionPolicySet (record one with `arena-ledger "
+            "emission-policy`); nothing was written",
             reason="emission_policy_missing",
         )
     arenas = [_arena_input(fold, arena) for arena in fold.arenas()]

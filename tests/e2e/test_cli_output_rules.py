@@ -271,6 +271,17 @@ def test_explain_refuses_a_kind_it_does_not_know(settled: tuple[Any, Any]) -> No
         "not 'settlement'")
 
 
+def test_explain_names_an_unknown_kind_before_it_opens_the_store(cli: Any) -> None:
+    # On a database with no ledger the mistyped kind is the error (exit 1), not the
+    # store's (exit 5), and nothing is created.
+    done = cli("explain", "settlement", "att-a1", expect=1)
+    assert done.stdout == ""
+    assert cli.error_line(done.stderr, "invalid_input") == (
+        "error[invalid_input] [path settlement]: explain takes 'submission' or 'attempt', "
+        "not 'settlement'")
+    assert not (cli.root / "l.db").exists()
+
+
 def test_explain_as_of_a_position_says_so_first(settled: tuple[Any, Any]) -> None:
     cli, built = settled
     a1 = built.sids["a1"]

@@ -289,6 +289,9 @@ def test_settle_and_weights_are_refused_until_an_emission_policy_is_set(
         with pytest.raises(Refused) as caught:
             call(2_000)
         assert caught.value.context["reason"] == "emission_policy_missing"
+        # Says what computes nothing (weights is a preview too) and how to proceed.
+        assert "no settlement (settle, weights" in caught.value.message
+        assert "`arena-ledger emission-policy`" in caught.value.message
     assert ledger.store.head().position == HEAD_BEFORE_POLICY
     assert _rows(ledger) == HEAD_BEFORE_POLICY
 

@@ -11,37 +11,21 @@ script in a subprocess (``conftest.Cli``). Tests that write work on a copy of it
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from scenario_loader import settlement_scenario  # same directory
 
 from cli.common import console
 from cli.settlement import _progress, _render_replay, _rewards_count
 from ledger.replay import ReplayReport
 from machines import samples
 
-
-def _scenario() -> ModuleType:
-    """Loads the integration test's ledger builder, as test_cli_settlement.py does."""
-    name = "settlement_scenario"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "integration" / "test_settlement_ledger.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while it executes
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-S = _scenario()
+S = settlement_scenario()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ named by ``ARENA_LEDGER_DB`` only.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import shutil
@@ -18,10 +17,10 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from scenario_loader import settlement_scenario  # same directory
 
 import ledger.bundle as bundle_module
 from ledger.build import build_name
@@ -30,20 +29,7 @@ from ledger.store import EventStore
 CLI = Path(sys.executable).with_name("arena-ledger")
 
 
-def _scenario() -> ModuleType:
-    """Loads the integration test's ledger builder (tests/ is not a package)."""
-    name = "settlement_scenario"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "integration" / "test_settlement_ledger.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while it executes
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-S = _scenario()
+S = settlement_scenario()
 
 
 def cli(

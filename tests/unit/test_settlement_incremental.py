@@ -9,7 +9,6 @@ same error; a tracker that rebuilds at every check must agree too.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
 from hypothesis import given
 from hypothesis import strategies as st
+from log_events import LogEvents, captured
 from test_machine_properties import PRELUDE, _World, op  # same directory, prepend import mode
 
 from ledger.domain import CONTROL_HOTKEY
@@ -369,31 +369,14 @@ def test_a_tracker_forgets_and_rebuilds_only_past_dirty_entries_max() -> None:
     assert tracker.arena_builds == 3
 
 
-class _Events(logging.Handler):
-    """Keeps the structlog event dicts logged to one stdlib logger."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if isinstance(record.msg, dict):
-            self.events.append(record.msg)
-
-
 @pytest.fixture
-def settle_log() -> Iterator[_Events]:
-    logger = logging.getLogger("arena_ledger.settle")
-    handler = _Events()
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
+def settle_log() -> Iterator[LogEvents]:
+    with captured("arena_ledger.settle") as events:
+        yield events
 
 
 def test_check_recorded_keeps_its_inputs_when_it_agrees_and_says_when_only_the_full_check_does(
-    settle_log: _Events,
+    settle_log: LogEvents,
 ) -> None:
     sc = _two_passes()
     fold = LedgerFold()

@@ -11,12 +11,12 @@ the in-memory ``MemoryArchive`` double, or not) with a tracker noting every even
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
+from log_events import LogEvents, captured
 
 from ledger.events import (
     EmissionPolicySet,
@@ -152,30 +152,13 @@ def test_touched_entries_never_exceed_dirty_entries_max() -> None:
     assert tracker.payload(POLICY, 2_000) == _full(fold)
 
 
-class _Events(logging.Handler):
-    """Keeps the structlog event dicts logged to one stdlib logger."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if isinstance(record.msg, dict):
-            self.events.append(record.msg)
-
-
 @pytest.fixture
-def settle_log() -> Iterator[_Events]:
-    logger = logging.getLogger("arena_ledger.settle")
-    handler = _Events()
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
+def settle_log() -> Iterator[LogEvents]:
+    with captured("arena_ledger.settle") as events:
+        yield events
 
 
-def test_a_check_the_tracker_got_wrong_makes_it_rebuild(settle_log: _Events) -> None:
+def test_a_check_the_tracker_got_wrong_makes_it_rebuild(settle_log: LogEvents) -> None:
     # "after any error or mismatch, it rebuilds from the fold": a tracker whose running
     # sums went wrong disagrees once (the full check answers, a warning is logged) and then
     # settles from a rebuilt state; it does not disagree again at the next settlement.

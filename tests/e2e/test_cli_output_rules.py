@@ -98,16 +98,26 @@ def test_the_rewards_count_groups_thousands_in_every_number() -> None:
         "2,200 PASS verdicts in arena mlp-a: 1,200 pending, 1,000 rewarded")
 
 
-def test_replay_refuses_a_malformed_expected_digest_before_it_opens_the_store(
-    cli: Any,
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("replay", "--expect", "deadbeef"),
+         "error[invalid_input] [path --expect]: the expected settlement digest must be 64 hex "
+         "characters (a SHA-256, as settle prints it); got 'deadbeef'"),
+        (("explain", "settlement", "att-a1"),
+         "error[invalid_input] [path settlement]: explain takes 'submission' or 'attempt', "
+         "not 'settlement'"),
+    ],
+    ids=["replay-expect", "explain-kind"],
+)
+def test_a_bad_argument_is_refused_before_the_store_is_opened(
+    cli: Any, args: tuple[str, ...], error: str
 ) -> None:
-    # The digest is checked before anything is read: on a database with no ledger the
-    # error is the digest's (exit 1), not the store's (exit 5).
-    done = cli("replay", "--expect", "deadbeef", expect=1)
+    # Checked before anything is read: on a database with no ledger the error is the
+    # argument's (exit 1), not the store's (exit 5), and no file is created.
+    done = cli(*args, expect=1)
     assert done.stdout == ""
-    assert cli.error_line(done.stderr, "invalid_input") == (
-        "error[invalid_input] [path --expect]: the expected settlement digest must be 64 hex "
-        "characters (a SHA-256, as settle prints it); got 'deadbeef'")
+    assert cli.error_line(done.stderr, "invalid_input") == error
     assert not (cli.root / "l.db").exists()
 
 
@@ -253,17 +263,6 @@ def test_explain_refuses_a_kind_it_does_not_know(settled: tuple[Any, Any]) -> No
     assert cli.error_line(done.stderr, "invalid_input") == (
         "error[invalid_input] [path settlement]: explain takes 'submission' or 'attempt', "
         "not 'settlement'")
-
-
-def test_explain_names_an_unknown_kind_before_it_opens_the_store(cli: Any) -> None:
-    # On a database with no ledger the mistyped kind is the error (exit 1), not the
-    # store's (exit 5), and nothing is created.
-    done = cli("explain", "settlement", "att-a1", expect=1)
-    assert done.stdout == ""
-    assert cli.error_line(done.stderr, "invalid_input") == (
-        "error[invalid_input] [path settlement]: explain takes 'submission' or 'attempt', "
-        "not 'settlement'")
-    assert not (cli.root / "l.db").exists()
 
 
 def test_explain_as_of_a_position_says_so_first(settled: tuple[Any, Any]) -> None:

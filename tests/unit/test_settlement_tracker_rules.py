@@ -12,39 +12,29 @@ the in-memory ``MemoryArchive`` double, or not) with a tracker noting every even
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
 from log_events import LogEvents, captured
+from test_settlement_incremental import (  # same directory, prepend import mode
+    FEE,
+    PASSED,
+    POLICY,
+    _feed,
+    _full,
+    _two_passes,
+)
 
 from ledger.events import (
-    EmissionPolicySet,
     QualificationStarted,
     SettlementComputed,
     SubmissionExpired,
     SubmissionHeld,
 )
-from ledger.settle import SettlementTracker, check_recorded, compute
+from ledger.settle import SettlementTracker, check_recorded
 from machines import samples
 from machines.projection import LedgerFold
 from machines.scenario import Scenario
-from machines.settlement import settlement_payload
-
-POLICY = EmissionPolicySet(half_life_blocks=7_200, burn_hotkey="5Burn", validator_hotkey="5Val")
-FEE = 1_000_000_000
-PASSED = (samples.audit(), samples.quality())
-
-
-def _full(fold: LedgerFold, block: int = 2_000) -> dict[str, Any]:
-    return settlement_payload(compute(fold, POLICY, block))
-
-
-def _feed(fold: LedgerFold, tracker: SettlementTracker, records: list[Any]) -> None:
-    """Folds scenario records into ``fold``, each noted first by ``tracker`` (a replay's order)."""
-    for _, stream, _, event in records:
-        tracker.note(stream, event)
-        assert fold.apply(fold.position + 1, stream, event) is None
 
 
 @pytest.mark.parametrize("archived", [False, True])
@@ -162,13 +152,7 @@ def test_a_check_the_tracker_got_wrong_makes_it_rebuild(settle_log: LogEvents) -
     # "after any error or mismatch, it rebuilds from the fold": a tracker whose running
     # sums went wrong disagrees once (the full check answers, a warning is logged) and then
     # settles from a rebuilt state; it does not disagree again at the next settlement.
-    sc = Scenario()
-    sc.commission("mlp-arena", emission_share_ppm=600_000)
-    for n, hotkey in enumerate(("5Alice", "5Bob"), start=1):
-        sid = sc.arrive(
-            payment_ref=f"pay-{n}", paid_rao=FEE, hotkey=hotkey, content=hotkey, block=1_000 + n
-        )
-        sc.evaluate(sid, f"att-{n}", samples.WORKED_EXAMPLE_COSTS, *PASSED)
+    sc = _two_passes()
     fold = LedgerFold()
     tracker = SettlementTracker(fold)
     _feed(fold, tracker, sc.records)

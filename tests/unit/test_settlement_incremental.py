@@ -402,12 +402,19 @@ def test_check_recorded_keeps_its_inputs_when_it_agrees_and_says_when_only_the_f
     # position the settlement would take. (Its running fee sums are bent by hand: the
     # compiled build allows no method to be replaced.)
     assert tracker.check_recorded(POLICY, event, payload) is None
+    builds = tracker.arena_builds
     tracker._fees["mlp-arena"][0] += 1
     assert tracker.payload(POLICY, 2_000) != payload
     assert tracker.check_recorded(POLICY, event, payload) is None
     assert [(e["event"], e["position"], e["level"]) for e in settle_log.events] == [
         ("settlement_tracker_disagreed", fold.position + 1, "warning")
     ]
+    # "after any error or mismatch, it rebuilds from the fold": the next check agrees again
+    # from a rebuilt state, without a second warning.
+    assert tracker.check_recorded(POLICY, event, payload) is None
+    assert len(settle_log.events) == 1
+    assert tracker.arena_builds == builds + 1
+    assert tracker.payload(POLICY, 2_000) == payload
 
 
 @pytest.mark.parametrize("archived", [False, True])

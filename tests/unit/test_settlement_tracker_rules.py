@@ -3,26 +3,23 @@
 Each test pins one behaviour the module's docstrings or DOMAIN §7 promise and the other
 tests let slip: credit rows forgotten on a rebuild, a refused note among real changes, the
 memory bound on touched entries, entries left behind by an archived credit-paid submission,
-the rebuild after a check the tracker got wrong, an ARRIVED or HELD earlier arrival blocking
-a later PASS, and which field a divergence names first.
+an ARRIVED or HELD earlier arrival blocking a later PASS, and which field a divergence
+names first (the rebuild after a check the tracker got wrong is held in
+test_settlement_incremental.py, at the end of the test that bends its sums).
 Like tests/unit/test_settlement_incremental.py, it drives a ``LedgerFold`` (archiving into
 the in-memory ``MemoryArchive`` double, or not) with a tracker noting every event first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
-from log_events import LogEvents, captured
 from test_settlement_incremental import (  # same directory, prepend import mode
     FEE,
     PASSED,
     POLICY,
     _feed,
     _full,
-    _two_passes,
 )
 
 from ledger.events import (
@@ -140,34 +137,6 @@ def test_touched_entries_never_exceed_dirty_entries_max() -> None:
     tracker.bound()
     assert max(len(entries) for entries in touched) <= tracker.dirty_entries_max
     assert tracker.payload(POLICY, 2_000) == _full(fold)
-
-
-@pytest.fixture
-def settle_log() -> Iterator[LogEvents]:
-    with captured("arena_ledger.settle") as events:
-        yield events
-
-
-def test_a_check_the_tracker_got_wrong_makes_it_rebuild(settle_log: LogEvents) -> None:
-    # "after any error or mismatch, it rebuilds from the fold": a tracker whose running
-    # sums went wrong disagrees once (the full check answers, a warning is logged) and then
-    # settles from a rebuilt state; it does not disagree again at the next settlement.
-    sc = _two_passes()
-    fold = LedgerFold()
-    tracker = SettlementTracker(fold)
-    _feed(fold, tracker, sc.records)
-    payload = _full(fold)
-    event = SettlementComputed.model_validate(payload)
-    assert tracker.check_recorded(POLICY, event, payload) is None
-    assert tracker.arena_builds == 1
-
-    tracker._fees["mlp-arena"][0] += 1  # bent by hand (see test_settlement_incremental)
-    assert tracker.check_recorded(POLICY, event, payload) is None  # the full check accepts
-    assert len(settle_log.events) == 1
-    assert tracker.check_recorded(POLICY, event, payload) is None
-    assert len(settle_log.events) == 1  # rebuilt: it agrees again
-    assert tracker.arena_builds == 2
-    assert tracker.payload(POLICY, 2_000) == payload
 
 
 @pytest.mark.parametrize("archived", [False, True])

@@ -865,10 +865,16 @@ class LedgerFold:
         credits = [] if not unspent else [
             CreditView(c, a) for c, a in unspent.items() if not taken or c not in taken
         ]
-        own = self._credit_of.get(submission.submission_id)
+        sid = submission.submission_id
+        own = self._credit_of.get(sid)
         if own is not None:
-            spent = CreditView(own, self._credits[own].amount_rao, submission.submission_id)
-            credits.insert(0, spent)
+            credits.insert(0, CreditView(own, self._credits[own].amount_rao, sid))
+        elif self.archive is not None and sid not in self._subs:
+            # Archived: its spent credit left _credit_of and _credits with its record.
+            record = self.finished_record("submission", sid)
+            spent = None if record is None else record.credit
+            if spent is not None:
+                credits.insert(0, CreditView(spent.credit_id, spent.amount_rao, sid))
         # IntakeContext(...) without its Python-level __new__ (once per intake).
         return _new_tuple(IntakeContext, (
             arena, payment_amount_rao, consumed, credits, self._admitted, self._failures

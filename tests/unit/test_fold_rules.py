@@ -345,3 +345,16 @@ def test_a_submission_admitted_with_a_credit_not_yet_spent_is_not_claimed(sc: Sc
     assert refusal is not None and (refusal.code, refusal.detail) == ("fee_unpaid", sid[:16])
     sc.append("credit-cr-1", CreditSpent(submission_id=sid))
     assert _refusal(sc, "attempt-att-1", claim) is None
+
+
+def test_intake_of_a_finished_credit_paid_submission_is_the_same_archived_or_kept(
+    sc: Scenario,
+) -> None:
+    # The archived record carries the credit it spent; intake must offer it back to that
+    # submission as a fold that keeps everything does (LedgerFold.intake's promise).
+    sc.commission()
+    sc.credit("cr-1", "5Miner")
+    sid = sc.arrive(hotkey="5Miner", content="fast")
+    assert sc.evaluate(sid, "att-1", samples.WORKED_EXAMPLE_COSTS, *PASSED).status == (
+        "QUALIFIED")
+    assert sc.fold.intake(sid) == Admission("credit", "cr-1", FEE)

@@ -21,7 +21,7 @@ from ledger.events import (
     IncumbentAdvanced,
     Policy,
 )
-from machines.arithmetic import PolicyParams, compile_policy
+from machines.arithmetic import PolicyParams, compile_policy, line_out_of_range
 from machines.refusal import ABSENT, Refusal
 from machines.table import Guard, Table, evolve
 
@@ -151,12 +151,21 @@ def start(event: ArenaCommissioned, payload: Payload = None) -> ArenaState:
 
 
 def _policy_refusal(state: str, event: ArenaCommissioned) -> Refusal | None:
-    """Refuses a sealed policy that every later settlement would refuse: a negative
-    reward_margin (settlement-rules.v1 reads it as a non-negative decimal)."""
-    margin = event.policy.reward_margin
+    """Refuses a sealed policy that later decisions or settlements would fail on: a negative
+    reward_margin (settlement-rules.v1 reads it as a non-negative decimal), or a z whose
+    pass line is beyond the decision arithmetic (``line_out_of_range``)."""
+    policy = event.policy
+    margin = policy.reward_margin
     if margin.startswith("-"):  # a DecimalStr is canonical: negative exactly when so spelt
         return TABLE.refuse(
             state, event.event_type, "reward_margin_negative", f"reward_margin: {margin}"
+        )
+    window = line_out_of_range(policy)
+    if window is not None:
+        return TABLE.refuse(
+            state, event.event_type, "pass_line_out_of_range",
+            f"z: window {window}'s critical value {policy.z[str(window)]} gives a pass line "
+            "of 28 or more integer digits, which no decision can record",
         )
     return None
 

@@ -16,6 +16,7 @@ from decimal import (
     ROUND_HALF_EVEN,
     Context,
     Decimal,
+    DecimalException,
     DivisionByZero,
     InvalidOperation,
     Overflow,
@@ -43,6 +44,7 @@ __all__ = [
     "fixed",
     "futile",
     "futility_limit",
+    "line_out_of_range",
     "ln",
     "look",
     "node_outcome",
@@ -183,6 +185,26 @@ def _speed_line(window: int, n1: int, policy: Policy) -> SpeedLine:
     gain = _C.add(_ONE, Decimal(policy.required_gain))
     line = _C.subtract(_C.multiply(gain, _C.exp(_C.multiply(z, se))), _ONE)
     return SpeedLine(window, n1, n2, se, z, line)
+
+
+def line_out_of_range(policy: Policy) -> int | None:
+    """Returns the first look window whose pass line cannot be decided with, else None.
+
+    A pass line L = (1 + g) · exp(z · SE) − 1 must be computable in the 34-digit context
+    (exp overflows past about 10^(10^6)) and recordable with 6 places (``fixed6`` holds
+    fewer than 28 integer digits): a look that failed against a larger line could never
+    record its FAIL, and the attempt would stay undecided. The schema bounds neither z nor
+    g; the arena machine refuses such a commission (``pass_line_out_of_range``).
+    """
+    n1 = policy.windows // 2
+    for window in range(n1 + 1, policy.windows + 1):
+        try:
+            line = _speed_line(window, n1, policy).pass_line
+            if line is not None:
+                fixed(line)
+        except DecimalException:  # Overflow in exp, InvalidOperation in the quantize
+            return window
+    return None
 
 
 def compile_policy(policy: Policy) -> PolicyParams:

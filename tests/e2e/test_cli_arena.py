@@ -372,3 +372,23 @@ def test_an_id_as_the_tables_show_it_is_enough_for_explain(story: Story) -> None
         (("explain", "submission", story.ids["a"], "--json"), 0)])
     assert json.loads(by_prefix.stdout) == json.loads(whole.stdout)
     assert json.loads(whole.stdout)["submission_id"] == story.ids["a"]
+
+
+def test_a_critical_value_beyond_the_arithmetic_is_one_error_line_and_writes_nothing(
+    story: Story,
+) -> None:
+    # z = 300,000,000 overflows exp(z·SE) (it printed a decimal.Overflow traceback); z =
+    # 10,000 gives a pass line of 38 integer digits at window 4 (SE = sqrt(0.000075)), which
+    # no failing look could record.
+    head = story.cli.head()
+    for z in ("300000000", "10000"):
+        policy = {**COMMISSION["policy"], "z": {"3": "2", "4": z}}  # type: ignore[dict-item]
+        path = story.cli.write(f"arena-z{z}.json", {**COMMISSION, "policy": policy})
+        done = story.cli("commission", path, expect=1)
+        error = story.cli.error_line(done.stderr, "refused")
+        assert error == (
+            "error[refused]: ArenaCommissioned refused by the arena machine in state ACTIVE: "
+            f"pass_line_out_of_range (z: window 4's critical value {z} gives a pass line of "
+            "28 or more integer digits, which no decision can record); nothing was written")
+        assert done.stdout == ""
+    assert story.cli.head() == head

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from decimal import Context, Decimal
 from typing import Any
 
 import pytest
@@ -84,3 +85,42 @@ def test_a_negative_reward_margin_is_refused_at_the_commission_not_at_every_sett
     assert again is not None and (again.state, again.code) == ("ACTIVE", "reward_margin_negative")
     zero = samples.commissioned(sealed=samples.policy(reward_margin="0"))
     assert sc.fold.decide("arena-mlp-arena", zero) is None
+
+
+def _line_at(z: str) -> Decimal:
+    # σw = σb = 0.01 and W = 2 (n1 = n2 = 1): SE = sqrt((0.0001 · 2 + 2 · 0.0001) / 4) = 0.01,
+    # so L = exp(z / 100) − 1 (g = 0), here at 60 digits, apart from the machine's context.
+    wide = Context(prec=60)
+    return wide.subtract(wide.exp(wide.divide(Decimal(z), Decimal(100))), Decimal(1))
+
+
+def test_a_z_whose_pass_line_no_decision_can_record_is_refused_at_the_commission() -> None:
+    # A look failing against L records L with 6 places, which the 34-digit arithmetic holds
+    # only below 10^28: a larger line would leave every attempt that reaches it undecided.
+    assert _line_at("6447") < Decimal(10) ** 28 < _line_at("6448")
+    sc = Scenario()
+    for z in ("6448", "300000000"):  # the second overflows exp itself
+        sealed = samples.policy(windows=2, z={"2": z})
+        refusal = sc.fold.decide("arena-mlp-arena", samples.commissioned(sealed=sealed))
+        assert refusal is not None and (refusal.state, refusal.code, refusal.detail) == (
+            "NONE", "pass_line_out_of_range",
+            f"z: window 2's critical value {z} gives a pass line of 28 or more integer "
+            "digits, which no decision can record")
+    sc.commission()
+    again = samples.commissioned(block=200, sealed=samples.policy(windows=2, z={"2": "6448"}))
+    refused = sc.fold.decide("arena-mlp-arena", again)
+    assert refused is not None and (refused.state, refused.code) == (
+        "ACTIVE", "pass_line_out_of_range")
+
+
+def test_the_largest_pass_line_a_commission_takes_is_recorded_by_a_failing_look() -> None:
+    sc = Scenario()
+    sc.commission(fee_rao=0, sealed=samples.policy(windows=2, z={"2": "6447"}))
+    sid = sc.arrive()
+    sc.claim(sid, "att-1")
+    sc.measure("att-1", ((1_000_000_000, 1_000_000_000),) * 2)
+    decision = sc.decide("att-1")
+    expected = _line_at("6447").quantize(Decimal("0.000001"), context=Context(prec=60))
+    assert (decision.verdict, decision.reason, decision.pass_line) == (
+        "FAIL", "speed_threshold_not_met", f"{expected:f}")
+    assert len(f"{expected:f}".partition(".")[0]) == 28

@@ -282,6 +282,10 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
             Scenario(), "arena-mlp-arena",
             samples.commissioned(sealed=samples.policy(reward_margin="-0.5")),
         ),
+        "pass_line_out_of_range": lambda: _decide(
+            Scenario(), "arena-mlp-arena",
+            samples.commissioned(sealed=samples.policy(windows=2, z={"2": "100000"})),
+        ),
         "audit_bar_mismatch": lambda: _decide(
             _in_attempt(WORKED), "attempt-att-1", samples.audit().model_copy(update={"bar": "0.9"})
         ),

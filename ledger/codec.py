@@ -89,8 +89,8 @@ def normalise(value: Any, path: str = "$", depth: int = 0) -> Any:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return value
-    if isinstance(value, str):  # a str subclass encodes as the plain string it holds
-        return str(value)
+    if isinstance(value, str):  # a str subclass encodes as the plain string it holds,
+        return str.__str__(value)  # not as its own __str__ spells it (an Enum's "E.A")
     if kind is int:
         if -limits.json_integer_abs_max <= value <= limits.json_integer_abs_max:
             return value

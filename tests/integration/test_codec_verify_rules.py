@@ -68,6 +68,24 @@ def test_a_str_subclass_value_is_rebuilt_as_a_plain_str() -> None:
     assert canonical_bytes({"k": _Text("v")}) == b'{"k":"v"}'
 
 
+class _Spelled(str):
+    """A str subclass whose ``__str__`` spells something else (as a ``(str, Enum)`` member's
+    spells its name, "Speed.FAST", not the "fast" it holds)."""
+
+    def __str__(self) -> str:
+        return "spelled otherwise"
+
+
+def test_a_str_subclass_with_its_own_str_encodes_as_the_string_it_holds() -> None:
+    # One value, one spelling (DOMAIN §2.4): a str subclass holding "fast" must hash like
+    # "fast", not like what its __str__ returns.
+    fast = _Spelled("fast")
+    assert str(fast) == "spelled otherwise"
+    assert canonical_bytes({"k": fast, "l": [fast]}) == b'{"k":"fast","l":["fast"]}'
+    rebuilt = normalise({"k": fast})
+    assert rebuilt == {"k": "fast"} and type(rebuilt["k"]) is str
+
+
 def test_a_str_subclass_key_is_refused_naming_the_key_and_its_path() -> None:
     for call in (normalise, canonical_bytes):
         with pytest.raises(CanonicalFormError) as caught:

@@ -273,7 +273,10 @@ quantized to exactly 6 places (`ledger.codec.fixed6`).
   `futility`; AttemptDecided carries speedup null, pass line null, look_window ⌊W/2⌋.
 - Look after every window k of orientation 2: S = exp(−(ln R1 + ln R2) / 2);
   SE = sqrt((σw² (1/n1 + 1/n2) + 2 σb²) / 4); L = (1 + g) · exp(z_k · SE) − 1.
-  SE and L depend only on the policy and k, so they are computed once per commission.
+  SE and L depend only on the policy and k, so they are computed once per commission,
+  and a commission whose L has 28 or more integer digits for some look (or whose
+  exp(z_k · SE) overflows) is refused `pass_line_out_of_range`: a look failing against
+  it could not record L with 6 places in 34 digits.
   S − 1 ≥ L → speed PASS at look k. A look without a z entry cannot pass.
 - At k = W without a pass: FAIL `candidate_slower` if S ≤ 1 / (1 + L), else
   `speed_threshold_not_met` (a last look without a z entry has no L; then S ≤ 1 decides and

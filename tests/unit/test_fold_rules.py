@@ -5,8 +5,9 @@ no test holding.
   refuses a rejection; a payment ref and a credit id of one name never pay twice; a credit
   admission whose CreditSpent is still to come blocks the claim; a decided (not appended)
   admission leaves its payment free; a payment consumed by an archived submission is used.
-- Verdicts: a failure is indexed under the commission its attempt ran on and names the
-  earliest arrival; admissions count in the arrival's epoch.
+- Verdicts: a failure is indexed under the commission its attempt ran on; admissions
+  count in the arrival's epoch. (The earliest-arriving failure failing first is in
+  test_machine_projection.py's duplicate test, which runs both orders on both folds.)
 - Archive: a record carries only its own payment, a refund after archiving is the newer
   state, consume archives as apply does, nothing of a finished submission stays in memory.
 - Queries and routing: expirable in arrival-key order, the one settlement stream.
@@ -23,7 +24,6 @@ from archive_double import MemoryArchive  # same directory, prepend import mode
 from test_fold_archived import PASSED  # same directory, prepend import mode
 from test_machine_projection import (  # same directory, prepend import mode
     FEE,
-    FLAT,
     SLOW,
     _admitted_alone,
 )
@@ -191,33 +191,25 @@ def test_admissions_count_in_the_epoch_of_the_arrival_not_of_the_admission(
     assert refusal is not None and refusal.code == "intake_mismatch"
 
 
-def test_a_payment_is_not_consumed_for_a_submission_admitted_with_a_credit_of_that_name(
-    sc: Scenario,
+@pytest.mark.parametrize(("paid", "again"), [("credit", "payment"), ("payment", "credit")])
+def test_a_fee_is_not_taken_again_as_the_other_kind_under_the_same_name(
+    sc: Scenario, paid: str, again: str
 ) -> None:
     # Credit ids and payment refs are separate names: a submission that paid with credit
-    # "c-1" has paid, and a PaymentConsumed "c-1" for it would take its fee a second time.
+    # "x-1" has paid, and a PaymentConsumed "x-1" for it would take its fee a second time
+    # (and a CreditSpent "x-1" for one that paid with payment "x-1" likewise).
     sc.commission()
-    sc.credit("c-1", "5Miner")
-    sid = sc.arrive(hotkey="5Miner")
+    sc.credit("x-1", "5Miner")
+    ref = {"payment_ref": "x-1", "paid_rao": FEE} if paid == "payment" else {}
+    sid = sc.arrive(hotkey="5Miner", **ref)  # type: ignore[arg-type]
     sub = sc.fold.submission(sid)
-    assert sub is not None and sub.fee is not None and tuple(sub.fee) == ("credit", "c-1", FEE)
-    refusal = _refusal(sc, "payment-c-1", _consumed(sid, "c-1"))
-    assert refusal is not None and refusal.code == "fee_mismatch"
-    assert refusal.detail == "the submission was admitted with fee credit 'c-1' of 1000000000 rao"
-
-
-def test_a_credit_is_not_spent_for_a_submission_admitted_with_a_payment_of_that_name(
-    sc: Scenario,
-) -> None:
-    sc.commission()
-    sc.credit("p-1", "5Miner")
-    sid = sc.arrive(hotkey="5Miner", payment_ref="p-1", paid_rao=FEE)
-    sub = sc.fold.submission(sid)
-    assert sub is not None and sub.fee is not None and tuple(sub.fee) == ("payment", "p-1", FEE)
-    refusal = _refusal(sc, "credit-p-1", CreditSpent(submission_id=sid))
-    assert refusal is not None and refusal.code == "fee_mismatch"
-    assert refusal.detail == "the submission was admitted with fee payment 'p-1' of 1000000000 rao"
-    assert sc.fold.snapshot()["unspent"] == {"5Miner": {"p-1": FEE}}
+    assert sub is not None and sub.fee is not None and tuple(sub.fee) == (paid, "x-1", FEE)
+    event = _consumed(sid, "x-1") if again == "payment" else CreditSpent(submission_id=sid)
+    refusal = _refusal(sc, f"{again}-x-1", event)
+    assert refusal is not None and (refusal.code, refusal.detail) == (
+        "fee_mismatch", f"the submission was admitted with fee {paid} 'x-1' of 1000000000 rao")
+    unspent = {"5Miner": {"x-1": FEE}} if paid == "payment" else {}
+    assert sc.fold.snapshot()["unspent"] == unspent
 
 
 def test_a_spent_credit_spent_again_is_refused_as_terminal_whoever_names_it(
@@ -265,22 +257,6 @@ def test_the_settlement_stream_is_the_one_named_exactly_settlement() -> None:
     assert refusal is not None
     assert (refusal.machine, refusal.code, refusal.detail) == (
         "settlement", "stream_id_mismatch", "x")
-
-
-def test_a_duplicate_names_the_earliest_arriving_failure_when_it_failed_first(
-    sc: Scenario,
-) -> None:
-    # The earlier arrival fails first (and an archiving fold archives it at once); the later
-    # failure must not take its place in the index.
-    sc.commission(fee_rao=0)
-    early = sc.arrive(content="same", block=1_000)
-    late = sc.arrive(content="same", block=1_001)
-    assert sc.evaluate(early, "att-early", FLAT).status == "FAILED"
-    assert sc.evaluate(late, "att-late", SLOW).status == "FAILED"
-    third = sc.arrive(content="same", block=1_002)
-    sub = sc.fold.submission(third)
-    assert sub is not None
-    assert sub.rejection == f"duplicate_of:{early[:16]}:speed_threshold_not_met"
 
 
 def test_a_payment_consumed_by_an_archived_submission_refuses_a_second_admission() -> None:

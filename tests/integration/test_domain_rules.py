@@ -1,0 +1,193 @@
+"""Pins rules of ``ArenaLedger``'s write API that a mutation review of ledger/domain.py found
+no test held, on SQLite and PostgreSQL.
+
+Each test fails on one hand-made mutant of ledger/domain.py that the rest of the suite let
+through: the arrival digest keeps event_index and event_subindex apart; malformed input is
+the documented error class (SchemaError, InvalidInput), never a stray TypeError or
+AttributeError; a view as of a position (position 0 included) writes nothing and says so,
+even where a write would have found nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_domain_enforcement import ARENA, FEE, Desk, open_desk
+
+from ledger.codec import digest
+from ledger.domain import ArenaLedger
+from ledger.errors import InvalidInput, NotFound, SchemaError
+from ledger.model import EventDraft
+from machines import samples
+
+
+@pytest.fixture
+def desk(store_url: str) -> Iterator[Desk]:
+    yield from open_desk(store_url)
+
+
+def _read_only(error: InvalidInput, as_of: int) -> None:
+    """Asserts ``error`` is the refusal of a write through a view as of ``as_of``."""
+    assert type(error) is InvalidInput
+    assert error.context == {"path": "as_of"}
+    assert error.message.startswith(
+        f"this is the ledger as of position {as_of}, a view for reading: it appends nothing")
+
+
+# --- the arrival digest ----------------------------------------------------------------------
+
+
+def test_the_submission_id_digests_event_index_and_event_subindex_each_under_its_own_name(
+    desk: Desk,
+) -> None:
+    # DOMAIN §3: submission_id = digest(arena-ledger.arrival, {arena_id, block, event_index,
+    # event_subindex, miner_hotkey, content_hash}). The samples use 0 for both indices, where
+    # swapping them changes nothing; two arrivals that differ only by the swap are two
+    # submissions with two ids.
+    desk.commission()
+    outcomes = []
+    for index, subindex in ((3, 1), (1, 3)):
+        arrival = desk.arrival(content="swap", index=index, subindex=subindex,
+                               payment_ref=f"pay-{index}-{subindex}")
+        expected = digest("arena-ledger.arrival", {
+            "arena_id": ARENA, "block": 1_000, "event_index": index, "event_subindex": subindex,
+            "miner_hotkey": "5Miner", "content_hash": samples.hex64("swap"),
+        })
+        outcome = desk.ledger.intake(arrival, payment_amount_rao=FEE)
+        assert (outcome.submission_id, outcome.admitted) == (expected, True)
+        recorded = desk.ledger.read_stream(f"submission-{expected}")[0]
+        assert recorded.payload["submission_id"] == expected
+        assert recorded.payload["arrival"] == {
+            "block": 1_000, "event_index": index, "event_subindex": subindex}
+        outcomes.append(outcome)
+    assert outcomes[0].submission_id != outcomes[1].submission_id
+    assert outcomes[1].positions[0] == outcomes[0].positions[-1] + 1
+
+
+# --- malformed input is the documented error class -------------------------------------------
+
+
+@pytest.mark.parametrize("arena_id", [5, ["mlp-arena"], None])
+def test_a_commission_whose_arena_id_is_not_a_string_is_invalid_input_naming_it(
+    desk: Desk, arena_id: Any
+) -> None:
+    # Checked before anything is read: a number would otherwise name the stream "arena-5"
+    # and surface as another class (a SchemaError about the payload, or a TypeError).
+    document = {**samples.commission_document(), "arena_id": arena_id}
+    with pytest.raises(InvalidInput) as caught:
+        desk.ledger.commission(document)
+    assert type(caught.value) is InvalidInput
+    assert caught.value.message == "the commission needs an arena_id"
+    assert caught.value.context == {"path": "$.arena_id"}
+    assert desk.head == 0
+
+
+@pytest.mark.parametrize("arrival", [[("arena_id", ARENA)], "mlp-arena", None, 7])
+def test_intake_of_an_arrival_that_is_not_an_object_is_a_schema_error_at_the_root(
+    desk: Desk, arrival: Any
+) -> None:
+    desk.commission()
+    head = desk.head
+    with pytest.raises(SchemaError) as caught:
+        desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert caught.value.message == "the arrival must be a JSON object"
+    assert caught.value.context == {"path": "$"}
+    assert desk.head == head
+
+
+@pytest.mark.parametrize("key", [[1_000, 0, 0], "1000:0:0", 1_000])
+def test_intake_of_an_arrival_key_that_is_not_an_object_is_a_schema_error_naming_it(
+    desk: Desk, key: Any
+) -> None:
+    # The id cannot be derived from such an arrival (indexing it raises TypeError); the
+    # schema must name the field, as for any other malformed arrival.
+    desk.commission()
+    head = desk.head
+    arrival = {**desk.arrival(content="bad-key", payment_ref="pay-bad-key"), "arrival": key}
+    with pytest.raises(SchemaError) as caught:
+        desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert caught.value.context["path"] == "$.payload.arrival"
+    assert caught.value.context["type"] == "SubmissionArrived"
+    assert desk.head == head
+
+
+# --- a view writes nothing -------------------------------------------------------------------
+
+
+def test_a_view_refuses_the_current_commission_sent_again_rather_than_answer_it_recorded(
+    desk: Desk, store_url: str,
+) -> None:
+    # The current commission sent again is answered with the recorded one (nothing
+    # appended); through a view it must still be the view's refusal, like every write.
+    desk.commission()
+    head = desk.head
+    with ArenaLedger(store_url, as_of=head) as view, pytest.raises(InvalidInput) as caught:
+        view.commission(samples.commission_document())
+    _read_only(caught.value, head)
+    assert desk.head == head
+
+
+def test_a_view_as_of_position_zero_writes_nothing_and_says_it_is_a_view(
+    desk: Desk, store_url: str,
+) -> None:
+    # 0 is a position (the empty ledger), not "no as_of": every write through it is the
+    # view's InvalidInput, never the NotFound or the empty answer of an empty ledger.
+    desk.commission()
+    sid = desk.admitted("d1", block=500)  # due for expiry at 500 + 500,000
+    head = desk.head
+    with ArenaLedger(store_url, as_of=0) as view:
+        arrival = desk.arrival(content="late", payment_ref="pay-late")
+        writes = [
+            lambda: view.intake(arrival, payment_amount_rao=FEE),
+            lambda: view.expire(10**7),
+            lambda: view.expire(10**7, sid),
+            lambda: view.conclude("att-1", 1_020),
+            lambda: view.claim(attempt_id="att-1", pair_id="pair-1", validator_hotkey="5V",
+                               block=1_010, arena_id=ARENA),
+            lambda: view.grant_credit("cr-0", "5Dan", 1, "note"),
+            lambda: view.commission(samples.commission_document("other-arena")),
+        ]
+        for write in writes:
+            with pytest.raises(InvalidInput) as caught:
+                write()
+            _read_only(caught.value, 0)
+    assert desk.head == head
+
+
+def test_the_guard_of_a_view_as_of_position_zero_decides_no_batch(
+    desk: Desk, store_url: str,
+) -> None:
+    # Raw drafts on the view's store (what `arena-ledger append` does) meet the view's
+    # guard: at position 0 it would otherwise fold nothing and accept a new arena.
+    desk.commission()
+    head = desk.head
+    drafts = [
+        EventDraft("arena-other-arena", "ArenaCommissioned",
+                   samples.commission_document("other-arena")),
+        EventDraft("credit-cr-0", "CreditGranted", {
+            "credit_id": "cr-0", "hotkey": "5Dan", "amount_rao": 1, "note": ""}),
+    ]
+    with ArenaLedger(store_url, as_of=0) as view:
+        for draft in drafts:
+            with pytest.raises(InvalidInput) as caught:
+                view.store.append([draft], actor="test")
+            _read_only(caught.value, 0)
+    assert desk.head == head
+    with ArenaLedger(store_url) as ledger:
+        assert ledger.fold.arena("other-arena") is None
+
+
+def test_intake_for_an_unknown_arena_is_not_found_only_on_a_writable_ledger(
+    desk: Desk, store_url: str,
+) -> None:
+    # The NotFound of an uncommissioned arena is for a ledger that could write the intake.
+    arrival = desk.arrival("nowhere", content="d1", payment_ref="pay-d1")
+    with pytest.raises(NotFound) as missing:
+        desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert missing.value.context == {"arena_id": "nowhere"}
+    with ArenaLedger(store_url, as_of=0) as view, pytest.raises(InvalidInput) as caught:
+        view.intake(arrival, payment_amount_rao=FEE)
+    _read_only(caught.value, 0)
+    assert desk.head == 0

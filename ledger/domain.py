@@ -464,7 +464,8 @@ class ArenaLedger:
             )
         state = fold.submission(sid)
         outcome: Admission | Rejection
-        if state is not None and (state.fee is not None or state.rejection is not None):
+        decided = state is not None and (state.fee is not None or state.rejection is not None)
+        if state is not None and decided:
             # Intake was decided already: rebuild the recorded batch so a retry hits the
             # idempotency key instead of re-deriving under a ledger that has moved on.
             if state.fee is not None:
@@ -472,21 +473,35 @@ class ArenaLedger:
             else:
                 outcome = Rejection(str(state.rejection))
         else:
-            state = state or submission_machine.start(arrived)
-            outcome = intake(state, fold.intake_context(state, payment_amount_rao))
+            # An arrival recorded on its own (appended raw, or held before intake and
+            # released) is decided here as a new one is, and its outcome appended after it.
+            current = state or submission_machine.start(arrived)
+            outcome = intake(current, fold.intake_context(current, payment_amount_rao))
         at = arrived.arrival.block if block is None else block
         stream = f"submission-{sid}"
-        batch: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = [
-            (stream, arrived, NO_STREAM)
-        ]
         fee = None
+        decision: list[tuple[str, Event] | tuple[str, Event, ExpectedVersion]] = []
         if isinstance(outcome, Admission):
             fee = {"kind": outcome.kind, "ref": outcome.ref, "amount_rao": outcome.amount_rao}
-            batch.append((stream, _model(SubmissionAdmitted, {"block": at, "fee": fee})))
-            batch.extend(self._fee_events(sid, arrived.arena_id, outcome))
+            decision.append((stream, _model(SubmissionAdmitted, {"block": at, "fee": fee})))
+            decision.extend(self._fee_events(sid, arrived.arena_id, outcome))
         else:
-            batch.append((stream, SubmissionRejected(block=at, reason=outcome.reason)))
-        result = self.append(batch, key=f"intake-{sid}")
+            decision.append((stream, SubmissionRejected(block=at, reason=outcome.reason)))
+        whole = [(stream, arrived, NO_STREAM), *decision]
+        if state is not None and not decided:
+            result = self.append(decision, key=f"intake-outcome-{sid}")
+        else:
+            try:
+                result = self.append(whole, key=f"intake-{sid}")
+            except ConcurrencyConflict as conflict:
+                if not decided:
+                    raise
+                # Decided by an intake of an arrival recorded on its own: that intake's key
+                # answers its retry (else the conflict stands, as it always did).
+                try:
+                    result = self.append(decision, key=f"intake-outcome-{sid}")
+                except Refused:
+                    raise conflict from None
         reason = "" if isinstance(outcome, Admission) else outcome.reason
         return IntakeOutcome(
             sid, fee is not None, reason, fee, result.positions, result.already_recorded

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_domain_enforcement import ARENA, FEE, Desk, open_desk
+from test_domain_enforcement import ARENA, FEE, Desk, open_desk, payload_of
 
 from ledger.codec import digest
 from ledger.domain import ArenaLedger
@@ -191,3 +191,46 @@ def test_intake_for_an_unknown_arena_is_not_found_only_on_a_writable_ledger(
         view.intake(arrival, payment_amount_rao=FEE)
     _read_only(caught.value, 0)
     assert desk.head == 0
+
+
+# --- intake of an arrival recorded on its own ------------------------------------------------
+
+
+def _arrival_alone(desk: Desk, content: str) -> tuple[str, dict[str, Any]]:
+    """Appends a SubmissionArrived raw (no intake outcome); returns its id and intake's input."""
+    event = samples.arrived(content=content, payment_ref=f"pay-{content}")
+    sid = event.submission_id
+    desk.raw(EventDraft(f"submission-{sid}", "SubmissionArrived", payload_of(event)))()
+    return sid, desk.arrival(content=content, payment_ref=f"pay-{content}")
+
+
+def test_intake_decides_an_arrival_recorded_on_its_own_and_its_retry_answers_it(
+    desk: Desk,
+) -> None:
+    # It re-appended the arrival (no stream expected) and answered ConcurrencyConflict,
+    # "re-read and retry", on every retry: such a submission could never be admitted.
+    desk.commission()
+    sid, arrival = _arrival_alone(desk, "alone")
+    assert desk.head == 2
+    first = desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert (first.submission_id, first.admitted, first.positions, first.already_recorded) == (
+        sid, True, (3, 4), False)
+    assert desk.types(f"submission-{sid}") == ["SubmissionArrived", "SubmissionAdmitted"]
+    assert desk.types("payment-pay-alone") == ["PaymentConsumed"]
+    again = desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert (again.admitted, again.positions, again.already_recorded) == (True, (3, 4), True)
+    assert desk.head == 4
+    sub = desk.ledger.fold.submission(sid)
+    assert sub is not None and sub.status == "QUEUED"
+
+
+def test_an_arrival_held_before_intake_is_refused_intake_until_released(desk: Desk) -> None:
+    desk.commission()
+    sid, arrival = _arrival_alone(desk, "held")
+    desk.ledger.hold(sid, "check the payment first", 1_000)
+    desk.refused(lambda: desk.ledger.intake(arrival, payment_amount_rao=FEE),
+                 machine="submission", state="HELD", event_type="SubmissionAdmitted",
+                 reason="transition_not_allowed")
+    desk.ledger.release(sid, "payment checked", 1_001, "5Operator")
+    outcome = desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert (outcome.admitted, outcome.positions) == (True, (5, 6))

@@ -497,10 +497,12 @@ class ArenaLedger:
                 if not decided:
                     raise
                 # Decided by an intake of an arrival recorded on its own: that intake's key
-                # answers its retry (else the conflict stands, as it always did).
+                # answers its retry. Else the conflict on the arrival stands, as it always
+                # did, not what the outcome's own batch met (a refusal, a fee stream's
+                # conflict).
                 try:
                     result = self.append(decision, key=f"intake-outcome-{sid}")
-                except Refused:
+                except (Refused, ConcurrencyConflict):
                     raise conflict from None
         reason = "" if isinstance(outcome, Admission) else outcome.reason
         return IntakeOutcome(

@@ -18,7 +18,7 @@ from test_domain_enforcement import ARENA, FEE, Desk, open_desk, payload_of
 
 from ledger.codec import digest
 from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound, SchemaError
+from ledger.errors import ConcurrencyConflict, InvalidInput, NotFound, SchemaError
 from ledger.model import EventDraft
 from machines import samples
 
@@ -234,3 +234,25 @@ def test_an_arrival_held_before_intake_is_refused_intake_until_released(desk: De
     desk.ledger.release(sid, "payment checked", 1_001, "5Operator")
     outcome = desk.ledger.intake(arrival, payment_amount_rao=FEE)
     assert (outcome.admitted, outcome.positions) == (True, (5, 6))
+
+
+def test_a_retried_intake_of_a_submission_decided_by_raw_appends_names_its_arrival_stream(
+    desk: Desk,
+) -> None:
+    # No intake key exists for it: the conflict is the arrival's stream (as before), not
+    # the payment stream the outcome-only fallback meets.
+    desk.commission()
+    sid, arrival = _arrival_alone(desk, "raw")
+    fee = {"kind": "payment", "ref": "pay-raw", "amount_rao": FEE}
+    desk.raw(
+        EventDraft(f"submission-{sid}", "SubmissionAdmitted", {"block": 1_000, "fee": fee}),
+        EventDraft("payment-pay-raw", "PaymentConsumed", {
+            "payment_ref": "pay-raw", "submission_id": sid, "arena_id": ARENA,
+            "amount_rao": FEE}),
+    )()
+    head = desk.head
+    with pytest.raises(ConcurrencyConflict) as caught:
+        desk.ledger.intake(arrival, payment_amount_rao=FEE)
+    assert (caught.value.context["stream"], caught.value.context["actual"]) == (
+        f"submission-{sid}", 2)
+    assert desk.head == head

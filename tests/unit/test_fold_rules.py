@@ -25,7 +25,9 @@ from test_fold_archived import PASSED  # same directory, prepend import mode
 from test_machine_projection import (  # same directory, prepend import mode
     FEE,
     SLOW,
+    _admitted,
     _admitted_alone,
+    _arrived,
 )
 from test_settlement_incremental import POLICY  # same directory, prepend import mode
 
@@ -56,18 +58,6 @@ FOLDS: dict[str, Callable[[], LedgerFold]] = {
 def sc(request: pytest.FixtureRequest) -> Scenario:
     """A scenario over a fold that keeps finished submissions, or one that archives them."""
     return Scenario(FOLDS[str(request.param)]())
-
-
-def _arrived(sc: Scenario, **fields: object) -> str:
-    """Records an arrival alone (no intake outcome yet); returns its submission id."""
-    event = samples.arrived(**fields)  # type: ignore[arg-type]
-    sc.append(f"submission-{event.submission_id}", event)
-    return event.submission_id
-
-
-def _admitted(kind: str, ref: str) -> SubmissionAdmitted:
-    fee = {"kind": kind, "ref": ref, "amount_rao": FEE}
-    return SubmissionAdmitted.model_validate({"block": 1_000, "fee": fee})
 
 
 def _consumed(sid: str, ref: str = "pay-1") -> PaymentConsumed:

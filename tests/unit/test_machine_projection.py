@@ -272,13 +272,23 @@ def test_a_credit_this_submission_already_spent_comes_before_the_hotkeys_other_c
     assert sc.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
 
 
+def _arrived(sc: Scenario, **fields: object) -> str:
+    """Records an arrival alone (no intake outcome yet); returns its submission id."""
+    event = samples.arrived(**fields)  # type: ignore[arg-type]
+    sc.append(f"submission-{event.submission_id}", event)
+    return event.submission_id
+
+
+def _admitted(kind: str, ref: str) -> SubmissionAdmitted:
+    """Returns a SubmissionAdmitted at block 1,000 with a fee of ``FEE`` by ``kind`` and ``ref``."""
+    fee = {"kind": kind, "ref": ref, "amount_rao": FEE}
+    return SubmissionAdmitted.model_validate({"block": 1_000, "fee": fee})
+
+
 def _admitted_alone(sc: Scenario, kind: str, ref: str, **arrival: object) -> str:
     """Records an arrival and its admission, without the fee event that should come with it."""
-    event = samples.arrived(**arrival)  # type: ignore[arg-type]
-    sid = event.submission_id
-    sc.append("submission-" + sid, event)
-    fee = {"kind": kind, "ref": ref, "amount_rao": FEE}
-    sc.append("submission-" + sid, SubmissionAdmitted.model_validate({"block": 1_000, "fee": fee}))
+    sid = _arrived(sc, **arrival)
+    sc.append(f"submission-{sid}", _admitted(kind, ref))
     return sid
 
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from itertools import islice
+from pathlib import Path
 from typing import IO
 
 import typer
@@ -27,6 +28,7 @@ from ledger.catalogue import check_stream_name
 from ledger.errors import InvalidInput, LedgerError, open_input, unreadable
 from ledger.log import configure_logging
 from ledger.model import AppendResult, RecordedEvent
+from ledger.snapshot import default_directory
 
 __all__ = ["app", "main"]
 
@@ -60,8 +62,18 @@ def _global(
         LogLevel.WARNING, "--log-level", case_sensitive=False,
         help="Log level for structured logs on stderr.",
     ),
+    snapshot_dir: Path | None = typer.Option(
+        None, "--snapshot-dir", envvar="ARENA_LEDGER_SNAPSHOT_DIR", file_okay=False,
+        help="Directory of the fold snapshots that spare a command refolding a long ledger "
+        "(default: $XDG_CACHE_HOME/arena-ledger/snapshots; see docs/operations.md).",
+    ),
+    no_snapshots: bool = typer.Option(
+        False, "--no-snapshots", envvar="ARENA_LEDGER_NO_SNAPSHOTS",
+        help="Fold from nothing and write no snapshot.",
+    ),
 ) -> None:
     state.db_url = db
+    state.snapshot_dir = None if no_snapshots else snapshot_dir or default_directory()
     configure_logging(log_level.value)
 
 
@@ -132,7 +144,7 @@ def append(
     from ledger.domain import ArenaLedger
 
     chunks = _batches(lines, batch)
-    with ArenaLedger(state.db_url, actor=actor) as ledger:
+    with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger:
         # Input a batch would refuse (schema, limits, keys) is refused before any commits.
         for chunk in chunks:
             with _lines_named(chunk):

@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
@@ -184,6 +185,8 @@ class State:
 
     db_url: str = DEFAULT_URL
     actor: str = "cli"
+    #: Where commands keep the fold's snapshot (``ledger.snapshot``); None: no snapshots.
+    snapshot_dir: Path | None = None
 
     def store(self, *, require: bool = True) -> EventStore:
         """Opens the store at the configured URL, refusing an uninitialised one by default."""

@@ -29,7 +29,9 @@ __all__ = ["register"]
 
 
 def _ledger(as_of: int | None = None) -> ArenaLedger:
-    return ArenaLedger(state.db_url, actor=state.actor, as_of=as_of)
+    return ArenaLedger(
+        state.db_url, actor=state.actor, as_of=as_of, snapshot_dir=state.snapshot_dir
+    )
 
 
 def _read_json(path: str) -> Any:

@@ -81,7 +81,9 @@ def evaluate(
         claimed_block="--block",
         plan="--plan",
     )
-    with named, ArenaLedger(state.db_url, actor=state.actor) as ledger:
+    with named, ArenaLedger(
+        state.db_url, actor=state.actor, snapshot_dir=state.snapshot_dir
+    ) as ledger:
         # The options the claim records, before the engine boots (the runner checks again,
         # the derived attempt id too, once the submission is known).
         typed = {"attempt_id": attempt_id} if attempt_id is not None else {}
@@ -129,7 +131,9 @@ def run_controls(
     from engine_bridge.runner import run_controls as run
 
     named = options_named(validator_hotkey="--validator", claimed_block="--block")
-    with named, ArenaLedger(state.db_url, actor=state.actor) as ledger:
+    with named, ArenaLedger(
+        state.db_url, actor=state.actor, snapshot_dir=state.snapshot_dir
+    ) as ledger:
         # Before the engine boots; run_controls checks them again before its first append.
         check_claim_fields(validator_hotkey=validator, claimed_block=block)
         arena = ledger.fold.arena(arena_id)

@@ -172,7 +172,7 @@ def history(
 ) -> None:
     """Lists a hotkey's submissions across arenas in arrival order, with cause and next step."""
     with options_named(hotkey="--hotkey"):
-        position, rows = ops.history_at(state.db_url, hotkey, as_of)
+        position, rows = ops.history_at(state.db_url, hotkey, as_of, state.snapshot_dir)
     if as_json:
         emit_jsonl(rows)
         return

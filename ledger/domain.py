@@ -14,6 +14,7 @@ are imported inside the functions that need them (see tests/unit/test_layers.py)
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -59,6 +60,7 @@ from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from ledger.snapshot import SnapshotCache
     from machines.projection import LedgerFold
     from machines.reasons import ReasonCode
     from machines.refusal import Refusal
@@ -107,6 +109,15 @@ class DomainGuard:
         #: Fold no further than this position, and decide no batch (a read-only view of the
         #: ledger as it stood then; ``ArenaLedger.as_of``). None: every committed event.
         self.as_of = as_of
+        #: Where the fold is restored from before its first catch-up and saved to by
+        #: ``save_snapshot`` (``ledger.snapshot``); None: always folded from nothing.
+        self.snapshots: SnapshotCache | None = None
+        #: The position of the snapshot restored (or last saved); 0 when none was.
+        self.snapshot_position = 0
+        self._restore_pending = True
+        #: Whether the last catch-up ran to its end: a fold an exception left mid-event (an
+        #: interrupt, a fault) is never written as a snapshot.
+        self._caught_up = False
 
     def catch_up(self, store: EventStore, conn: Connection | None = None) -> int:
         """Folds every committed event after the fold's position; returns how many.
@@ -119,16 +130,61 @@ class DomainGuard:
         """
         from ledger.replay import decoded_rows
 
-        apply, count = self.fold.apply, 0
-        first, last = self.fold.position + 1, store.head(conn).position
+        last = store.head(conn).position
         if self.as_of is not None:
             last = min(last, self.as_of)
+        if self._restore_pending:
+            self._restore_pending = False
+            if self.snapshots is not None and self.fold.position == 0:
+                self._restore(self.snapshots, store, conn, last)
+        apply, count = self.fold.apply, 0
+        first = self.fold.position + 1
+        self._caught_up = False
         for row, payload, event in decoded_rows(store, first, last, conn):
             apply(row[0], row[1], event, payload)
             if type(event) is EmissionPolicySet:  # decode returns catalogue classes, exactly
                 self.emission_policy = event
             count += 1
+        self._caught_up = True
         return count
+
+    def _restore(
+        self, snapshots: SnapshotCache, store: EventStore, conn: Connection | None, last: int
+    ) -> None:
+        """Takes the fold from the snapshot, when there is one that fits the ledger up to
+        ``last`` (``SnapshotCache.load`` says what fits)."""
+        restored = snapshots.load(last, lambda position: store.stored_entry_hash(position, conn))
+        if restored is not None:
+            self.fold = restored.fold
+            self.emission_policy = restored.emission_policy
+            self.snapshot_position = restored.position
+
+    def save_snapshot(self, store: EventStore) -> bool:
+        """Writes the fold to the snapshot cache when it has folded at least
+        ``ledger.snapshot.snapshot_events_min`` events past the last snapshot (or from
+        nothing) and its last catch-up ran to the end; never for a view ``as_of`` a position
+        or an archiving fold. Returns whether one was written; a failure to write is logged,
+        not raised (the snapshot is a cache)."""
+        from ledger import snapshot
+
+        fold = self.fold
+        if (
+            self.snapshots is None
+            or not self._caught_up
+            or self.as_of is not None
+            or fold.archive is not None
+            or fold.position - self.snapshot_position < snapshot.snapshot_events_min
+        ):
+            return False
+        try:
+            entry = store.stored_entry_hash(fold.position)
+        except LedgerError as exc:  # the store gone meanwhile: the command's result stands
+            snapshot.log.warning("snapshot_not_written", reason=exc.message)
+            return False
+        if entry is None or not self.snapshots.save(fold, self.emission_policy, entry):
+            return False
+        self.snapshot_position = fold.position
+        return True
 
     def __call__(self, store: EventStore, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
         """Raises ``Refused`` for the first event of ``batch`` the machines refuse
@@ -265,6 +321,12 @@ class ArenaLedger:
     #: to it say (a later event is not seen), and nothing can be appended (InvalidInput).
     #: Past the head it is the head. None: the ledger up to its head, writable.
     as_of: int | None = None
+    #: Restore the fold from a snapshot in this directory before folding, and write one there
+    #: on ``close`` once enough events were folded (``ledger.snapshot``; the CLI's default is
+    #: ``ledger.snapshot.default_directory()``). Every answer is the same; a process that
+    #: opens a long ledger folds only what came after the snapshot. Not with
+    #: ``archive_finished``. None: the fold always starts from nothing.
+    snapshot_dir: str | os.PathLike[str] | None = None
     store: EventStore = field(init=False)
     guard: DomainGuard = field(init=False)
 
@@ -279,10 +341,18 @@ class ArenaLedger:
         self.guard = DomainGuard(fold, self.as_of)
         self.store = EventStore(self.url, guard=self.guard)
         self.store.require_initialised()
+        if self.snapshot_dir is not None and not self.archive_finished:
+            from ledger.snapshot import SnapshotCache
+
+            self.guard.snapshots = SnapshotCache(self.snapshot_dir, self.url)
 
     def close(self) -> None:
-        """Releases the store's connections (and drops the archive, if any)."""
-        self.store.close()
+        """Writes a snapshot when one is due (``DomainGuard.save_snapshot``), then releases
+        the store's connections (and drops the archive, if any)."""
+        try:
+            self.guard.save_snapshot(self.store)
+        finally:
+            self.store.close()
         archive = self.guard.fold.archive
         if archive is not None:
             archive.close()

@@ -748,14 +748,18 @@ def history(url: str, hotkey: str, as_of: int | None = None) -> list[dict[str, A
 
 
 def history_at(
-    url: str, hotkey: str, as_of: int | None = None
+    url: str,
+    hotkey: str,
+    as_of: int | None = None,
+    snapshot_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Returns ``history``'s rows with the position they answer as of: the head, or
-    ``as_of`` when given (the head when ``as_of`` is past it), from the same read."""
+    ``as_of`` when given (the head when ``as_of`` is past it), from the same read; the fold
+    restored from and saved to ``snapshot_dir`` when given (``ArenaLedger.snapshot_dir``)."""
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
     from ledger.domain import ArenaLedger
 
-    with ArenaLedger(url, actor="history", as_of=as_of) as ledger:
+    with ArenaLedger(url, actor="history", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
         rows = ledger.submissions(hotkey=hotkey)
         fold = ledger.guard.fold
         position = fold.position

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 from urllib.parse import quote
 
@@ -75,6 +76,7 @@ __all__ = [
     "AppendGuard",
     "EventStore",
     "PreparedEvent",
+    "database_identity",
     "parse_expected_version",
     "recorded_at_text",
     "safe_url",
@@ -893,6 +895,18 @@ class EventStore:
         return report
 
     @_store_errors
+    def stored_entry_hash(self, position: int, conn: Connection | None = None) -> str | None:
+        """Returns the entry hash stored at ``position``, or None when there is no such row;
+        read through ``conn``, inside its transaction, when given."""
+        sql = text("SELECT entry_hash FROM events WHERE position = :p")
+        if conn is not None:
+            value = conn.execute(sql, {"p": position}).scalar()
+        else:
+            with self.engine.connect() as own:
+                value = own.execute(sql, {"p": position}).scalar()
+        return None if value is None else str(value)
+
+    @_store_errors
     def entry_hash_at(self, position: int) -> str:
         """Returns the recorded entry hash at ``position`` (genesis hash for 0)."""
         if position == 0:
@@ -1109,6 +1123,22 @@ def _store_error(exc: Exception, url: str) -> LedgerError:
     if any(word in lowered for word in unavailable):
         return StoreUnavailable(f"the database is unavailable: {message}", url=safe_url(url))
     return StoreError(f"database error: {message}", url=safe_url(url))
+
+
+def database_identity(url: str) -> str:
+    """Returns what names the database ``url`` opens, whatever its spelling: backend, host,
+    port, user and database (a SQLite file's path made absolute), one per line, without the
+    password; "" for an in-memory SQLite database (no two processes share one)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite":
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            return ""
+        database = str(Path(database).resolve())
+    return "\n".join(
+        (parsed.get_backend_name(), parsed.host or "", str(parsed.port or ""),
+         parsed.username or "", database)
+    )
 
 
 def safe_url(url: str) -> str:

@@ -372,15 +372,18 @@ def measure_cli(url: str, events: int, picks: Picks) -> list[dict[str, Any]]:
     """Runs the commands as a user does, each in a new process; peak RSS from ``wait4``."""
     runs = cli_runs_small if events <= cli_runs_small_events_max else cli_runs_large
     sid = picks.submissions[0] if picks.submissions else "none"
+    # --no-snapshots: these rows time the fold from nothing (bench/snapshot.py times the
+    # commands restored from a fold snapshot).
+    url_options = ["--no-snapshots", "--db", url]
     commands = [
         ("CLI start-up (arena-ledger --help)", ["--help"], {}),
         ("arena-ledger explain submission",
-         ["--db", url, "explain", "submission", sid, "--json"], {}),
+         [*url_options, "explain", "submission", sid, "--json"], {}),
         ("arena-ledger history --hotkey (typical)",
-         ["--db", url, "history", "--hotkey", picks.typical_hotkey, "--json"],
+         [*url_options, "history", "--hotkey", picks.typical_hotkey, "--json"],
          {"rows": picks.typical_count}),
         ("arena-ledger history --hotkey (busiest)",
-         ["--db", url, "history", "--hotkey", picks.busy_hotkey, "--json"],
+         [*url_options, "history", "--hotkey", picks.busy_hotkey, "--json"],
          {"rows": picks.busy_count}),
     ]
     steps = []

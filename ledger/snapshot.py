@@ -38,7 +38,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
@@ -68,6 +68,9 @@ SNAPSHOT_MAGIC = b"arena-ledger fold snapshot v1\n"
 snapshot_events_min = 10_000
 #: Largest header line read (a header is ~400 bytes; a longer first line is not a snapshot).
 _HEADER_BYTES_MAX = 4_096
+#: Bytes read at a time while the body's SHA-256 is checked (the body is then unpickled from
+#: the file: a 1M-event ledger's is ~80 MiB, not held twice).
+_CHUNK_BYTES = 1 << 20
 
 log = get_logger("arena_ledger.snapshot")
 _fingerprint: str | None = None
@@ -145,33 +148,38 @@ class SnapshotCache:
         if self.path is None:
             return self._ignored("no snapshot for an in-memory database", warn=False)
         try:
-            data = self._read_own_file(self.path)
+            source = self._open_own_file(self.path)
         except FileNotFoundError:
             self.outcome = "none"
             return None
         except (OSError, _Unfit) as exc:
             return self._ignored(str(exc), warn=True)
-        try:
-            header, body = _split(data)
-            position = header["position"]
-            if position > head:
-                raise _Unfit(f"taken at position {position}, past the head or view ({head})")
-            recorded = entry_hash_at(position)
-            if recorded != header["entry_hash"]:
-                raise _Unfit(
-                    f"the ledger's entry hash at position {position} is {recorded}, the "
-                    f"snapshot was taken from a ledger where it is {header['entry_hash']}"
-                )
-        except _Unfit as exc:
-            return self._ignored(str(exc), warn=False)
-        try:
-            # A pickle runs what it says: this is the user's own file, checked above.
-            with CollectorPaused():
-                fold, policy = pickle.loads(body)
-        except Exception as exc:  # whatever unpickling raises, the answer is to refold
-            return self._ignored(f"does not unpickle: {exc!r}", warn=True)
-        finally:
-            del data, body  # the file's bytes, before the caller folds on
+        with source:
+            try:
+                header = _checked_header(source)
+                position = header["position"]
+                if position > head:
+                    raise _Unfit(
+                        f"taken at position {position}, past the head or view ({head})",
+                        warn=False,
+                    )
+                recorded = entry_hash_at(position)
+                if recorded != header["entry_hash"]:
+                    raise _Unfit(
+                        f"the ledger's entry hash at position {position} is {recorded}, the "
+                        f"snapshot was taken from a ledger where it is {header['entry_hash']}",
+                        warn=False,
+                    )
+            except _Unfit as exc:
+                return self._ignored(str(exc), warn=exc.warn)
+            except OSError as exc:
+                return self._ignored(str(exc), warn=True)
+            try:
+                # A pickle runs what it says: this is the user's own file, checked above.
+                with CollectorPaused():
+                    fold, policy = pickle.load(source)
+            except Exception as exc:  # whatever unpickling raises, the answer is to refold
+                return self._ignored(f"does not unpickle: {exc!r}", warn=True)
         from ledger.events import EmissionPolicySet
         from machines.projection import LedgerFold
 
@@ -235,19 +243,30 @@ class SnapshotCache:
                   bytes=len(body))
         return True
 
-    def _read_own_file(self, path: Path) -> bytes:
-        """Returns the file's bytes, or raises _Unfit when it or its directory is not the
+    def _open_own_file(self, path: Path) -> BinaryIO:
+        """Opens the file for reading, or raises _Unfit when it or its directory is not the
         user's own (a link, another owner, group- or world-writable) or not a regular file."""
         _require_own(os.stat(self.directory), f"directory {self.directory}", directory=True)
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-        handle = os.open(path, flags)
-        with os.fdopen(handle, "rb") as source:
+        source = os.fdopen(os.open(path, flags), "rb")
+        try:
             _require_own(os.fstat(source.fileno()), f"file {path}", directory=False)
-            return source.read()
+        except BaseException:
+            source.close()
+            raise
+        return source
 
 
 class _Unfit(Exception):
-    """A snapshot that exists but does not fit: the reason is logged, the fold starts over."""
+    """A snapshot that exists but does not fit: the reason is logged, the fold starts over.
+
+    ``warn``: logged as a warning (the file is not the user's own, or does not read as a
+    snapshot: worth a look); else as info (written by other code, or of another ledger:
+    expected after an upgrade or a restore)."""
+
+    def __init__(self, reason: str, *, warn: bool = True) -> None:
+        super().__init__(reason)
+        self.warn = warn
 
 
 def _require_own(info: os.stat_result, what: str, *, directory: bool) -> None:
@@ -260,16 +279,16 @@ def _require_own(info: os.stat_result, what: str, *, directory: bool) -> None:
         raise _Unfit(f"{what} is writable by others (mode {stat.S_IMODE(info.st_mode):o})")
 
 
-def _split(data: bytes) -> tuple[dict[str, Any], memoryview]:
-    """Returns the checked header and the body of a snapshot file's bytes (_Unfit else); the
-    body is a view of ``data``, not a copy (a 1M-event ledger's is ~80 MiB)."""
-    if not data.startswith(SNAPSHOT_MAGIC):
+def _checked_header(source: BinaryIO) -> dict[str, Any]:
+    """Reads the magic line and the header, checks the header and the body's size and
+    SHA-256 (read in chunks, not held), and leaves ``source`` at the body; _Unfit else."""
+    if source.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
         raise _Unfit("not an arena-ledger fold snapshot v1")
-    end = data.find(b"\n", len(SNAPSHOT_MAGIC), len(SNAPSHOT_MAGIC) + _HEADER_BYTES_MAX)
-    if end < 0:
+    line = source.readline(_HEADER_BYTES_MAX)
+    if not line.endswith(b"\n"):
         raise _Unfit("no header line")
     try:
-        header = orjson.loads(data[len(SNAPSHOT_MAGIC) : end])
+        header = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise _Unfit(f"header is not JSON: {exc}") from None
     if (
@@ -279,10 +298,14 @@ def _split(data: bytes) -> tuple[dict[str, Any], memoryview]:
     ):
         raise _Unfit("header lacks position or entry_hash")
     if header.get("fingerprint") != code_fingerprint():
-        raise _Unfit("written by other code (the ledger, machines, Python or pydantic differ)")
-    body = memoryview(data)[end + 1 :]
-    if len(body) != header.get("body_bytes") or (
-        hashlib.sha256(body).hexdigest() != header.get("body_sha256")
-    ):
+        raise _Unfit(
+            "written by other code (the ledger, machines, Python or pydantic differ)", warn=False
+        )
+    start, digest, size = source.tell(), hashlib.sha256(), 0
+    while chunk := source.read(_CHUNK_BYTES):
+        digest.update(chunk)
+        size += len(chunk)
+    if size != header.get("body_bytes") or digest.hexdigest() != header.get("body_sha256"):
         raise _Unfit("body does not match its SHA-256 (torn or corrupted)")
-    return header, body
+    source.seek(start)
+    return header

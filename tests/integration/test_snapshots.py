@@ -250,28 +250,44 @@ def _symlink(path: Path) -> None:
     path.symlink_to(target)
 
 
+class _Recorded:
+    """Stands in for the snapshot module's logger: keeps (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **fields: self.lines.append((level, event, fields))
+
+
 @pytest.mark.parametrize(
-    ("spoil", "reason"),
+    ("spoil", "reason", "level"),
     [
-        (_corrupt, "body does not match its SHA-256"),
-        (_other_code, "written by other code"),
-        (_not_a_fold, f"does not hold a fold at position {CUT}"),
-        (_fold_elsewhere, f"does not hold a fold at position {CUT}"),
-        (_garbage, "not an arena-ledger fold snapshot v1"),
-        (_group_writable, "is writable by others (mode 660)"),
-        (_open_directory, "is writable by others (mode 777)"),
-        (_symlink, "Errno"),
+        (_corrupt, "body does not match its SHA-256", "warning"),
+        (_other_code, "written by other code", "info"),
+        (_not_a_fold, f"does not hold a fold at position {CUT}", "warning"),
+        (_fold_elsewhere, f"does not hold a fold at position {CUT}", "warning"),
+        (_garbage, "not an arena-ledger fold snapshot v1", "warning"),
+        (_group_writable, "is writable by others (mode 660)", "warning"),
+        (_open_directory, "is writable by others (mode 777)", "warning"),
+        (_symlink, "Errno", "warning"),
     ],
 )
 def test_a_snapshot_that_does_not_fit_is_ignored_and_says_why(
-    url: str, snapshot_dir: Path, every: int, spoil: Any, reason: str
+    url: str, snapshot_dir: Path, every: int, spoil: Any, reason: str, level: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cache = _take(url, snapshot_dir)
     assert cache.path is not None
     spoil(cache.path)
+    recorded = _Recorded()
+    monkeypatch.setattr(snapshot, "log", recorded)
     [(answers, position, outcome)] = _restored(url, snapshot_dir)
     assert position == 0
     assert outcome.startswith("ignored: ") and reason in outcome, outcome
+    assert recorded.lines[0] == (
+        level, "snapshot_ignored", {"path": str(cache.path), "reason": outcome[9:]}
+    )
     assert answers == _fresh(url)
 
 

@@ -678,15 +678,20 @@ class EventStore:
             raise head_row_missing()
         return Head(int(row[0]), str(row[1]))
 
+    def _scalar(self, sql: str, params: dict[str, Any], conn: Connection | None) -> Any:
+        """Returns the first column of the first row of ``sql`` (None when no row), read
+        through ``conn``, inside its transaction, when given, else on a connection of its own."""
+        if conn is not None:
+            return conn.execute(text(sql), params).scalar()
+        with self.engine.connect() as own:
+            return own.execute(text(sql), params).scalar()
+
     @_store_errors
     def stream_version(self, stream: str, conn: Connection | None = None) -> int:
         """Returns the stream's current version (0 when it does not exist)."""
-        sql = text("SELECT MAX(version) FROM events WHERE stream = :s")
-        if conn is not None:
-            value = conn.execute(sql, {"s": stream}).scalar()
-        else:
-            with self.engine.connect() as own:
-                value = own.execute(sql, {"s": stream}).scalar()
+        value = self._scalar(
+            "SELECT MAX(version) FROM events WHERE stream = :s", {"s": stream}, conn
+        )
         return int(value or 0)
 
     def read_stream(
@@ -898,12 +903,9 @@ class EventStore:
     def stored_entry_hash(self, position: int, conn: Connection | None = None) -> str | None:
         """Returns the entry hash stored at ``position``, or None when there is no such row;
         read through ``conn``, inside its transaction, when given."""
-        sql = text("SELECT entry_hash FROM events WHERE position = :p")
-        if conn is not None:
-            value = conn.execute(sql, {"p": position}).scalar()
-        else:
-            with self.engine.connect() as own:
-                value = own.execute(sql, {"p": position}).scalar()
+        value = self._scalar(
+            "SELECT entry_hash FROM events WHERE position = :p", {"p": position}, conn
+        )
         return None if value is None else str(value)
 
     @_store_errors
@@ -911,13 +913,10 @@ class EventStore:
         """Returns the recorded entry hash at ``position`` (genesis hash for 0)."""
         if position == 0:
             return GENESIS_HASH
-        with self.engine.connect() as conn:
-            value = conn.execute(
-                text("SELECT entry_hash FROM events WHERE position = :p"), {"p": position}
-            ).scalar()
+        value = self.stored_entry_hash(position)
         if value is None:
             raise NotFound(f"no event at position {position}", position=position)
-        return str(value)
+        return value
 
 
 def _copy_rows(

@@ -14,8 +14,8 @@ A snapshot is used only when all of these hold, otherwise the fold starts from n
   writable by anyone else (it is a pickle: loading one runs what it says, so only the
   user's own files are loaded, as ssh treats its keys);
 * its format and the code fingerprint match: the SHA-256 of the ``ledger`` and ``machines``
-  sources, the Python version and the pydantic versions (another build may fold
-  differently, or lay its objects out differently);
+  sources (and compiled extensions, if any), the Python version and the pydantic versions
+  (another build may fold differently, or lay its objects out differently);
 * the body's SHA-256 matches the header (a torn or corrupted file);
 * its position is not past the ledger's head (or the view's ``as_of``) and the stored entry
   hash at that position is the one it recorded: the chain hash commits to every event up to
@@ -63,8 +63,8 @@ __all__ = [
 #: The first line of every snapshot file; a file without it is not one.
 SNAPSHOT_MAGIC = b"arena-ledger fold snapshot v1\n"
 #: Events a process must fold past its snapshot (or from nothing) before it writes a new one
-#: on close: writing costs about a tenth of the fold it saves, so a ledger that grew by a few
-#: events is not written again.
+#: on close: writing costs about a fifth of the fold it saves (2 s against 11 s at 1M events),
+#: so a ledger that grew by a few events is not written again.
 snapshot_events_min = 10_000
 #: Largest header line read (a header is ~400 bytes; a longer first line is not a snapshot).
 _HEADER_BYTES_MAX = 4_096
@@ -76,9 +76,15 @@ log = get_logger("arena_ledger.snapshot")
 _fingerprint: str | None = None
 
 
-def default_directory() -> Path:
-    """Returns ``$XDG_CACHE_HOME/arena-ledger/snapshots`` (``~/.cache/…`` without it)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def default_directory() -> Path | None:
+    """Returns ``$XDG_CACHE_HOME/arena-ledger/snapshots`` (``~/.cache/…`` without it); None
+    when there is neither, nor a home directory (then a command keeps no snapshot)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no HOME and no password entry for this user
+            return None
     return Path(base) / "arena-ledger" / "snapshots"
 
 

@@ -399,6 +399,24 @@ def test_the_store_key_names_one_database_whatever_the_spelling_and_password(
     assert SnapshotCache(tmp_path, "sqlite://").path is None
 
 
+def test_the_default_directory_is_the_users_cache_and_none_without_a_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert snapshot.default_directory() == tmp_path / "xdg" / "arena-ledger" / "snapshots"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert snapshot.default_directory() == (
+        tmp_path / "home" / ".cache" / "arena-ledger" / "snapshots"
+    )
+
+    def homeless() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(homeless))
+    assert snapshot.default_directory() is None
+
+
 def test_the_code_fingerprint_covers_the_sources_it_names() -> None:
     import hashlib
 

@@ -253,14 +253,17 @@ class SnapshotCache:
         """Opens the file for reading, or raises _Unfit when it or its directory is not the
         user's own (a link, another owner, group- or world-writable) or not a regular file."""
         _require_own(os.stat(self.directory), f"directory {self.directory}", directory=True)
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-        source = os.fdopen(os.open(path, flags), "rb")
+        # Not through a link; and a FIFO put there must not block the open (regular files
+        # read as usual with O_NONBLOCK). The descriptor is checked before a file object
+        # takes it, and closed whatever goes wrong.
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        handle = os.open(path, flags)
         try:
-            _require_own(os.fstat(source.fileno()), f"file {path}", directory=False)
+            _require_own(os.fstat(handle), f"file {path}", directory=False)
+            return os.fdopen(handle, "rb")
         except BaseException:
-            source.close()
+            os.close(handle)
             raise
-        return source
 
 
 class _Unfit(Exception):

@@ -162,15 +162,16 @@ class DomainGuard:
     def save_snapshot(self, store: EventStore) -> bool:
         """Writes the fold to the snapshot cache when it has folded at least
         ``ledger.snapshot.snapshot_events_min`` events past the last snapshot (or from
-        nothing) and its last catch-up ran to the end; never for a view ``as_of`` a position
-        or an archiving fold. Returns whether one was written; a failure to write is logged,
-        not raised (the snapshot is a cache)."""
+        nothing), its last catch-up ran to the end and no decision was cut short; never for a
+        view ``as_of`` a position or an archiving fold. Returns whether one was written; a
+        failure to write is logged, not raised (the snapshot is a cache)."""
         from ledger import snapshot
 
         fold = self.fold
         if (
             self.snapshots is None
             or not self._caught_up
+            or fold.deciding
             or self.as_of is not None
             or fold.archive is not None
             or fold.position - self.snapshot_position < snapshot.snapshot_events_min

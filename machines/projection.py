@@ -537,7 +537,6 @@ class LedgerFold:
         try:
             return [self._route(stream, event, payload) for stream, event, payload in batch]
         finally:
-            self._journal = None
             # Indexed from the end rather than reversed(): mypyc (an optional compiled
             # build, see setup.py) cannot compile a reversed() of this list's tuples.
             for index in range(len(journal) - 1, -1, -1):
@@ -548,6 +547,15 @@ class LedgerFold:
                     _reinsert(table, key, old.value, old.at)
                 else:
                     table[key] = old
+            # Only once every write is undone: an interrupt in the loop above leaves the fold
+            # ``deciding``, neither re-entered nor kept as a snapshot.
+            self._journal = None
+
+    @property
+    def deciding(self) -> bool:
+        """Tells whether a ``decide_batch`` is under way, or was cut short while it undid its
+        writes (then the fold is no fold of the ledger, and must not be used again)."""
+        return self._journal is not None
 
     # --- the archive ----------------------------------------------------------------------
 

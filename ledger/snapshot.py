@@ -68,6 +68,9 @@ SNAPSHOT_MAGIC = b"arena-ledger fold snapshot v1\n"
 snapshot_events_min = 10_000
 #: Largest header line read (a header is ~400 bytes; a longer first line is not a snapshot).
 _HEADER_BYTES_MAX = 4_096
+#: The header line as written: the JSON padded with spaces to this width, newline included
+#: (it is written after the body, over a blank line of this width).
+_HEADER_WIDTH = 1_024
 #: Bytes read at a time while the body's SHA-256 is checked (the body is then unpickled from
 #: the file: a 1M-event ledger's is ~80 MiB, not held twice).
 _CHUNK_BYTES = 1 << 20
@@ -214,26 +217,34 @@ class SnapshotCache:
         if self.path is None or fold.archive is not None:
             self.outcome = "not written: an in-memory database or an archiving fold"
             return False
+        made = _missing_directories(self.directory)
         try:
-            with CollectorPaused():  # the fold is acyclic: a collection finds nothing
-                body = pickle.dumps((fold, policy), protocol=pickle.HIGHEST_PROTOCOL)
-            header = orjson.dumps({
-                "format": SNAPSHOT_MAGIC.decode().strip(),
-                "fingerprint": code_fingerprint(),
-                "position": fold.position,
-                "entry_hash": entry_hash,
-                "body_sha256": hashlib.sha256(body).hexdigest(),
-                "body_bytes": len(body),
-            }, option=orjson.OPT_SORT_KEYS)
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(
                 dir=self.directory, prefix=f".{self.key}.", suffix=".tmp"
             )
             try:
                 with os.fdopen(handle, "wb") as out:
-                    out.write(SNAPSHOT_MAGIC)
-                    out.write(header + b"\n")
-                    out.write(body)
+                    # The header line is written last, over a blank one of its fixed width:
+                    # the body is pickled straight into the file (and its SHA-256), not into
+                    # a bytes object first (79 MiB less at the peak for 1M events).
+                    out.write(SNAPSHOT_MAGIC + b" " * (_HEADER_WIDTH - 1) + b"\n")
+                    body = _Digesting(out)
+                    with CollectorPaused():  # the fold is acyclic: a collection finds nothing
+                        pickle.dump((fold, policy), body, protocol=pickle.HIGHEST_PROTOCOL)
+                    header = orjson.dumps({
+                        "format": SNAPSHOT_MAGIC.decode().strip(),
+                        "fingerprint": code_fingerprint(),
+                        "position": fold.position,
+                        "entry_hash": entry_hash,
+                        "body_sha256": body.digest.hexdigest(),
+                        "body_bytes": body.size,
+                    }, option=orjson.OPT_SORT_KEYS)
+                    if len(header) >= _HEADER_WIDTH:
+                        raise ValueError(f"a header of {len(header)} bytes (at most "
+                                         f"{_HEADER_WIDTH - 1})")
+                    out.seek(len(SNAPSHOT_MAGIC))
+                    out.write(header.ljust(_HEADER_WIDTH - 1))
                 os.replace(temporary, self.path)
             except BaseException:
                 Path(temporary).unlink(missing_ok=True)
@@ -241,12 +252,17 @@ class SnapshotCache:
         except (
             OSError, pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError
         ) as exc:
+            for directory in made:  # what this write made, leaf first, unless used meanwhile
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
             self.outcome = f"not written: {exc!r}"
             log.warning("snapshot_not_written", path=str(self.path), reason=repr(exc))
             return False
         self.outcome = f"written at position {fold.position}"
         log.info("snapshot_written", path=str(self.path), position=fold.position,
-                  bytes=len(body))
+                  bytes=body.size)
         return True
 
     def _open_own_file(self, path: Path) -> BinaryIO:
@@ -264,6 +280,30 @@ class SnapshotCache:
         except BaseException:
             os.close(handle)
             raise
+
+
+def _missing_directories(directory: Path) -> list[Path]:
+    """Returns ``directory`` and those of its parents that do not exist, leaf first."""
+    missing = []
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    return missing
+
+
+class _Digesting:
+    """Writes to ``out`` and keeps the SHA-256 and size of what it wrote."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.out.write(data)
 
 
 class _Unfit(Exception):

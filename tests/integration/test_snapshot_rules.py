@@ -340,6 +340,36 @@ def test_a_fold_that_does_not_pickle_is_not_written_and_raises_nothing(
     assert not snapshot_dir.exists()
 
 
+def test_a_failed_write_removes_the_directories_it_made_and_no_other(
+    file_url: str, tmp_path: Path
+) -> None:
+    unpicklable: Any = lambda: "no pickle of me"  # noqa: E731
+    nested = tmp_path / "made" / "for" / "snapshots"
+    assert SnapshotCache(nested, file_url).save(LedgerFold(), unpicklable, "0" * 64) is False
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ledger.db"]
+    (tmp_path / "made").mkdir()
+    (tmp_path / "made" / "kept").write_text("someone else's")
+    assert SnapshotCache(nested, file_url).save(LedgerFold(), unpicklable, "0" * 64) is False
+    assert sorted(path.name for path in (tmp_path / "made").iterdir()) == ["kept"]
+
+
+def test_the_header_line_is_written_at_its_fixed_width_before_the_body(
+    file_url: str, snapshot_dir: Path, every: int
+) -> None:
+    """The body is pickled into the file first and the header written over a blank line of
+    fixed width: the line must be that width, and a reader must find the body after it."""
+    cache = _take(file_url, snapshot_dir)
+    assert cache.path is not None
+    data = cache.path.read_bytes()
+    line = data[len(SNAPSHOT_MAGIC) : data.index(b"\n", len(SNAPSHOT_MAGIC)) + 1]
+    assert len(line) == snapshot._HEADER_WIDTH
+    header = orjson.loads(line)
+    body = data[len(SNAPSHOT_MAGIC) + len(line) :]
+    assert header["body_bytes"] == len(body)
+    fold, _ = pickle.loads(body)
+    assert fold.position == header["position"] == CUT
+
+
 def test_writing_replaces_a_link_at_the_snapshot_path_and_never_writes_through_it(
     file_url: str, snapshot_dir: Path, every: int
 ) -> None:

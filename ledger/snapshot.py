@@ -22,9 +22,10 @@ A snapshot is used only when all of these hold, otherwise the fold starts from n
   there, so the ledger it was taken from and this one agree up to the snapshot.
 
 The file, one per store (named by a hash of its URL without the password; a SQLite path
-made absolute), is ``SNAPSHOT_MAGIC``, a JSON header line, then the pickled (fold, latest
-EmissionPolicySet). It is replaced atomically (a temporary file, then a rename) and written
-with mode 0600 in a directory made with mode 0700.
+made absolute), is ``SNAPSHOT_MAGIC``, a JSON header line (padded with spaces to a fixed
+width: it is written after the body), then the pickled (fold, latest EmissionPolicySet). It
+is replaced atomically (a temporary file, then a rename) and written with mode 0600 in a
+directory made with mode 0700.
 """
 
 from __future__ import annotations

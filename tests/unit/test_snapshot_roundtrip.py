@@ -51,10 +51,10 @@ def _assert_same_state(restored: LedgerFold, taken: LedgerFold) -> None:
     """Every attribute equal, not only what ``snapshot()`` shows (indexes such as a
     submission's spent credit decide the next event); aliases kept (an attribute that is
     another one's object in the fold is in the copy); bound methods bound to the copy."""
-    state = {k: v for k, v in vars(taken).items() if k not in _BOUND}
-    copied = {k: v for k, v in vars(restored).items() if k not in _BOUND}
+    state = {k: v for k, v in _attributes(taken).items() if k not in _BOUND}
+    copied = {k: v for k, v in _attributes(restored).items() if k not in _BOUND}
     assert copied == state
-    assert sorted(vars(restored)) == sorted(vars(taken))
+    assert sorted(_attributes(restored)) == sorted(_attributes(taken))
     aliases = [(a, b) for a in state for b in state if a < b and state[a] is state[b]]
     assert [(a, b) for a, b in aliases if copied[a] is not copied[b]] == []
     for name in _BOUND:
@@ -62,6 +62,16 @@ def _assert_same_state(restored: LedgerFold, taken: LedgerFold) -> None:
         copy = getattr(restored, name)
         assert list(copy) == list(table)
         assert all(_bound_to(value) is restored for value in copy.values())
+
+
+def _attributes(fold: LedgerFold) -> dict[str, Any]:
+    """Returns the fold's attributes by name, read directly (not through what pickle asks
+    for): ``vars`` of the Python class, or every attribute mypyc's native class declares
+    (the optional compiled build, which has no ``__dict__``)."""
+    names = getattr(type(fold), "__mypyc_attrs__", None)
+    if names is None:
+        return dict(vars(fold))
+    return {name: getattr(fold, name) for name in names}
 
 
 def _bound_to(route: Any) -> Any:

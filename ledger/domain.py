@@ -163,8 +163,9 @@ class DomainGuard:
         """Writes the fold to the snapshot cache when it has folded at least
         ``ledger.snapshot.snapshot_events_min`` events past the last snapshot (or from
         nothing), its last catch-up ran to the end and no decision was cut short; never for a
-        view ``as_of`` a position or an archiving fold. Returns whether one was written; a
-        failure to write is logged, not raised (the snapshot is a cache)."""
+        view ``as_of`` a position, nor for an archiving fold (``SnapshotCache.save`` refuses
+        one, and ``ArenaLedger`` gives such a fold no cache). Returns whether one was
+        written; a failure to write is logged, not raised (the snapshot is a cache)."""
         from ledger import snapshot
 
         fold = self.fold
@@ -173,7 +174,6 @@ class DomainGuard:
             or not self._caught_up
             or fold.deciding
             or self.as_of is not None
-            or fold.archive is not None
             or fold.position - self.snapshot_position < snapshot.snapshot_events_min
         ):
             return False

@@ -80,6 +80,7 @@ from machines.payment import CreditState, PaymentState, credit_step, payment_ste
 from machines.refusal import ABSENT, Refusal
 from machines.submission import (
     FAILED,
+    HELD,
     QUEUED,
     TERMINALS,
     ArrivalKey,
@@ -89,7 +90,7 @@ from machines.submission import (
     submission_id_of,
 )
 
-__all__ = ["Archive", "Finished", "LedgerFold", "Record"]
+__all__ = ["Archive", "Finished", "FoldCounts", "LedgerFold", "Record"]
 
 #: What ``consume`` reads: (position, stream, event type, event model).
 Record = tuple[int, str, str, Event]
@@ -377,6 +378,19 @@ def _fee_text(fee: Fee) -> str:
     return f"the submission was admitted with fee {fee.kind} {fee.ref!r} of {fee.amount_rao} rao"
 
 
+class FoldCounts(NamedTuple):
+    """Counts what the folded events did, for ``stats``: decided attempts and NO_DECISION
+    verdicts per arena, and holds placed (a submission entering HELD) per hold reason.
+
+    Only events the machines accepted count; a snapshot of the fold carries them, so a
+    command restored from one reports the whole ledger without reading it again.
+    """
+
+    decided: dict[str, int]
+    no_decision: dict[str, int]
+    holds_placed: dict[str, int]
+
+
 def _owed_text(owner: str) -> str:
     """Says whose admission a payment or credit already pays, for a refusal's detail."""
     return f"it pays the fee of submission {owner[:16]}'s admission"
@@ -430,6 +444,11 @@ class LedgerFold:
         self._queued: dict[str, dict[str, ArrivalKey]] = {}
         self._live: dict[str, ArrivalKey] = {}
         self._group: dict[str, str] = {}
+        # FoldCounts' tables: attempts decided and NO_DECISION verdicts per arena, holds
+        # placed per reason (written with _put, so a decide_batch leaves them as they were).
+        self._decided: dict[str, int] = {}
+        self._no_decision: dict[str, int] = {}
+        self._holds_placed: dict[str, int] = {}
         self._journal: list[tuple[dict[Any, Any], Any, Any]] | None = None
         #: The last (state, decision) ``derive_decision`` derived: the replay derives an
         #: AttemptDecided's decision to check it, then applies it; states are immutable, so
@@ -668,6 +687,10 @@ class LedgerFold:
                 self._journal.append((table, key, _Popped(table[key], list(table).index(key))))
             del table[key]
 
+    def _count(self, table: dict[str, int], key: str) -> None:
+        """Adds one to ``table[key]`` (journaled, like every write of a decide_batch)."""
+        self._put(table, key, table.get(key, 0) + 1)
+
     def _inner(self, table: dict[str, dict[K, V]], key: str) -> dict[K, V]:
         inner = table.get(key)
         if inner is None:
@@ -728,6 +751,8 @@ class LedgerFold:
             if queued is None:
                 queued = self._queued[new.arena_id] = {}
             queued[sid] = new.arrival_key
+        elif status == HELD:
+            self._count(self._holds_placed, str(new.hold_reason))
         if status in TERMINALS:
             self._live.pop(sid, None)
             if self.archive is not None:
@@ -745,6 +770,8 @@ class LedgerFold:
             self._pop(self._queued[new.arena_id], sid)
         if new.status == QUEUED:
             self._put(self._inner(self._queued, new.arena_id), sid, new.arrival_key)
+        elif new.status == HELD:
+            self._count(self._holds_placed, str(new.hold_reason))
         if new.terminal:
             self._pop(self._live, sid)
 
@@ -1041,7 +1068,12 @@ class LedgerFold:
         if isinstance(result, Refusal):
             return result
         assert type(result) is AttemptState
-        kept = result if result.decision is None or self.detail else result.summary()
+        decision = result.decision
+        if decision is not None:  # DECIDED is terminal: this event is the AttemptDecided
+            self._count(self._decided, result.arena_id)
+            if decision.verdict == "NO_DECISION":
+                self._count(self._no_decision, result.arena_id)
+        kept = result if decision is None or self.detail else result.summary()
         if self._journal is None:
             self._attempts[ident] = kept  # _put without a journal, inlined (hot path)
         else:
@@ -1134,6 +1166,14 @@ class LedgerFold:
     def arenas(self) -> list[ArenaState]:
         """Returns every arena, by arena_id."""
         return [self._arenas[a] for a in sorted(self._arenas)]
+
+    def counts(self) -> FoldCounts:
+        """Returns what the folded events did (``FoldCounts``), as copies sorted by key."""
+        return FoldCounts(
+            dict(sorted(self._decided.items())),
+            dict(sorted(self._no_decision.items())),
+            dict(sorted(self._holds_placed.items())),
+        )
 
     def submission(self, submission_id: str) -> SubmissionState | None:
         """Returns a submission's state (live or archived), or None."""
@@ -1282,6 +1322,7 @@ class LedgerFold:
             "queued": {k: dict(v) for k, v in self._queued.items() if v},
             "live": dict(self._live),
             "groups": merged["groups"],
+            "counts": self.counts()._asdict(),
         }
 
     def _with_archived(self) -> dict[str, dict[str, Any]]:

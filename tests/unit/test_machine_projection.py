@@ -10,17 +10,20 @@ from ledger.events import (
     CreditGranted,
     CreditSpent,
     Event,
+    HoldReleased,
     InfrastructureFault,
     PaymentConsumed,
     PaymentReleased,
     QualificationStarted,
     SubmissionAdmitted,
     SubmissionExpired,
+    SubmissionHeld,
     SubmissionRejected,
     SubmissionResolved,
 )
 from machines import samples
 from machines import scenario as scenario_module
+from machines.arithmetic import Decision
 from machines.attempt import AttemptState, AttemptSummary
 from machines.intake import Admission, Rejection
 from machines.projection import LedgerFold
@@ -668,3 +671,55 @@ def test_resolution_and_reward_group_for_settlement() -> None:
     assert resolved is not None and (resolved.verdict, resolved.speedup) == ("PASS", "1.019129")
     assert sc.fold.reward_group(sid) == state.incumbent_digest
     assert sc.fold.resolution("nope") is None and sc.fold.reward_group("nope") is None
+
+
+def test_counts_tally_accepted_decisions_and_holds_placed_and_a_decide_changes_none() -> None:
+    """``counts`` is what stats reports: decided attempts and NO_DECISION verdicts per arena,
+    and every entry into HELD by its reason (released holds included); a refused event and
+    a decide_batch (journaled, rolled back) count nothing."""
+    sc = Scenario()
+    sc.commission(fee_rao=0)
+    sc.commission("other-arena", fee_rao=0)
+    passed = sc.arrive(content="pass")
+    sc.evaluate(passed, "att-1", WORKED, samples.audit(), samples.quality())
+    killed = InfrastructureFault(code="engine_killed", stage="speed", detail="")
+    parked = sc.arrive(content="parked", block=1_001)
+    sc.evaluate(parked, "att-2", (), killed)
+    budget = InfrastructureFault(code="adapter_start_failed", stage="start", detail="")
+    retried = sc.arrive(content="retried", block=1_002, arena_id="other-arena")
+    for n in range(3, 7):  # the fourth requeue holds: retry_budget_exhausted
+        sc.evaluate(retried, f"att-{n}", (), budget)
+    held = sc.arrive(content="held", block=1_003)
+    sc.append(f"submission-{held}", SubmissionHeld(reason="operator review", block=1_004))
+    sc.append(f"submission-{held}", HoldReleased(reason="ok", block=1_005, operator="5Op"))
+    sc.append(f"submission-{held}", SubmissionHeld(reason="operator review", block=1_006))
+
+    expected = {
+        "decided": {"mlp-arena": 2, "other-arena": 4},
+        "no_decision": {"mlp-arena": 1, "other-arena": 4},
+        "holds_placed": {"operator review": 2, "retry_budget_exhausted": 1},
+    }
+    assert sc.fold.counts()._asdict() == expected
+    # Refused (already held; an attempt decided twice) and decided-only events count nothing.
+    assert _code(sc, f"submission-{held}", SubmissionHeld(reason="again", block=1_007))
+    decided_twice = samples.decided(sc.fold.attempt("att-1").decision)  # type: ignore[union-attr]
+    assert sc.fold.apply(sc.fold.position + 1, "attempt-att-1", decided_twice) is not None
+    arena = sc.fold.arena("mlp-arena")
+    assert arena is not None
+    waiting = sc.arrive(content="waiting", block=1_008)
+    queued = sc.arrive(content="queued", block=1_009)
+    no_decision = Decision("NO_DECISION", "engine_killed", "COMPLETE", None, None, None)
+    batch: list[tuple[str, Event, None]] = [
+        ("attempt-att-9", samples.claimed(waiting, arena.commission_digest, attempt_id="att-9"),
+         None),
+        (f"submission-{waiting}", QualificationStarted(attempt_id="att-9"), None),
+        ("attempt-att-9", killed, None),
+        ("attempt-att-9", samples.decided(no_decision), None),
+        (f"submission-{queued}", SubmissionHeld(reason="operator review", block=1_010), None),
+    ]
+    assert sc.fold.decide_batch(batch) == [None] * 5  # each would be accepted
+    assert sc.fold.counts()._asdict() == expected  # and none was kept
+    # A fold of the same records counts the same (the replay's and a restored command's).
+    again = LedgerFold()
+    assert again.consume(sc.records) == 0
+    assert again.counts() == sc.fold.counts()

@@ -99,7 +99,7 @@ def stats(
     (NO_DECISION verdicts / decided attempts, 6 places). With --as-of N, as of position N:
     the last checkpoint is then the newest whose tree covers at most N positions.
     """
-    document = ops.stats(state.db_url, as_of)
+    document = ops.stats(state.db_url, as_of, state.snapshot_dir)
     if as_json:
         emit_json(document)
         return

@@ -37,9 +37,8 @@ from ledger.errors import (
     StoreError,
     require_file,
 )
-from ledger.events import AttemptClaimed, AttemptDecided
 from ledger.fields import require_as_of, require_hotkey
-from ledger.model import Head, RecordedEvent, VerifyReport
+from ledger.model import Head, VerifyReport
 from ledger.store import EventStore, safe_url
 
 __all__ = [
@@ -603,57 +602,13 @@ def _rate(part: int, whole: int) -> str | None:
     return str(value.quantize(Decimal(1).scaleb(-rate_places), rounding=ROUND_HALF_EVEN))
 
 
-@dataclass
-class _Tally:
-    """Counts what stats reports while the events stream past once."""
-
-    types: Counter[str] = field(default_factory=Counter)
-    attempt_arena: dict[str, str] = field(default_factory=dict)
-    decided: Counter[str] = field(default_factory=Counter)
-    no_decision: Counter[str] = field(default_factory=Counter)
-    holds_placed: Counter[str] = field(default_factory=Counter)
-    last: RecordedEvent | None = None
-
-    def tip(self) -> dict[str, Any] | None:
-        """Returns the last event read: the chain's tip."""
-        if self.last is None:
-            return None
-        last = self.last
-        return {"position": last.position, "entry_hash": last.entry_hash, "type": last.type,
-                "stream": last.stream, "recorded_at": last.recorded_at}
-
-
-def _fold_and_count(store: EventStore, size: int) -> tuple[Any, _Tally]:
-    """Folds positions 1 to ``size`` and counts stats' figures on the way (raw rows, decoded
-    as the guard's catch-up decodes them: ``ledger.replay.decoded_rows``)."""
-    from ledger.replay import decoded_rows
-    from machines.projection import LedgerFold
-
-    fold = LedgerFold()
-    tally = _Tally()
-    last = None
-    for row, payload, event in decoded_rows(store, 1, size):
-        position, stream, kind = row[0], row[1], row[3]
-        tally.types[kind] += 1
-        sid = stream[len("submission-"):] if stream.startswith("submission-") else None
-        was = fold.submission(sid) if sid else None
-        fold.apply(position, stream, event, payload)
-        now = fold.submission(sid) if sid else None
-        if now is not None and now.status == "HELD" and (was is None or was.status != "HELD"):
-            tally.holds_placed[str(now.hold_reason)] += 1
-        # ``type(...) is``: isinstance on a pydantic class is slow when it fails (ABCMeta).
-        if type(event) is AttemptClaimed:
-            tally.attempt_arena[event.attempt_id] = event.arena_id
-        elif type(event) is AttemptDecided:
-            arena = tally.attempt_arena.get(stream[len("attempt-"):], "?")
-            tally.decided[arena] += 1
-            tally.no_decision[arena] += int(event.verdict == "NO_DECISION")
-        last = row
-    if last is not None:
-        position, stream, version, kind, schema, data, at, actor, entry = last[:9]
-        tally.last = RecordedEvent(position, stream, version, kind, schema, bytes(data), at,
-                                   actor, entry)
-    return fold, tally
+def _tip(store: EventStore, position: int) -> dict[str, Any] | None:
+    """Returns the event at ``position`` (None at 0): the chain's tip as stats reports it."""
+    if position == 0:
+        return None
+    last = store.get(position)
+    return {"position": last.position, "entry_hash": last.entry_hash, "type": last.type,
+            "stream": last.stream, "recorded_at": last.recorded_at}
 
 
 def _snapshot(store: EventStore, as_of: int | None) -> tuple[Head, int, str]:
@@ -679,12 +634,19 @@ def _last_checkpoint(store: EventStore, head: Head) -> dict[str, Any] | None:
     return row
 
 
-def stats(url: str, as_of: int | None = None) -> dict[str, Any]:
-    """Returns the ledger's vital signs as of its head, read in one pass over the events.
+def stats(
+    url: str,
+    as_of: int | None = None,
+    snapshot_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Returns the ledger's vital signs as of its head.
 
     Head and chain tip, Merkle root, the last checkpoint and its age in positions, events by
     type, submissions by status per arena, holds by reason (now held, and every hold ever
     placed), and each arena's NO_DECISION rate (NO_DECISION verdicts / decided attempts).
+    The machines' figures come from the fold (``LedgerFold.counts``: only events the
+    machines accepted count), restored from and saved to ``snapshot_dir`` when given
+    (``ArenaLedger.snapshot_dir``); events by type from one query over the same positions.
 
     With ``as_of`` (past the head, the head) every figure is the ledger's as it stood at
     that position: the head is that position and its entry hash, the Merkle root is the
@@ -692,42 +654,50 @@ def stats(url: str, as_of: int | None = None) -> dict[str, Any]:
     holds (it may have been signed later); ``as_of_position`` names the position.
     """
     from ledger import migrate
+    from ledger.domain import ArenaLedger
     from machines.submission import STATES
 
     require_as_of(as_of)
     with EventStore(url) as store:
         store.require_initialised()
+        # The head row is held to the tables first: a damaged one stops stats before the fold.
         head, size, root = _snapshot(store, as_of)
-        fold, tally = _fold_and_count(store, size)
+    with ArenaLedger(url, actor="stats", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
+        fold = ledger.fold
+        store = ledger.store
+        if fold.position != size:  # an append landed in between: report as of the fold
+            head, size, root = _snapshot(store, fold.position)
+        types = store.type_counts(size)
+        tip = _tip(store, size)
         checkpoint = _last_checkpoint(store, head)
         backend = store.backend
-    arenas = sorted({a.arena_id for a in fold.arenas()} | set(tally.decided))
+    counts = fold.counts()
+    arenas = sorted({a.arena_id for a in fold.arenas()} | set(counts.decided))
     by_status: dict[str, dict[str, int]] = {}
     held: Counter[str] = Counter()
     for arena in arenas:
-        counts = dict.fromkeys(STATES, 0)
+        statuses = dict.fromkeys(STATES, 0)
         for sub in fold.submissions(arena):
-            counts[sub.status] += 1
+            statuses[sub.status] += 1
             if sub.status == "HELD":
                 held[str(sub.hold_reason)] += 1
-        by_status[arena] = {**counts, "total": sum(counts.values())}
+        by_status[arena] = {**statuses, "total": sum(statuses.values())}
     return {
         "backend": backend,
         "revision": migrate.current(url),
         "as_of_position": None if as_of is None else head.position,
         "head": _head_json(head),
-        "tip": tally.tip(),
-        "tip_matches_head": tally.last is None or tally.last.entry_hash == head.entry_hash,
+        "tip": tip,
+        "tip_matches_head": tip is None or tip["entry_hash"] == head.entry_hash,
         "merkle": {"tree_size": size, "root_hash": root},
         "last_checkpoint": checkpoint,
-        "events": {"total": sum(tally.types.values()),
-                   "by_type": dict(sorted(tally.types.items()))},
+        "events": {"total": sum(types.values()), "by_type": types},
         "submissions": by_status,
-        "holds": {"current": dict(sorted(held.items())),
-                  "placed": dict(sorted(tally.holds_placed.items()))},
+        "holds": {"current": dict(sorted(held.items())), "placed": counts.holds_placed},
         "no_decision": {
-            arena: {"no_decision": tally.no_decision[arena], "decided": tally.decided[arena],
-                    "rate": _rate(tally.no_decision[arena], tally.decided[arena])}
+            arena: {"no_decision": counts.no_decision.get(arena, 0),
+                    "decided": counts.decided.get(arena, 0),
+                    "rate": _rate(counts.no_decision.get(arena, 0), counts.decided.get(arena, 0))}
             for arena in arenas
         },
     }

@@ -900,6 +900,15 @@ class EventStore:
         return report
 
     @_store_errors
+    def type_counts(self, last: int, conn: Connection | None = None) -> dict[str, int]:
+        """Returns how many events of each type positions 1 to ``last`` hold, by type name
+        (one pass over the (type, position) index; through ``conn`` when given)."""
+        sql = text(
+            "SELECT type, COUNT(*) FROM events WHERE position <= :last GROUP BY type ORDER BY type"
+        )
+        return {str(kind): int(count) for kind, count in self._fetch(sql, {"last": last}, conn)}
+
+    @_store_errors
     def stored_entry_hash(self, position: int, conn: Connection | None = None) -> str | None:
         """Returns the entry hash stored at ``position``, or None when there is no such row;
         read through ``conn``, inside its transaction, when given."""

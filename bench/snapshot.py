@@ -2,13 +2,15 @@
 
 Every command that answers from the machines (explain, history, submissions, fees, rewards,
 weights, settle, intake, ...) folds the ledger first; ``ledger.snapshot`` lets it start from
-the fold a previous command saved. This runs one such command (``fees --json``: an auditor's
-fee totals) in fresh processes, as a user does: with ``--no-snapshots`` (the peer), once cold
-(folds from nothing and writes the snapshot) and restored, alternating the peer and the
-restored runs, and checks every run printed the same bytes. It prints each run's wall time
+the fold a previous command saved. This runs one such command (``fees --json`` by default: an
+auditor's fee totals; ``--command`` names another) in fresh processes, as a user does: with
+``--no-snapshots`` (the peer), once cold (folds from nothing and writes the snapshot) and
+restored, alternating the peer and the restored runs, and checks every run printed the same
+bytes. It prints each run's wall time
 and peak RSS and the ratio of the medians; only ratios from one run mean anything.
 
     python bench/snapshot.py --db /tmp/rp/r1m.db --runs 3
+    python bench/snapshot.py --db /tmp/rp/r1m.db --runs 3 --command "stats --json"
 
 ``--db`` reuses a ledger bench/replay.py built (``--keep``); without it a ledger of
 ``--events`` is built here the same way.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -44,12 +47,12 @@ print(json.dumps({"ms": (time.perf_counter() - started) * 1000, "kib": usage.ru_
                   "status": status, "stderr": error.decode(errors="replace")[-2000:]}))
 """
 
-COMMAND = ["fees", "--json"]
+COMMAND = "fees --json"
 
 
-def _run(options: Sequence[str], output: Path) -> tuple[float, int, bytes]:
-    """Runs the command once in a new process; returns (ms, peak RSS KiB, its stdout)."""
-    argv = [*_cli(), *options, *COMMAND]
+def _run(options: Sequence[str], command: Sequence[str], output: Path) -> tuple[float, int, bytes]:
+    """Runs ``command`` once in a new process; returns (ms, peak RSS KiB, its stdout)."""
+    argv = [*_cli(), *options, *command]
     done = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, str(output), *argv],
                           cwd=ROOT, capture_output=True, text=True, check=True)
     result = json.loads(done.stdout)
@@ -67,6 +70,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="generated events when building")
     parser.add_argument("--runs", type=int, default=3,
                         help="runs of the peer and of the restored command, alternating")
+    parser.add_argument("--command", default=COMMAND,
+                        help=f"the arena-ledger command and its options (default: {COMMAND!r})")
     return parser.parse_args(argv)
 
 
@@ -75,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.runs < 1:
         print(f"--runs must be at least 1, not {args.runs}", file=sys.stderr)
+        return 2
+    command = shlex.split(args.command)
+    if not command:
+        print("--command names no command", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as scratch:
         work = Path(scratch)
@@ -93,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain = ["--db", url, "--no-snapshots"]
         snapshots = ["--db", url, "--snapshot-dir", str(work / "snapshots")]
         out = work / "out"
-        cold_ms, cold_kib, expected = _run(snapshots, out)
+        cold_ms, cold_kib, expected = _run(snapshots, command, out)
         files = list((work / "snapshots").glob("*.snapshot"))
         if len(files) != 1:
             raise SystemExit(f"the cold run wrote {len(files)} snapshots, not one")
@@ -102,14 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         restored: list[tuple[float, int]] = []
         for _ in range(args.runs):
             for runs, options in ((peer, plain), (restored, snapshots)):
-                ms, kib, printed = _run(options, out)
+                ms, kib, printed = _run(options, command, out)
                 if printed != expected:
                     raise SystemExit(f"{options} printed other bytes than the cold run")
                 runs.append((ms, kib))
     peer_ms = statistics.median(ms for ms, _ in peer)
     restored_ms = statistics.median(ms for ms, _ in restored)
     print(machine_markdown(describe_machine()))
-    print(f"Ledger: {head:,} events; command: `arena-ledger {' '.join(COMMAND)}` "
+    print(f"Ledger: {head:,} events; command: `arena-ledger {shlex.join(command)}` "
           f"({len(expected):,} bytes printed, the same in every run).\n")
     print("| Run | Wall (each run) | Median | Peak RSS |")
     print("|---|---:|---:|---:|")

@@ -44,8 +44,16 @@ def _read_json(path: str) -> Any:
 
 
 def _positions(result: Any) -> str:
-    positions = list(result.positions)
-    return f"{positions[0]}..{positions[-1]}" if len(positions) > 1 else str(positions[0])
+    """Spells the positions of an append, each run of consecutive ones as ``first..last``
+    (events recorded by separate appends, which an intake may answer with, need not follow
+    on)."""
+    runs: list[list[int]] = []
+    for position in result.positions:
+        if runs and runs[-1][1] + 1 == position:
+            runs[-1][1] = position
+        else:
+            runs.append([position, position])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)
 
 
 @handle_errors

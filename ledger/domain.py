@@ -564,20 +564,50 @@ class ArenaLedger:
         else:
             try:
                 result = self.append(whole, key=f"intake-{sid}")
-            except ConcurrencyConflict as conflict:
+            except ConcurrencyConflict:
                 if not decided:
                     raise
                 # Decided by an intake of an arrival recorded on its own: that intake's key
-                # answers its retry. Else the conflict on the arrival stands, as it always
-                # did, not what the outcome's own batch met (a refusal, a fee stream's
-                # conflict).
+                # answers its retry. Else it was decided by appends without intake's keys
+                # (raw, or through ``append``): what is recorded answers, when it is what
+                # this intake records. A conflict ("re-read and retry") would be answered
+                # the same on every retry.
                 try:
                     result = self.append(decision, key=f"intake-outcome-{sid}")
                 except (Refused, ConcurrencyConflict):
-                    raise conflict from None
+                    result = self._recorded_intake(sid, [(stream, arrived), *decision])
         reason = "" if isinstance(outcome, Admission) else outcome.reason
         return IntakeOutcome(
             sid, fee is not None, reason, fee, result.positions, result.already_recorded
+        )
+
+    def _recorded_intake(
+        self, sid: str, batch: Sequence[tuple[str, Event] | tuple[str, Event, ExpectedVersion]]
+    ) -> AppendResult:
+        """Returns where ``batch`` (an intake's arrival, outcome and fee event) is recorded,
+        each event equal to one of its stream's, as an already-recorded append.
+
+        Raises InvalidInput naming the first event that is recorded otherwise, or not at all.
+        """
+        found: list[RecordedEvent] = []
+        for item in batch:
+            stream, event = item[0], item[1]
+            recorded = [r for r in self.read_stream(stream) if r.type == event.event_type]
+            same = next((r for r in recorded if r.event() == event), None)
+            if same is None:
+                how = "with other fields" if recorded else "nowhere"
+                raise InvalidInput(
+                    f"the intake of submission {sid} was recorded by appends without intake's "
+                    f"key, not as this intake records it: its {event.event_type} in stream "
+                    f"{stream!r} is recorded {how}; nothing was written",
+                    submission_id=sid,
+                    stream=stream,
+                    event_type=event.event_type,
+                )
+            found.append(same)
+        found.sort(key=lambda r: r.position)
+        return AppendResult(
+            tuple(r.position for r in found), True, tuple(r.entry_hash for r in found)
         )
 
     @staticmethod

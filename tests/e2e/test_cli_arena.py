@@ -340,6 +340,37 @@ def test_repeating_an_intake_prints_already_recorded(story: Story) -> None:
     assert story.cli.head() == 29
 
 
+def test_an_intake_recorded_by_separate_appends_prints_each_run_of_positions(
+    cli_factory: Any,
+) -> None:
+    # Recorded with `append` (no intake key), the intake's events need not follow on: its
+    # retry answers with their positions, not the range around them (nor a conflict).
+    from ledger.domain import submission_id
+
+    cli = cli_factory("separate")
+    cli("init")
+    cli("commission", cli.write("arena.json", COMMISSION))
+    document = arrival("delta-s", payment_ref="pay-s")
+    sid = submission_id(document)
+    fee = {"kind": "payment", "ref": "pay-s", "amount_rao": FEE}
+    lines = [
+        {"stream": f"submission-{sid}", "type": "SubmissionArrived",
+         "payload": {**document, "submission_id": sid}},
+        {"stream": "credit-c1", "type": "CreditGranted",
+         "payload": {"credit_id": "c1", "hotkey": "5Other", "amount_rao": FEE, "note": "n"}},
+        {"stream": f"submission-{sid}", "type": "SubmissionAdmitted",
+         "payload": {"block": 1_000, "fee": fee}},
+        {"stream": "payment-pay-s", "type": "PaymentConsumed",
+         "payload": {"payment_ref": "pay-s", "submission_id": sid, "arena_id": ARENA,
+                     "amount_rao": FEE}},
+    ]
+    cli("append", cli.write("separate.jsonl", lines))
+    again = cli("intake", cli.write("s.json", document), "--paid-rao", str(FEE))
+    assert again.stdout.strip() == (
+        f"submission {sid} admitted at positions 2, 4..5 (already recorded)")
+    assert cli.head() == 5
+
+
 def test_brackets_in_a_hotkey_or_reason_are_printed_as_written(cli_factory: Any) -> None:
     # A hotkey is any printable ASCII; rich's markup once ate "[b]" (two hotkeys then read
     # alike in every table) and raised on "[/]" (every human read of the ledger failed).

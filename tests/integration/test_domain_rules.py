@@ -18,7 +18,7 @@ from test_domain_enforcement import ARENA, FEE, Desk, open_desk, payload_of
 
 from ledger.codec import digest
 from ledger.domain import ArenaLedger
-from ledger.errors import ConcurrencyConflict, InvalidInput, NotFound, SchemaError
+from ledger.errors import InvalidInput, NotFound, SchemaError
 from ledger.model import EventDraft
 from machines import samples
 
@@ -236,23 +236,66 @@ def test_an_arrival_held_before_intake_is_refused_intake_until_released(desk: De
     assert (outcome.admitted, outcome.positions) == (True, (5, 6))
 
 
-def test_a_retried_intake_of_a_submission_decided_by_raw_appends_names_its_arrival_stream(
+def _decided_raw(desk: Desk, content: str, *, fee_event: bool = True) -> tuple[str, dict[str, Any]]:
+    """Records an arrival, its admission and (unless not ``fee_event``) its PaymentConsumed by
+    raw appends, without intake's keys; returns the id and intake's input for that arrival."""
+    sid, arrival = _arrival_alone(desk, content)
+    fee = {"kind": "payment", "ref": f"pay-{content}", "amount_rao": FEE}
+    drafts = [EventDraft(f"submission-{sid}", "SubmissionAdmitted", {"block": 1_000, "fee": fee})]
+    if fee_event:
+        drafts.append(EventDraft(f"payment-pay-{content}", "PaymentConsumed", {
+            "payment_ref": f"pay-{content}", "submission_id": sid, "arena_id": ARENA,
+            "amount_rao": FEE}))
+    desk.raw(*drafts)()
+    return sid, arrival
+
+
+def test_an_intake_of_a_submission_decided_by_raw_appends_answers_what_is_recorded(
     desk: Desk,
 ) -> None:
-    # No intake key exists for it: the conflict is the arrival's stream (as before), not
-    # the payment stream the outcome-only fallback meets.
+    # No intake key exists for it. It answered ConcurrencyConflict ("re-read and retry")
+    # on the arrival's stream, and the same on every retry: a runner that retries on a
+    # conflict looped. The recorded events are what this intake records: they answer it.
     desk.commission()
-    sid, arrival = _arrival_alone(desk, "raw")
-    fee = {"kind": "payment", "ref": "pay-raw", "amount_rao": FEE}
-    desk.raw(
-        EventDraft(f"submission-{sid}", "SubmissionAdmitted", {"block": 1_000, "fee": fee}),
-        EventDraft("payment-pay-raw", "PaymentConsumed", {
-            "payment_ref": "pay-raw", "submission_id": sid, "arena_id": ARENA,
-            "amount_rao": FEE}),
-    )()
+    sid, arrival = _decided_raw(desk, "raw")
     head = desk.head
-    with pytest.raises(ConcurrencyConflict) as caught:
-        desk.ledger.intake(arrival, payment_amount_rao=FEE)
-    assert (caught.value.context["stream"], caught.value.context["actual"]) == (
-        f"submission-{sid}", 2)
+    for _ in range(2):
+        outcome = desk.ledger.intake(arrival, payment_amount_rao=FEE)
+        assert (outcome.submission_id, outcome.admitted, outcome.reason) == (sid, True, "")
+        assert outcome.fee == {"kind": "payment", "ref": "pay-raw", "amount_rao": FEE}
+        assert (outcome.positions, outcome.already_recorded) == ((2, 3, 4), True)
+    assert desk.head == head
+    # A rejection recorded raw answers likewise (nothing else to write for it).
+    rejected = samples.arrived(content="rejected", block=1_001)  # no payment named
+    rid = rejected.submission_id
+    desk.raw(
+        EventDraft(f"submission-{rid}", "SubmissionArrived", payload_of(rejected)),
+        EventDraft(f"submission-{rid}", "SubmissionRejected",
+                   {"block": 1_001, "reason": "missing_eval_cost_payment"}),
+    )()
+    again = desk.ledger.intake(desk.arrival(content="rejected", block=1_001))
+    assert (again.submission_id, again.admitted, again.reason) == (
+        rid, False, "missing_eval_cost_payment")
+    assert (again.positions, again.already_recorded) == ((head + 1, head + 2), True)
+    assert desk.head == head + 2
+
+
+def test_an_intake_that_differs_from_the_raw_recorded_one_names_the_event_and_writes_nothing(
+    desk: Desk,
+) -> None:
+    desk.commission()
+    sid, arrival = _decided_raw(desk, "raw")
+    _, dangling = _decided_raw(desk, "dangling", fee_event=False)
+    head = desk.head
+    cases = [  # (call, the event named, how)
+        (lambda: desk.ledger.intake(arrival, payment_amount_rao=FEE, block=1_005),
+         f"SubmissionAdmitted in stream 'submission-{sid}' is recorded with other fields"),
+        (lambda: desk.ledger.intake(dangling, payment_amount_rao=FEE),
+         "PaymentConsumed in stream 'payment-pay-dangling' is recorded nowhere"),
+    ]
+    for call, named in cases:
+        with pytest.raises(InvalidInput) as caught:
+            call()
+        assert "recorded by appends without intake's key" in caught.value.message
+        assert named in caught.value.message and "nothing was written" in caught.value.message
     assert desk.head == head

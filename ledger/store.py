@@ -901,12 +901,12 @@ class EventStore:
 
     @_store_errors
     def type_counts(self, last: int, conn: Connection | None = None) -> dict[str, int]:
-        """Returns how many events of each type positions 1 to ``last`` hold, by type name
-        (one pass over the (type, position) index; through ``conn`` when given)."""
-        sql = text(
-            "SELECT type, COUNT(*) FROM events WHERE position <= :last GROUP BY type ORDER BY type"
-        )
-        return {str(kind): int(count) for kind, count in self._fetch(sql, {"last": last}, conn)}
+        """Returns how many events of each type positions 1 to ``last`` hold, by type name in
+        code-point order (one pass over the (type, position) index; through ``conn`` when
+        given). Sorted here, not by the database, whose collation may order otherwise."""
+        sql = text("SELECT type, COUNT(*) FROM events WHERE position <= :last GROUP BY type")
+        rows = self._fetch(sql, {"last": last}, conn)
+        return {str(kind): int(count) for kind, count in sorted(rows, key=lambda r: str(r[0]))}
 
     @_store_errors
     def stored_entry_hash(self, position: int, conn: Connection | None = None) -> str | None:

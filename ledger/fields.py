@@ -39,27 +39,28 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _HOTKEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
 
-def is_arena_id(text: str) -> bool:
-    """Tells whether ``text`` is an arena slug ``[a-z0-9][a-z0-9-]{0,62}``."""
-    return _ARENA_ID.fullmatch(text) is not None
+def is_arena_id(text: object) -> bool:
+    """Tells whether ``text`` is an arena slug ``[a-z0-9][a-z0-9-]{0,62}`` (False for
+    anything but a string, so a caller's check names the field instead of a TypeError)."""
+    return isinstance(text, str) and _ARENA_ID.fullmatch(text) is not None
 
 
-def is_local_id(text: str) -> bool:
+def is_local_id(text: object) -> bool:
     """Tells whether ``text`` is an appender-chosen id (1–64 of ``[a-z0-9._-]``)."""
-    return _LOCAL_ID.fullmatch(text) is not None
+    return isinstance(text, str) and _LOCAL_ID.fullmatch(text) is not None
 
 
-def is_digest(text: str) -> bool:
+def is_digest(text: object) -> bool:
     """Tells whether ``text`` is 64 lowercase hex characters."""
-    return _DIGEST.fullmatch(text) is not None
+    return isinstance(text, str) and _DIGEST.fullmatch(text) is not None
 
 
-def is_hotkey(text: str) -> bool:
+def is_hotkey(text: object) -> bool:
     """Tells whether ``text`` is 1–64 printable non-space ASCII characters."""
-    return _HOTKEY.fullmatch(text) is not None
+    return isinstance(text, str) and _HOTKEY.fullmatch(text) is not None
 
 
-def require_hotkey(text: str, path: str = "hotkey") -> None:
+def require_hotkey(text: object, path: str = "hotkey") -> None:
     """Raises InvalidInput naming ``path`` unless ``text`` is a hotkey (``is_hotkey``)."""
     if not is_hotkey(text):
         raise InvalidInput(PATTERN_WORDS[_HOTKEY.pattern], path=path)

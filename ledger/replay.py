@@ -501,7 +501,9 @@ def replay_rows(
     With ``archive_finished`` (the default) the fold keeps finished submissions in a
     temporary file (``ledger.archive.DiskArchive``, deleted at the end), so the replay's
     memory follows the ledger's live state rather than its length; False keeps everything
-    in memory (faster, and what the benchmark compares against).
+    in memory (faster, and what the benchmark compares against). ``progress``, when
+    given, is called with each position as it is done, the one a divergence stops at
+    included (the CLI's progress bar).
     """
     report = ReplayReport(expected_digest=expected_digest(expect))
     _Replayer(report, archive_finished).replay(rows, progress)

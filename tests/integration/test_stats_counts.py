@@ -10,38 +10,20 @@ bench/fold.py's generated one (arenas, payments, credits, holds, requeues, expir
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_snapshots import CUT, EVENTS, _generated, _write  # same directory, prepend mode
 
 from ledger import migrate, ops, snapshot
 from ledger.events import AttemptClaimed, AttemptDecided
-from ledger.model import EventDraft
 from ledger.snapshot import SnapshotCache
 from ledger.store import EventStore
 from machines.projection import LedgerFold
 
-_ROOT = Path(__file__).resolve().parents[2]
-EVENTS, CUT = 2_400, 2_000
-
-
-def _generated() -> list[tuple[str, Any]]:
-    if str(_ROOT) not in sys.path:
-        sys.path.append(str(_ROOT))
-    generate = importlib.import_module("bench.fold").generate
-    return [(stream, event) for _, stream, _, event in generate(EVENTS, 11, 32, 150_000)]
-
-
-def _write(url: str, events: list[tuple[str, Any]]) -> None:
-    with EventStore(url) as store:
-        for start in range(0, len(events), 1_000):
-            chunk = events[start : start + 1_000]
-            store.append([EventDraft.of(stream, event) for stream, event in chunk], actor="t")
-
+SEED = 11  # a ledger of its own: NO_DECISIONs in several arenas and a hold before CUT
 
 def _oracle(url: str, last: int) -> dict[str, Any]:
     """Counts stats' machine figures and types by reading every event up to ``last``."""
@@ -89,7 +71,7 @@ def _figures(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def events() -> list[tuple[str, Any]]:
-    return _generated()
+    return _generated(SEED)
 
 
 @pytest.fixture

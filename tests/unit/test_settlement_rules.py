@@ -17,10 +17,10 @@ now answer False for a non-string).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import pytest
+from test_settlement import hexid  # same directory, prepend import mode
 
 from ledger.errors import InvalidInput
 from ledger.fields import is_arena_id, is_digest, is_hotkey, is_local_id, require_hotkey
@@ -44,12 +44,6 @@ from machines.settlement import (
     speedup_to_ppm,
     summarize_fees,
 )
-
-
-def hexid(name: str) -> str:
-    """Returns a stable 64-hex id for a readable test name."""
-    return hashlib.sha256(name.encode()).hexdigest()
-
 
 INCUMBENT = hexid("incumbent")
 POLICY = EmissionPolicy(half_life_blocks=1000, burn_hotkey="burn", validator_hotkey="val")

@@ -6,8 +6,8 @@ the fold a previous command saved. This runs one such command (``fees --json`` b
 auditor's fee totals; ``--command`` names another) in fresh processes, as a user does: with
 ``--no-snapshots`` (the peer), once cold (folds from nothing and writes the snapshot) and
 restored, alternating the peer and the restored runs, and checks every run printed the same
-bytes. It prints each run's wall time
-and peak RSS and the ratio of the medians; only ratios from one run mean anything.
+bytes. It prints each run's wall time and peak RSS and the ratio of the medians; only ratios
+from one run mean anything.
 
     python bench/snapshot.py --db /tmp/rp/r1m.db --runs 3
     python bench/snapshot.py --db /tmp/rp/r1m.db --runs 3 --command "stats --json"

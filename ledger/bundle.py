@@ -1088,8 +1088,8 @@ def read_bundle_rows(bundle: Path, as_of: int | None = None) -> tuple[Iterator[R
                 number += 1
                 digest.update(line)
                 size += len(line)
-                if line[-1:] != b"\n":
-                    if len(line) > most:
+                if line[-1:] != b"\n":  # the line's own bytes: over the limit, or cut short
+                    if len(line) > bundle_line_bytes_max:
                         raise LimitExceeded(f"{EVENTS_FILE} line {number} is over "
                                             f"{bundle_line_bytes_max} bytes", line=number)
                     raise _line_error(number, "does not end in a newline (the file is truncated)")

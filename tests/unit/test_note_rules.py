@@ -19,10 +19,16 @@ spec and the module's docstrings:
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from test_note import (  # Go's sumdb/note vectors (same directory, prepend import mode)
+    ENOCH_SIG,
+    ENOCH_VERIFIER_KEY,
+    PETER_SIG,
+    PETER_VERIFIER_KEY,
+    ROOT,
+    TEXT,
+)
 
 from ledger.errors import IntegrityError, InvalidInput, SignatureInvalid
 from ledger.note import (
@@ -35,21 +41,6 @@ from ledger.note import (
     verify_checkpoint,
 )
 
-# Go's golang.org/x/mod/sumdb/note test vectors (as in test_note.py).
-PETER_VERIFIER_KEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
-ENOCH_VERIFIER_KEY = "EnochRoot+af0cfe78+ATtqJ7zOtqQtYqOo0CpvDXNlMhV3HeJDpjrASKGLWdop"
-TEXT = (
-    "If you think cryptography is the answer to your problem,\n"
-    "then you don't know what your problem is.\n"
-)
-PETER_SIG = (
-    "— PeterNeumann "
-    "x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
-)
-ENOCH_SIG = (
-    "— EnochRoot "
-    "rwz+eBzmZa0SO3NbfRGzPCpDckykFXSdeX+MNtCOXm2/5n2tiOHp+vAF1aGrQ5ovTG01oOTGwnWLox33WWd1RvMc+QQ=\n"
-)
 PETER_KEY_B64 = PETER_VERIFIER_KEY.rsplit("+", 1)[1]
 
 # Two Ed25519 public keys whose key IDs under the name "c" collide: both are
@@ -59,7 +50,6 @@ COLLIDING_KEYS = (
     "fce2cd631e1575cbbffc1e0da7f72d0b95463fdfeafde9a5d4ec92894b8fef4f",
     "0a465a12d445a0bf8478416b9c1e1dad6b844c409fef5074ac883e07473a1ed8",
 )
-ROOT = hashlib.sha256(b"root").digest()
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ import pytest
 from test_verifiable_bundles import (  # same directory, prepend import mode
     _rewrite,
     copy_bundle,
+    export_sample,
     fill,
     lines_of,
     write_lines,
@@ -75,13 +76,7 @@ def signer() -> Signer:
 @pytest.fixture(scope="module")
 def published(draft: Draft, signer: Signer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Holds a signed bundle of a 12-event ledger, exported once; tests copy it first."""
-    folder = tmp_path_factory.mktemp("published")
-    url = f"sqlite:///{folder / 'ledger.db'}"
-    migrate.upgrade(url)
-    with EventStore(url) as store:
-        fill(store, draft, 12)
-        export_bundle(store, folder / "bundle", signer=signer)
-    return folder / "bundle"
+    return export_sample(tmp_path_factory.mktemp("published"), draft, signer)
 
 
 @pytest.fixture

@@ -88,7 +88,11 @@ def offline(draft: Draft, signer: Signer, tmp_path_factory: pytest.TempPathFacto
     """Holds the same signed bundle, exported once from SQLite, for the checks of the bundle
     files themselves: verify_bundle reads no database, so a second backend would only repeat
     them. Tests copy it before changing anything."""
-    folder = tmp_path_factory.mktemp("offline")
+    return export_sample(tmp_path_factory.mktemp("offline"), draft, signer)
+
+
+def export_sample(folder: Path, draft: Draft, signer: Signer) -> Path:
+    """Exports a signed bundle of a 12-event SQLite ledger made in ``folder``; returns it."""
     url = f"sqlite:///{folder / 'ledger.db'}"
     migrate.upgrade(url)
     with EventStore(url) as store:

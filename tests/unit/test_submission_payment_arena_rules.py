@@ -52,13 +52,18 @@ SID = samples.hex64("submission-1")
 OTHER_SID = samples.hex64("submission-2")
 
 
-def _ok(state: S.SubmissionState | None, *events: Event) -> S.SubmissionState:
+def _steps(step: Any, state: Any, events: tuple[Event, ...]) -> Any:
+    """Applies ``events`` with a machine's ``step``, each accepted; returns the last state."""
     for event in events:
-        result = S.step(state, event)
+        result = step(state, event)
         assert not isinstance(result, Refusal), str(result)
         state = result
     assert state is not None
     return state
+
+
+def _ok(state: S.SubmissionState | None, *events: Event) -> S.SubmissionState:
+    return _steps(S.step, state, events)
 
 
 def _queued() -> S.SubmissionState:
@@ -181,13 +186,7 @@ def test_the_payment_and_credit_folds_leave_refused_events_out() -> None:
 
 
 def _fold(*events: Event) -> A.ArenaState:
-    state: A.ArenaState | None = None
-    for event in events:
-        result = A.step(state, event)
-        assert not isinstance(result, Refusal), str(result)
-        state = result
-    assert state is not None
-    return state
+    return _steps(A.step, None, events)
 
 
 FIRST = samples.commissioned(block=100, incumbent="incumbent-0", fee_rao=1_000_000_000)

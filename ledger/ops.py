@@ -658,13 +658,11 @@ def stats(
     from machines.submission import STATES
 
     require_as_of(as_of)
-    with EventStore(url) as store:
-        store.require_initialised()
+    with ArenaLedger(url, actor="stats", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
+        store = ledger.store
         # The head row is held to the tables first: a damaged one stops stats before the fold.
         head, size, root = _snapshot(store, as_of)
-    with ArenaLedger(url, actor="stats", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
         fold = ledger.fold
-        store = ledger.store
         if fold.position != size:  # an append landed in between: report as of the fold
             head, size, root = _snapshot(store, fold.position)
         types = store.type_counts(size)

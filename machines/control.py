@@ -3,8 +3,9 @@
 A submission whose delta_digest is a registered control of its arena is ``as_expected``
 when its verdict (and reason, when the control registered one) matches, ``unexpected``
 otherwise, and ``pending`` while unresolved (ARRIVED, QUEUED, QUALIFYING, or HELD without
-any verdict yet). A control submission that was REJECTED or EXPIRED never produced a verdict
-and is ``unexpected``: the control did not demonstrate what it was registered to.
+any verdict yet). A control submission that was REJECTED, or EXPIRED before any verdict, never
+produced a verdict and is ``unexpected``: the control did not demonstrate what it was registered
+to. One that expired after its verdict (a parked NO_DECISION) is judged by that verdict.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def control_outcome(control: ControlRegistered, submission: SubmissionState) -> 
     """Returns how a control's submission turned out against its registered expectation."""
     if submission.status in (ARRIVED, QUEUED, QUALIFYING):
         return PENDING
-    if submission.status in (REJECTED, EXPIRED):
+    if submission.status in (REJECTED, EXPIRED) and submission.verdict is None:
         return UNEXPECTED
     if submission.verdict is None:
         return PENDING

@@ -160,7 +160,8 @@ its submission (`attempt_not_claimed`, or `attempt_mismatch` for another submiss
 
 A submission whose delta_digest is a registered control of its arena is `as_expected` when
 its verdict (and reason, when the control registered one) matches, `unexpected` otherwise
-(REJECTED and EXPIRED included: no verdict was produced), and `pending` while unresolved.
+(REJECTED, and EXPIRED before any verdict, included: no verdict was produced; one that expired
+after its verdict, a parked NO_DECISION, is judged by it), and `pending` while unresolved.
 The report has a row per control and submission of its digest, controls in registration
 order; two controls registered with one digest are each judged against every submission of
 it (the arena machine accepts such a pair: refusing it now would change what replay accepts

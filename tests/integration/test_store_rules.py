@@ -1,0 +1,95 @@
+"""Pins event store rules of ledger.store that the store contract suite leaves loose.
+
+Found by a hand-made mutation review of ledger/store.py: each test here fails on one small
+change to the module that the other tests let through. Like ``test_store_contract``, every
+test that takes ``store`` runs on SQLite and PostgreSQL. They pin, from the module's
+docstrings, docs/concepts.md and DOMAIN §2:
+
+* ``recorded_at_text`` spells an aware instant in UTC with microseconds and a ``Z``, and the
+  store's own clock stamps events in that spelling, so a bound spelled by it selects them;
+* ``get`` returns the event at exactly the position asked for: positions start at 1, so 0
+  and a negative position are NotFound, never the first event;
+* ``entry_hash_at`` answers the genesis hash for 0 only: a negative position has no entry
+  hash and is NotFound;
+* ``stored_entry_hash``, like every store read, turns a database error into the store's
+  LedgerError (an un-migrated database is SchemaNotInitialised, not SQLAlchemy's error).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from ledger.chain import GENESIS_HASH
+from ledger.errors import NotFound, SchemaNotInitialised
+from ledger.model import EventDraft
+from ledger.store import EventStore, recorded_at_text
+
+Draft = Callable[..., EventDraft]
+
+#: The spelling docs/concepts.md and ``recorded_at_text`` give ``recorded_at``.
+_RECORDED_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+def test_recorded_at_text_is_utc_with_microseconds_and_z() -> None:
+    # The same instant, given in three zones: one spelling, in UTC, every microsecond kept.
+    instant = datetime(2030, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    for zone in (UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=7))):
+        spelled = recorded_at_text(instant.astimezone(zone))
+        assert _RECORDED_AT.fullmatch(spelled), spelled
+        assert datetime.strptime(spelled, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC) == instant
+
+
+def test_the_default_clock_stamps_events_so_a_bound_it_spells_selects_them(
+    store: EventStore, draft: Draft
+) -> None:
+    before = datetime.now(UTC) - timedelta(microseconds=1)
+    store.append([draft("arena-t", 1)])
+    after = datetime.now(UTC) + timedelta(microseconds=1)
+    recorded = store.get(1).recorded_at
+    assert _RECORDED_AT.fullmatch(recorded), recorded
+    # Bounds given in another zone, spelled by recorded_at_text, as read_all asks.
+    east = timezone(timedelta(hours=9))
+    window = {
+        "recorded_from": recorded_at_text(before.astimezone(east)),
+        "recorded_to": recorded_at_text(after.astimezone(east)),
+    }
+    assert [e.position for e in store.read_all(**window)] == [1]
+    later = {"recorded_from": recorded_at_text(after.astimezone(east))}
+    assert list(store.read_all(**later)) == []
+
+
+@pytest.mark.parametrize("position", [0, -1])
+def test_get_below_the_first_position_is_not_found(
+    store: EventStore, draft: Draft, position: int
+) -> None:
+    store.append([draft("arena-g", 1), draft("arena-g", 2)])
+    with pytest.raises(NotFound) as caught:
+        store.get(position)
+    assert caught.value.context["position"] == position
+    assert store.get(1).position == 1  # the ledger does have a first event
+
+
+def test_only_position_0_has_the_genesis_hash(store: EventStore, draft: Draft) -> None:
+    store.append([draft("arena-g", 1)])
+    assert store.entry_hash_at(0) == GENESIS_HASH
+    with pytest.raises(NotFound) as caught:
+        store.entry_hash_at(-1)
+    assert caught.value.context["position"] == -1
+
+
+def test_stored_entry_hash_reads_a_row_or_none(store: EventStore, draft: Draft) -> None:
+    written = store.append([draft("arena-s", 1)])
+    assert store.stored_entry_hash(1) == written.entry_hashes[0]
+    assert store.stored_entry_hash(2) is None
+
+
+def test_stored_entry_hash_on_an_unmigrated_database_is_schema_not_initialised(
+    store_url: str,
+) -> None:
+    with EventStore(store_url) as bare, pytest.raises(SchemaNotInitialised) as caught:
+        bare.stored_entry_hash(1)
+    assert caught.value.code == "store_not_initialised"

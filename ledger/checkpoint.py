@@ -382,7 +382,15 @@ def consistency_document(
 
 def parse_proof_document(data: bytes | str, where: str = "proof") -> dict[str, Any]:
     """Parses a proof document strictly (size, JSON, format and kind), naming the fault."""
-    size = len(data.encode("utf-8") if isinstance(data, str) else data)
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text holds one
+            raise InvalidInput(
+                f"{where} is not valid UTF-8 (character {exc.start} is a lone surrogate)",
+                path="$",
+            ) from None
+    size = len(data)
     if size > proof_document_bytes_max:
         raise LimitExceeded(
             f"{where} is {size} bytes; the limit is {proof_document_bytes_max}", path="$"

@@ -56,6 +56,16 @@ def draft() -> Callable[..., EventDraft]:
 
 
 @pytest.fixture
+def widget_store(store: EventStore) -> Iterator[EventStore]:
+    """The migrated ``store``, opened with the test widget catalogue (tests/upcast_widgets.py:
+    a type with three schema versions and their upcasters)."""
+    from upcast_widgets import widget_catalogue  # tests/, on the path through its conftest
+
+    with EventStore(store.url, catalogue=widget_catalogue().seal()) as widgets:
+        yield widgets
+
+
+@pytest.fixture
 def make_store(store: EventStore) -> Iterator[Callable[..., EventStore]]:
     """Opens more ``EventStore`` handles on the migrated database (e.g. with a fake clock)."""
     opened: list[EventStore] = []

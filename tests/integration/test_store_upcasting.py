@@ -7,17 +7,11 @@ recorded at, and the store's catalogue lifts them to the current version on read
 from __future__ import annotations
 
 import pytest
-from upcast_widgets import WidgetV3, widget_catalogue  # tests/, through its conftest
+from upcast_widgets import WidgetV3  # tests/, through its conftest
 
 from ledger.errors import SchemaError
 from ledger.model import EventDraft
 from ledger.store import EventStore
-
-
-@pytest.fixture
-def widget_store(store: EventStore) -> EventStore:
-    with EventStore(store.url, catalogue=widget_catalogue().seal()) as widgets:
-        yield widgets  # type: ignore[misc]
 
 
 def test_old_versions_are_stored_as_recorded_and_read_back_as_current(

@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import text
+from test_migrations import stamp  # same directory, prepend import mode
 from upcast_widgets import (  # tests/, on sys.path through its conftest
     WidgetV1,
     WidgetV2,
@@ -275,15 +276,6 @@ def test_an_unknown_type_or_version_names_its_path() -> None:
 NEWER = "0009_from_a_newer_release"
 
 
-def _stamp(url: str, revision: str) -> None:
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
-    finally:
-        engine.dispose()
-
-
 def _tables_and_events(url: str) -> tuple[set[str], list[tuple[Any, ...]]]:
     from sqlalchemy import inspect
 
@@ -303,7 +295,7 @@ def test_a_ledger_at_a_newer_releases_revision_is_refused_and_nothing_changes(
     # release, so init, db upgrade, db check, db downgrade … exit 5 (unknown_revision) and
     # change nothing".
     store.append([draft("arena-a", n) for n in range(3)])
-    _stamp(store.url, NEWER)
+    stamp(store.url, NEWER)
     before = _tables_and_events(store.url)
     actions = {
         "upgrade": lambda: migrate.upgrade(store.url),

@@ -78,6 +78,17 @@ def test_the_store_writes_at_the_shipped_head() -> None:
     assert migrate.heads() == [SCHEMA_REVISION]
 
 
+def stamp(url: str, revision: str) -> None:
+    """Sets the ledger's recorded schema revision by hand (as a newer release, or an
+    interrupted migration, would have left it), touching nothing else."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.parametrize("revision", ["0002_merkle_checkpoints", "0009_from_a_newer_release"])
 def test_appending_to_a_ledger_at_another_revision_is_refused_and_writes_nothing(
     tmp_path: Path, revision: str
@@ -88,12 +99,7 @@ def test_appending_to_a_ledger_at_another_revision_is_refused_and_writes_nothing
     migrate.upgrade(url, "0002_merkle_checkpoints")
     _append_some(url)
     if revision != "0002_merkle_checkpoints":
-        engine = make_engine(url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
-        finally:
-            engine.dispose()
+        stamp(url, revision)
     before = _event_rows(url)
     with EventStore(url) as store, pytest.raises(SchemaNotInitialised) as err:
         store.append([EventDraft("arena-m", "ArenaRetired", {"block": 9, "reason": "late"})])

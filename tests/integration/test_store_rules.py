@@ -12,7 +12,15 @@ docstrings, docs/concepts.md and DOMAIN §2:
 * ``entry_hash_at`` answers the genesis hash for 0 only: a negative position has no entry
   hash and is NotFound;
 * ``stored_entry_hash``, like every store read, turns a database error into the store's
-  LedgerError (an un-migrated database is SchemaNotInitialised, not SQLAlchemy's error).
+  LedgerError (an un-migrated database is SchemaNotInitialised, not SQLAlchemy's error);
+* a bare ``postgresql://`` URL means psycopg 3 (docs/storage.md), never SQLAlchemy's default
+  driver;
+* a SQLite URL with query arguments SQLite ignores without ``uri=true`` (``mode=ro``) is
+  refused naming them, and accepted with ``uri=true``;
+* a new (empty) SQLite file is switched to WAL as soon as it is connected to
+  (docs/storage.md), not at its first writer;
+* ``database_identity`` names a SQLite file by its absolute path, so a relative and an
+  absolute spelling of one file are one database.
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from ledger.chain import GENESIS_HASH
-from ledger.errors import NotFound, SchemaNotInitialised
+from ledger.errors import InvalidInput, NotFound, SchemaNotInitialised
 from ledger.model import EventDraft
-from ledger.store import EventStore, recorded_at_text
+from ledger.store import EventStore, database_identity, make_engine, recorded_at_text
 
 Draft = Callable[..., EventDraft]
 
@@ -93,3 +102,45 @@ def test_stored_entry_hash_on_an_unmigrated_database_is_schema_not_initialised(
     with EventStore(store_url) as bare, pytest.raises(SchemaNotInitialised) as caught:
         bare.stored_entry_hash(1)
     assert caught.value.code == "store_not_initialised"
+
+
+# -- URLs and files ----------------------------------------------------------------------------
+
+
+def test_a_bare_postgresql_url_means_psycopg_3() -> None:
+    # Creating an engine connects to nothing: no database is opened here.
+    engine = make_engine("postgresql://postgres@127.0.0.1:5432/arena_ledger_never_opened")
+    try:
+        assert engine.dialect.driver == "psycopg"
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_query_arguments_that_need_uri_true_are_refused_without_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    with pytest.raises(InvalidInput) as caught:
+        make_engine(f"sqlite:///{path}?mode=ro")
+    assert "(mode)" in caught.value.message and "uri=true" in caught.value.message
+    assert not path.exists()
+    make_engine(f"sqlite:///{path}?mode=rwc&uri=true").dispose()  # a SQLite URI: accepted
+
+
+def test_a_new_sqlite_file_is_in_wal_mode_from_its_first_connection(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'new.db'}")
+    try:
+        with engine.connect() as conn:  # a reader: no BEGIN IMMEDIATE
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        engine.dispose()
+
+
+def test_a_sqlite_file_has_one_identity_however_its_path_is_spelt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    absolute = database_identity(f"sqlite:///{tmp_path / 'ledger.db'}")
+    assert database_identity("sqlite:///ledger.db") == absolute
+    assert database_identity("sqlite:///./sub/../ledger.db") == absolute
+    assert str(tmp_path / "ledger.db") in absolute.splitlines()

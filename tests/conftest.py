@@ -228,6 +228,29 @@ def pg_database(request: pytest.FixtureRequest) -> Iterator[str]:
         pool.give_back(name)
 
 
+@pytest.fixture
+def punctuation_blind_pg_database(_pg_databases: _PgDatabases) -> Iterator[str]:
+    """Yields the URL of a new, empty PostgreSQL database whose default collation ignores
+    punctuation (ICU ``en-US-u-ka-shifted``), as glibc's en_US.UTF-8 does on many servers:
+    there ``'payment-a.b' < 'payment-a-c'`` is decided by the letters alone. Dropped after
+    the test; skipped when the server was built without ICU."""
+    import psycopg
+
+    name = f"al_test_{uuid.uuid4().hex[:8]}"
+    with _admin_connect() as conn:
+        try:
+            conn.execute(
+                f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+                "ICU_LOCALE 'en-US-u-ka-shifted' LOCALE 'C.UTF-8'"
+            )
+        except psycopg.Error as exc:
+            pytest.skip(f"this PostgreSQL cannot create an ICU database: {exc}")
+    try:
+        yield _pg_databases.url(name)
+    finally:
+        _PgDatabases._drop(name)
+
+
 @pytest.fixture(
     params=[
         pytest.param("sqlite", id="sqlite"),

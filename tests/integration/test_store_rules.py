@@ -20,7 +20,10 @@ docstrings, docs/concepts.md and DOMAIN §2:
 * a new (empty) SQLite file is switched to WAL as soon as it is connected to
   (docs/storage.md), not at its first writer;
 * ``database_identity`` names a SQLite file by its absolute path, so a relative and an
-  absolute spelling of one file are one database.
+  absolute spelling of one file are one database;
+* a read by stream prefix returns exactly the streams that start with it on a PostgreSQL
+  database whose default collation ignores punctuation (the range is compared in byte
+  order, ``COLLATE "C"``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger import migrate
 from ledger.chain import GENESIS_HASH
 from ledger.errors import InvalidInput, NotFound, SchemaNotInitialised
 from ledger.model import EventDraft
@@ -144,3 +148,33 @@ def test_a_sqlite_file_has_one_identity_however_its_path_is_spelt(
     assert database_identity("sqlite:///ledger.db") == absolute
     assert database_identity("sqlite:///./sub/../ledger.db") == absolute
     assert str(tmp_path / "ledger.db") in absolute.splitlines()
+
+
+@pytest.mark.postgres
+def test_a_stream_prefix_read_is_a_prefix_under_any_database_collation(
+    punctuation_blind_pg_database: str, draft: Draft
+) -> None:
+    # Under a collation that ignores punctuation, "payment-a.b" sorts between "payment-a-b"
+    # and "payment-a0" by its letters: a range read in that order would return them all.
+    url = punctuation_blind_pg_database
+    migrate.upgrade(url)
+    names = [
+        "payment-a",
+        "payment-a-b",
+        "payment-a.b",
+        "payment-a_b",
+        "payment-a-c",
+        "payment-a0",
+        "payment-ab",
+        "payment-b",
+        "arena-a",
+        "arena-a-b",
+        "arena-a0",
+    ]
+    with EventStore(url) as store:
+        for name in names:
+            store.append([draft(name)])
+        prefixes = "payment-a payment-a- payment-a. payment-a_ payment- arena-a- arena-a."
+        for prefix in prefixes.split():
+            found = sorted({e.stream for e in store.read_all(stream_prefix=prefix)})
+            assert found == sorted(n for n in names if n.startswith(prefix)), prefix

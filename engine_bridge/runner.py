@@ -236,8 +236,8 @@ def _complete(
     except EngineFault as fault:
         payload = infrastructure_fault_payload(fault)
         result.fault = payload["code"]
-        notify("fault", {"code": payload["code"], "stage": payload["stage"]})
         ledger.fault(attempt_id, payload["code"], payload["stage"], payload["detail"])
+        notify("fault", {"code": payload["code"], "stage": payload["stage"]})  # now held
     decided = ledger.conclude(attempt_id, block)
     result.decision = {
         k: v
@@ -282,11 +282,13 @@ def _speed(
 
     def on_window(payload: dict[str, Any]) -> bool:
         recorded = ledger.record(attempt_id, WindowMeasured.model_validate(payload))
+        if not isinstance(recorded, WindowMeasured):  # a token mismatch became work_mismatch
+            # The ledger holds a fault, not this window: report what it holds.
+            result.fault = "work_mismatch"
+            notify("fault", {"code": "work_mismatch", "stage": "speed"})
+            return False
         result.windows += 1
         notify("window", payload)
-        if not isinstance(recorded, WindowMeasured):  # a token mismatch became work_mismatch
-            result.fault = "work_mismatch"
-            return False
         now = ledger.fold.attempt(attempt_id)
         decided = now is None or now.decision is not None
         return not decided and getattr(now, "speed", None) is None

@@ -77,6 +77,9 @@ class Bench:
             # Appended as measured: the ledger holds this window when the runner reports it.
             recorded = [p["window"] for p in self.payloads(self.attempt_id, "WindowMeasured")]
             assert recorded[-1] == info["window"], (recorded, info)
+        if stage == "fault":  # likewise the fault: recorded before it is reported
+            faults = self.payloads(self.attempt_id, "InfrastructureFault")
+            assert faults and faults[-1]["code"] == info["code"], (faults, info)
 
     def types(self, attempt_id: str) -> list[str]:
         return [r.type for r in self.ledger.store.read_stream(f"attempt-{attempt_id}")]

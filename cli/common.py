@@ -209,10 +209,11 @@ def fail(error: LedgerError) -> NoReturn:
     for key in ("line", "path"):
         if key in error.context:
             where += f" [{key} {visible(str(error.context[key]))}]"
-    message = visible(" ".join(error.message.split()))  # one line, whatever the message held
+    # Written out before the split: str.split() takes \x0b-\x0d, \x1c-\x1f, \x85 for spaces.
+    message = " ".join(visible(error.message).split())  # one line, whatever it held
     reason = error.context.get("reason")
     if isinstance(reason, str):
-        reason = visible(" ".join(reason.split()))  # compared as the message is printed
+        reason = " ".join(visible(reason).split())  # compared as the message is printed
         if reason not in message:
             message += f" (reason: {reason})"
     sys.stderr.write(f"error[{error.code}]{where}: {message}\n")

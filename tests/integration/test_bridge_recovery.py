@@ -40,6 +40,19 @@ class Crash(BaseException):
     """Stands for the validator process dying."""
 
 
+def crash_controls_in_window_3(ledger: ArenaLedger) -> None:
+    """Runs the arena's controls at block 1,200 on an engine whose validator dies in window 3
+    (the process is gone: nothing records a fault)."""
+
+    def crashing(lane_id: str, delta: DeltaSpec | None, window: int) -> int:
+        if window == 3:
+            raise Crash("validator killed in window 3")
+        return STOCK_NS
+
+    with pytest.raises(Crash):
+        run_controls(ledger, FakeEngine(cost_ns=crashing), arena_id=ARENA, block=1_200)
+
+
 @pytest.fixture
 def ledger(store_url: str) -> Iterator[ArenaLedger]:
     migrate.upgrade(store_url)
@@ -219,13 +232,7 @@ def test_a_control_run_that_crashed_mid_speed_is_resumed_by_the_retry(
     _register_honest(ledger)
     run = control_run_id("honest", 1_200)
 
-    def crashing(lane_id: str, delta: DeltaSpec | None, window: int) -> int:
-        if window == 3:
-            raise Crash("validator killed in window 3")
-        return STOCK_NS
-
-    with pytest.raises(Crash):
-        run_controls(ledger, FakeEngine(cost_ns=crashing), arena_id=ARENA, block=1_200)
+    crash_controls_in_window_3(ledger)
     state = ledger.fold.attempt(run)
     assert state is not None and state.status == "SPEED" and _windows(ledger, run) == [1, 2]
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_bridge_recovery import crash_controls_in_window_3  # same directory
 from test_runner import (  # same directory, prepend import mode
     ARENA,
     BLOCK,
@@ -61,10 +62,6 @@ from ledger.events import ArenaRetired
 from machines import samples
 
 
-class Crash(BaseException):
-    """Stands for the validator process dying: nothing in the runner may catch it."""
-
-
 @pytest.fixture
 def rules_bench(store_url: str) -> Iterator[Bench]:
     migrate.upgrade(store_url)
@@ -72,19 +69,6 @@ def rules_bench(store_url: str) -> Iterator[Bench]:
         bench = Bench(ledger)
         bench.commission()
         yield bench
-
-
-def _crash_controls_in_window_3(ledger: ArenaLedger) -> None:
-    """Runs the arena's controls at block 1,200 on an engine whose validator dies in window 3
-    (the process is gone: nothing records a fault)."""
-
-    def crashing(lane_id: str, delta: Any, window: int) -> int:
-        if window == 3:
-            raise Crash("validator killed in window 3")
-        return 1_000_000_000
-
-    with pytest.raises(Crash):
-        run_controls(ledger, FakeEngine(cost_ns=crashing), arena_id=ARENA, block=1_200)
 
 
 def _windows(bench: Bench, attempt_id: str) -> list[int]:
@@ -172,7 +156,7 @@ def test_a_resumed_control_run_holding_a_fault_is_only_concluded(rules_bench: Be
     )
     run = control_run_id("honest", 1_200)
 
-    _crash_controls_in_window_3(ledger)
+    crash_controls_in_window_3(ledger)
     # The operator records what happened (docs/engine.md, "When the validator itself dies").
     ledger.fault(run, "engine_killed", "speed", "lane process killed in window 3")
 
@@ -250,7 +234,7 @@ def test_a_resumed_control_run_reports_where_it_resumed_and_its_progress(
     ledger = rules_bench.ledger
     _register(ledger, "honest", FAST_MLP)
 
-    _crash_controls_in_window_3(ledger)
+    crash_controls_in_window_3(ledger)
     seen: list[tuple[str, dict[str, Any]]] = []
 
     run_controls(
@@ -404,7 +388,7 @@ def test_a_resumed_control_run_needs_the_engine_to_accept_its_delta(rules_bench:
     ledger = rules_bench.ledger
     _register(ledger, "honest", FAST_MLP)
 
-    _crash_controls_in_window_3(ledger)
+    crash_controls_in_window_3(ledger)
     head = ledger.store.head().position
     engine = _Refusing(refused="fast_mlp")
 

@@ -53,16 +53,6 @@ ROOT = hashlib.sha256(b"root").digest()
 
 
 @pytest.fixture(scope="module")
-def peter() -> Verifier:
-    return Verifier.parse(PETER_VERIFIER_KEY)
-
-
-@pytest.fixture(scope="module")
-def enoch() -> Verifier:
-    return Verifier.parse(ENOCH_VERIFIER_KEY)
-
-
-@pytest.fixture(scope="module")
 def log_signer() -> Signer:
     return Signer.generate("ledger.example/arena")
 

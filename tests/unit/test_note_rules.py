@@ -23,7 +23,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from test_note import (  # Go's sumdb/note vectors (same directory, prepend import mode)
     ENOCH_SIG,
-    ENOCH_VERIFIER_KEY,
     PETER_SIG,
     PETER_VERIFIER_KEY,
     ROOT,
@@ -50,16 +49,6 @@ COLLIDING_KEYS = (
     "fce2cd631e1575cbbffc1e0da7f72d0b95463fdfeafde9a5d4ec92894b8fef4f",
     "0a465a12d445a0bf8478416b9c1e1dad6b844c409fef5074ac883e07473a1ed8",
 )
-
-
-@pytest.fixture(scope="module")
-def peter() -> Verifier:
-    return Verifier.parse(PETER_VERIFIER_KEY)
-
-
-@pytest.fixture(scope="module")
-def enoch() -> Verifier:
-    return Verifier.parse(ENOCH_VERIFIER_KEY)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from ledger.events import (
     AttemptClaimed,
     AuditNodeGraded,
     ControlRegistered,
+    InfrastructureFault,
     QualityGraded,
     WindowMeasured,
 )
@@ -282,10 +283,10 @@ def _speed(
 
     def on_window(payload: dict[str, Any]) -> bool:
         recorded = ledger.record(attempt_id, WindowMeasured.model_validate(payload))
-        if not isinstance(recorded, WindowMeasured):  # a token mismatch became work_mismatch
-            # The ledger holds a fault, not this window: report what it holds.
-            result.fault = "work_mismatch"
-            notify("fault", {"code": "work_mismatch", "stage": "speed"})
+        if isinstance(recorded, InfrastructureFault):  # a token mismatch: work_mismatch
+            # The ledger holds that fault, not this window: report what it holds.
+            result.fault = recorded.code
+            notify("fault", {"code": recorded.code, "stage": recorded.stage})
             return False
         result.windows += 1
         notify("window", payload)

@@ -47,7 +47,14 @@ if str(_ROOT) not in sys.path:
     sys.path.append(str(_ROOT))
 
 from ledger.archive import DiskArchive  # noqa: E402  (after the path fix above)
-from ledger.events import (  # noqa: E402  (after the path fix above)
+from machines import arena as arena_machine  # noqa: E402
+from machines import attempt as attempt_machine  # noqa: E402
+from machines import samples  # noqa: E402
+from machines.arithmetic import Decision  # noqa: E402
+from machines.intake import epoch_of  # noqa: E402
+from machines.limits import admissions_per_epoch_max, requeues_max  # noqa: E402
+from machines.projection import LedgerFold, Record  # noqa: E402
+from vocabulary.events import (  # noqa: E402  (after the path fix above)
     FAULT_CODES,
     ControlRegistered,
     CreditGranted,
@@ -65,13 +72,6 @@ from ledger.events import (  # noqa: E402  (after the path fix above)
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines import arena as arena_machine  # noqa: E402
-from machines import attempt as attempt_machine  # noqa: E402
-from machines import samples  # noqa: E402
-from machines.arithmetic import Decision  # noqa: E402
-from machines.intake import admissions_per_epoch_max, epoch_of  # noqa: E402
-from machines.projection import LedgerFold, Record  # noqa: E402
-from machines.submission import requeues_max  # noqa: E402
 
 Batch = list[tuple[str, Event]]
 WAIT: Batch = []  # a pipeline that is waiting (for an operator, for the SLA) yields this

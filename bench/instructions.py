@@ -1,7 +1,7 @@
 """Counts the CPU instructions replay spends per event, under valgrind's callgrind.
 
-On a shared, noisy machine the CPU time of the same replay varies by 20-30% from run to
-run (and from one machine to the next by more), which hides a change of a few percent.
+On a shared, noisy machine the CPU time of the same replay varies from run to run by more
+than the few percent a change of the code makes (and from one machine to the next by more).
 Callgrind counts instructions instead: the same code on the same ledger gives the same
 count, whatever else the machine is doing. The count is not time (a cache miss costs
 nothing here, and SHA-256 runs without the CPU's SHA instructions, so hashing counts
@@ -48,11 +48,15 @@ from bench.replay import build, generator_fingerprint  # noqa: E402
 
 #: What each measured process runs: argv = tree, ledger file, mode ("none": no replay).
 _PROBE = """
-import sys
+import os, sys
 sys.path.insert(0, sys.argv[1])
 from ledger.store import EventStore
-from ledger.replay import replay_store
-import ledger.archive, ledger.settle, machines.projection, machines.settlement
+if os.path.isdir(os.path.join(sys.argv[1], "services")):
+    from services.replay import replay_store
+    import ledger.archive, services.settlements, machines.projection, machines.settlement_rules
+else:  # a checkout from before the services package (0.1.0)
+    from ledger.replay import replay_store
+    import ledger.archive, ledger.settle, machines.projection, machines.settlement
 store = EventStore(f"sqlite:///{sys.argv[2]}")
 store.head()
 if sys.argv[3] != "none":
@@ -160,9 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--modes: unknown {unknown or 'empty'}; use archived, kept", file=sys.stderr)
         return 2
     trees = [_ROOT, *(tree.resolve() for tree in args.tree)]
-    missing = [str(t) for t in trees if not (t / "ledger" / "replay.py").is_file()]
+    # services/replay.py, or ledger/replay.py in a checkout from before the services package
+    missing = [str(t) for t in trees if not any(
+        (t / package / "replay.py").is_file() for package in ("services", "ledger"))]
     if missing:
-        print(f"--tree: no ledger/replay.py under {', '.join(missing)}", file=sys.stderr)
+        print(f"--tree: no services/replay.py under {', '.join(missing)}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
         db = args.db or Path(scratch) / "replay.db"

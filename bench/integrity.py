@@ -54,8 +54,8 @@ from ledger.checkpoint import (  # noqa: E402
     sign_tree,
     verify_proof,
 )
-from ledger.model import EventDraft  # noqa: E402
 from ledger.note import Signer  # noqa: E402
+from ledger.records import EventDraft  # noqa: E402
 from ledger.store import EventStore  # noqa: E402
 
 #: Events in the ledger unless --events says otherwise (the reference run uses 1,000,000).

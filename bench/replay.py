@@ -6,7 +6,7 @@ holds, requeues, expiries, controls, one re-commission), with two changes: every
 emission share is 150,000 ppm (the generator's default, 6 x 500,000, would over-commit the
 1,000,000 and every settlement would be refused), and a ``SettlementComputed`` is
 appended every ``--settle-every-blocks`` blocks (default 360: one Bittensor tempo), each
-computed by ``ledger.settle.compute`` as of the position before it, so replay must
+computed by ``services.settlements.compute`` as of the position before it, so replay must
 re-derive it byte for byte. The events are written with ``EventStore.append`` in batches
 of 10,000 *without* the domain guard (this times replay, not the guarded write).
 
@@ -27,8 +27,8 @@ run, on the same file:
    ``--no-phases``).
 
 Then ``--repeat`` - 1 more fresh processes (default: 4) each time 5 and 6 once more: on a
-shared machine one sample of the wall clock varies by 5-10% from run to run, so the
-target is judged on the median of the runs of 5, every run listed beside it.
+shared machine one sample of the wall clock varies from run to run, so the target is
+judged on the median of the runs of 5, every run listed beside it.
 
 Target (from the replay issue): replay ≥ 80,000 events/s on one core. Not a test: nothing
 gates on the figures (STYLE.md).
@@ -73,11 +73,12 @@ from bench._common import (  # noqa: E402
     run_in_fresh_process,
     verdict,
 )
-from ledger import limits, migrate  # noqa: E402
-from ledger.build import compiled_modules  # noqa: E402
-from ledger.events import EmissionPolicySet, Event, SettlementComputed  # noqa: E402
-from ledger.model import EventDraft  # noqa: E402
+from ledger import migrate  # noqa: E402
+from ledger.records import EventDraft  # noqa: E402
 from ledger.store import EventStore  # noqa: E402
+from services.build_info import compiled_modules  # noqa: E402
+from vocabulary import limits  # noqa: E402
+from vocabulary.events import EmissionPolicySet, Event, SettlementComputed  # noqa: E402
 
 #: Replay throughput the issue asks for, events per second on one core.
 target_events_per_s = 80_000
@@ -98,9 +99,9 @@ def _ledger_events(events: int, seed: int, concurrency: int,
     A writer-side fold follows the events so that each SettlementComputed is computed as
     of the position right before it, the way ``ArenaLedger.settle`` computes it.
     """
-    from ledger.settle import compute
     from machines.projection import LedgerFold
-    from machines.settlement import settlement_payload
+    from machines.settlement_rules import settlement_payload
+    from services.settlements import compute
 
     fold, policy, position = LedgerFold(), None, 0
     next_settlement = _FIRST_BLOCK + settle_every
@@ -225,7 +226,7 @@ def _read_chain(store: EventStore) -> int:
 
 def _read_chain_decode(store: EventStore) -> int:
     from ledger.chain import chained
-    from ledger.replay import decoder, parse_payload
+    from services.replay import decoder, parse_payload
 
     count, decode = 0, decoder()
     for row, computed in chained(bytes(32), _raw_rows(store)):
@@ -240,7 +241,7 @@ class _SettlementClock:
     """Wraps ``SettlementTracker.check_recorded`` (replay's settlement check) to time it."""
 
     def __init__(self) -> None:
-        from ledger.settle import SettlementTracker
+        from services.settlements import SettlementTracker
 
         self.owner, self.original = SettlementTracker, SettlementTracker.check_recorded
         self.calls, self.seconds, self.cpu_seconds, self.last = 0, 0.0, 0.0, 0.0
@@ -298,8 +299,8 @@ def _rss_curve(store: EventStore) -> list[tuple[int, int, int]]:
     generated ledger completed NO_DECISIONs stay live, requeueable until their SLA, so the
     live count itself grows.)
     """
-    from ledger.replay import ReplayReport, _Replayer
     from ledger.verify import raw_rows
+    from services.replay import ReplayReport, _Replayer
 
     samples: list[tuple[int, int, int]] = []
     gc.collect()
@@ -316,7 +317,7 @@ def _rss_curve(store: EventStore) -> list[tuple[int, int, int]]:
 
 def measure(url: str, phases: bool, profile: bool) -> dict[str, Any]:
     """Times the passes over the ledger at ``url``; meant to run in a fresh process."""
-    from ledger.replay import replay_store
+    from services.replay import replay_store
 
     figures: dict[str, Any] = {"rss_start_kib": _status_kib("VmRSS"),
                                "load_before": os.getloadavg()[0],
@@ -376,7 +377,7 @@ def measure_replays(url: str, kept: bool = True) -> dict[str, Any]:
     5-10% from run to run, so the target is judged on the median of several fresh
     processes, each paired with its peer.
     """
-    from ledger.replay import replay_store
+    from services.replay import replay_store
 
     with EventStore(url) as store:
         store.head()
@@ -464,7 +465,7 @@ def _step_rows(figures: dict[str, Any]) -> list[list[str]]:
 
 def _checks_untimed(checks: dict[str, Any], report: dict[str, Any]) -> bool:
     """Tells whether the replay checked settlements that the wrapper did not see: a compiled
-    ``ledger.replay`` calls ``SettlementTracker.check_recorded`` directly, past it."""
+    ``services.replay`` calls ``SettlementTracker.check_recorded`` directly, past it."""
     return bool(checks["calls"] == 0 and report["settlements_checked"] > 0)
 
 
@@ -472,7 +473,7 @@ def _settlement_text(checks: dict[str, Any], summary: dict[str, Any],
                      report: dict[str, Any]) -> str:
     """Says what the settlement checks cost, or that this build could not time them."""
     how = ("Each check recomputes only the submissions, payments, credits and arenas touched "
-           "since the one before (`ledger.settle.SettlementTracker`) and walks rewards on "
+           "since the one before (`services.settlements.SettlementTracker`) and walks rewards on "
            "from where the last one stopped, so it costs what changed plus the claims.")
     if _checks_untimed(checks, report):
         return (f"Settlement checks: {report['settlements_checked']:,} re-derived, not timed "

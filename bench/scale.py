@@ -10,7 +10,7 @@ smaller one), and inside it every step after the build runs in a fresh process t
 - ``read_all`` and ``verify`` over the whole ledger;
 - ``checkpoint`` (``ledger.checkpoint.sign_tree`` of the head), inclusion and consistency
   proof documents at random positions and sizes;
-- ``replay``: ``ledger.replay.replay_store(store)``, what ``arena-ledger replay`` runs
+- ``replay``: ``services.replay.replay_store(store)``, what ``arena-ledger replay`` runs
   (chain, decode, every machine, every recorded decision re-derived; the generator writes
   no settlements, so none are re-checked here: bench/replay.py measures those);
 - ``explain submission`` and ``history --hotkey`` as a user runs them (the CLI in a new
@@ -215,7 +215,7 @@ class Picks:
 def build(url: str, events: int, steps: list[dict[str, Any]]) -> Picks:
     """Writes the generated ledger with unguarded ``EventStore.append``; times only the appends."""
     import bench.fold as fold_bench
-    from ledger.model import EventDraft
+    from ledger.records import EventDraft
     from ledger.store import EventStore
 
     hotkeys: Counter[str] = Counter()
@@ -301,8 +301,8 @@ def _ms(call: Callable[[], object]) -> float:
 
 def measure_replay(url: str) -> list[dict[str, Any]]:
     """Times ``replay_store(store)`` (what ``arena-ledger replay`` runs) in a fresh process."""
-    from ledger.replay import replay_store
     from ledger.store import EventStore
+    from services.replay import replay_store
 
     steps: list[dict[str, Any]] = []
     with EventStore(url) as store:
@@ -318,7 +318,7 @@ def measure_replay(url: str) -> list[dict[str, Any]]:
 
 def measure_warm(url: str, picks: Picks) -> list[dict[str, Any]]:
     """Opens an ArenaLedger (its catch-up fold is timed), then queries it; a fresh process."""
-    from ledger.domain import ArenaLedger
+    from services.arena_ledger import ArenaLedger
 
     steps: list[dict[str, Any]] = []
     with _step("ArenaLedger open + fold catch-up", steps) as figures:

@@ -1,7 +1,7 @@
 """Times CLI commands on a long ledger folded from nothing and restored from a fold snapshot.
 
 Every command that answers from the machines (explain, history, submissions, fees, rewards,
-weights, settle, intake, ...) folds the ledger first; ``ledger.snapshot`` lets it start from
+weights, settle, intake, ...) folds the ledger first; ``services.fold_cache`` lets it start from
 the fold a previous command saved. This runs one such command (``fees --json`` by default: an
 auditor's fee totals; ``--command`` names another) in fresh processes, as a user does: with
 ``--no-snapshots`` (the peer), once cold (folds from nothing and writes the snapshot) and

@@ -64,12 +64,13 @@ from bench._common import (  # noqa: E402
     run_interleaved,
     verdict,
 )
-from ledger import limits, migrate  # noqa: E402
-from ledger.catalogue import CATALOGUE  # noqa: E402
+from ledger import migrate  # noqa: E402
 from ledger.chain import envelope_bytes, next_entry_hash  # noqa: E402
-from ledger.model import EventDraft  # noqa: E402
+from ledger.records import EventDraft  # noqa: E402
 from ledger.store import EventStore  # noqa: E402
-from ledger.tree import advance_frontier  # noqa: E402
+from ledger.stored_tree import advance_frontier  # noqa: E402
+from vocabulary import limits  # noqa: E402
+from vocabulary.catalogue import CATALOGUE  # noqa: E402
 
 #: Events per contender and configuration, unless --events says otherwise.
 events_default = 20_000
@@ -365,7 +366,7 @@ class EsRecorderInsert:
 class _Chainer:
     """Does the work every ledger append must do: validate, canonical bytes, chain, Merkle.
 
-    The Merkle frontier (``ledger.tree``) is part of an append since revision 0002, so the
+    The Merkle frontier (``ledger.stored_tree``) is part of an append since revision 0002, so the
     ceilings maintain it too; otherwise they would not be doing the same work.
     """
 
@@ -817,7 +818,7 @@ def _contenders_text() -> str:
 - **eventsourcing recorder.insert_events**: 1,000 `StoredEvent`s per call, straight to its
   `ApplicationRecorder`.
 - **raw … (same validation + chain)**: the ceiling. The driver alone doing the same work
-  (`catalogue.validate`, canonical bytes, chain hashing, Merkle frontier via `ledger.tree`)
+  (`catalogue.validate`, canonical bytes, chain hashing, Merkle frontier via `ledger.stored_tree`)
   into the same schema, versions kept in memory, no version query, no SQLAlchemy.
 - **store.verify()**: reads every event, recomputes each entry hash, checks the head.
   **read_all**: streams `RecordedEvent`s. The read ceiling is the bare driver doing the

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from itertools import islice
 from pathlib import Path
@@ -23,12 +22,14 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
-from cli.reader import DraftLine, read_drafts
-from ledger.catalogue import check_stream_name
-from ledger.errors import InvalidInput, LedgerError, open_input, unreadable
 from ledger.log import configure_logging
-from ledger.model import AppendResult, RecordedEvent
-from ledger.snapshot import default_directory
+from ledger.records import RecordedEvent
+from services.append import BatchAppended, append_batches
+from services.arena_ledger import ArenaLedger
+from services.draft_lines import read_drafts
+from services.fold_cache import default_directory
+from vocabulary.catalogue import check_stream_name
+from vocabulary.errors import InvalidInput, open_input, unreadable
 
 __all__ = ["app", "main"]
 
@@ -81,8 +82,9 @@ def _global(
 @handle_errors
 def init() -> None:
     """Creates (or upgrades) the ledger's tables at --db; an existing ledger must verify first."""
-    from ledger import migrate, ops
+    from ledger import migrate
     from ledger.store import safe_url
+    from services import operations as ops
 
     ops.upgrade(state.db_url)
     with state.store() as store:
@@ -90,24 +92,6 @@ def init() -> None:
     # The URL as it may be shown: a password hidden.
     console.print(f"ledger ready at {safe_url(state.db_url)} (head {head.position}, "
                   f"revision {migrate.current(state.db_url)})")
-
-
-def _batches(lines: list[DraftLine], size: int | None) -> list[list[DraftLine]]:
-    if size is None:
-        return [lines] if lines else []
-    return [lines[i : i + size] for i in range(0, len(lines), size)]
-
-
-def _batch_key(batch: list[DraftLine]) -> str | None:
-    keys = {line.idempotency_key for line in batch if line.idempotency_key is not None}
-    if len(keys) > 1:
-        second = next(line for line in batch if line.idempotency_key not in (None, min(keys)))
-        raise InvalidInput(
-            "one batch carries one idempotency key; split the file with --batch",
-            line=second.line,
-            path="$.idempotency_key",
-        )
-    return keys.pop() if keys else None
 
 
 def _open_input(path: str) -> IO[bytes]:
@@ -141,76 +125,23 @@ def append(
             raise unreadable(file, "input file", exc) from None
     if not lines:
         raise InvalidInput("the input holds no events", path=file)
-    from ledger.domain import ArenaLedger
-
-    chunks = _batches(lines, batch)
     with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger:
-        # Input a batch would refuse (schema, limits, keys) is refused before any commits.
-        for chunk in chunks:
-            with _lines_named(chunk):
-                _batch_key(chunk)
-                ledger.store.prepare([line.draft for line in chunk])
-        done: list[tuple[list[DraftLine], AppendResult]] = []
-        try:
-            for chunk in chunks:
-                with _lines_named(chunk):
-                    result = ledger.store.append(
-                        [line.draft for line in chunk], idempotency_key=_batch_key(chunk),
-                        actor=actor,
-                    )
-                _report_append(chunk, result, as_json)
-                done.append((chunk, result))
-        except LedgerError as exc:
-            written = _spans(done)
-            if written:  # earlier batches of this run committed: say so, in the one line
-                exc.message += "; earlier batches appended " + ", ".join(
-                    f"lines {lines[0]}..{lines[1]} (positions {at[0]}..{at[1]})"
-                    for lines, at in written
-                ) + ", which stay"
-                exc.context["appended_through_line"] = written[-1][0][1]
-            raise
+        append_batches(ledger, lines, batch, actor=actor,
+                       on_batch=lambda appended: _report_append(appended, as_json))
 
 
-def _spans(
-    done: list[tuple[list[DraftLine], AppendResult]],
-) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """Returns the (lines, positions) ranges batches wrote, not counting ones already
-    recorded; batches that follow on in both are one range."""
-    spans: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    for chunk, result in done:
-        if result.already_recorded:
-            continue
-        lines, at = (chunk[0].line, chunk[-1].line), (result.first, result.last)
-        if spans and spans[-1][1][1] + 1 == at[0]:
-            lines, at = (spans[-1][0][0], lines[1]), (spans[-1][1][0], at[1])
-            spans.pop()
-        spans.append((lines, at))
-    return spans
-
-
-@contextlib.contextmanager
-def _lines_named(chunk: list[DraftLine]) -> Iterator[None]:
-    """Names the input line of an error the store raises for one event of ``chunk``."""
-    try:
-        yield
-    except LedgerError as exc:
-        index = exc.context.get("index")
-        if isinstance(index, int) and 0 <= index < len(chunk):
-            exc.context["line"] = chunk[index].line
-        raise
-
-
-def _report_append(chunk: list[DraftLine], result: AppendResult, as_json: bool) -> None:
+def _report_append(appended: BatchAppended, as_json: bool) -> None:
+    result = appended.result
     if as_json:
         emit_jsonl([{
-            "first_line": chunk[0].line,
-            "last_line": chunk[-1].line,
+            "first_line": appended.first_line,
+            "last_line": appended.last_line,
             "positions": list(result.positions),
             "already_recorded": result.already_recorded,
         }])
         return
     verb = "already recorded at" if result.already_recorded else "appended"
-    first, last = chunk[0].line, chunk[-1].line
+    first, last = appended.first_line, appended.last_line
     where = (f"position {result.first}" if result.first == result.last
              else f"positions {result.first}..{result.last}")
     lines = f"line {first}" if first == last else f"lines {first}..{last}"
@@ -262,7 +193,7 @@ def events(
 
 def _check_types(types: list[str]) -> None:
     """Refuses a --type no ledger can hold: a misspelt one would list "0 events"."""
-    from ledger.catalogue import CATALOGUE
+    from vocabulary.catalogue import CATALOGUE
 
     known = CATALOGUE.types
     for name in types:
@@ -281,7 +212,7 @@ def _check_category(text: str, option: str) -> None:
     events". A prefix matches when it begins a category's streams (``sub``, ``attempt-``)
     or goes on into their ids (``attempt-7``).
     """
-    from ledger.catalogue import CATALOGUE
+    from vocabulary.catalogue import CATALOGUE
 
     categories = sorted({CATALOGUE.model(kind).category or "" for kind in CATALOGUE.types})
     exact = option == "--stream"
@@ -328,7 +259,7 @@ def _recorded_at(text: str, option: str) -> str:
 
 
 #: Rows of the ``events`` listing laid out and printed at a time. The listing streams: as one
-#: rich table, 100,000 events took 53 s and 500 MB before the first line was printed.
+#: rich table, a long listing printed nothing for a long time and held all of it in memory.
 events_chunk_rows = 1_000
 _EVENT_HEADERS = ("pos", "stream", "ver", "type", "recorded_at", "hash")
 
@@ -410,11 +341,11 @@ def verify(
 from cli.verifiable import register as _reg_verifiable; _reg_verifiable(app)  # noqa: E402, E702, I001
 
 
-from cli.domain import register as _register_domain  # noqa: E402  (commands register last)
+from cli.arena_commands import register as _register_domain  # noqa: E402  (commands register last)
 
 _register_domain(app)
 
-from cli.settlement import register as _register_settlement  # noqa: E402
+from cli.settlement_commands import register as _register_settlement  # noqa: E402
 
 _register_settlement(app)
 

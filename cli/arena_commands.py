@@ -20,10 +20,10 @@ from cli.common import (
     print_as_of,
     state,
 )
-from ledger import limits
-from ledger.codec import loads
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, read_input, read_limited
+from services.arena_ledger import ArenaLedger
+from vocabulary import limits
+from vocabulary.codec import loads
+from vocabulary.errors import InvalidInput, read_input, read_limited
 
 __all__ = ["register"]
 

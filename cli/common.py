@@ -18,9 +18,10 @@ from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 from rich.text import Text
 
-from ledger.errors import InvalidInput, LedgerError
-from ledger.limits import json_integer_abs_max
-from ledger.store import DEFAULT_URL, EventStore, _database_errors, _store_error
+from ledger.database import database_errors, store_error
+from ledger.store import DEFAULT_URL, EventStore
+from vocabulary.errors import InvalidInput, LedgerError
+from vocabulary.limits import json_integer_abs_max
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -185,7 +186,7 @@ class State:
 
     db_url: str = DEFAULT_URL
     actor: str = "cli"
-    #: Where commands keep the fold's snapshot (``ledger.snapshot``); None: no snapshots.
+    #: Where commands keep the fold's snapshot (``services.fold_cache``); None: no snapshots.
     snapshot_dir: Path | None = None
 
     def store(self, *, require: bool = True) -> EventStore:
@@ -229,10 +230,10 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
         except LedgerError as error:
             fail(error)
-        except _database_errors() as exc:
+        except database_errors() as exc:
             # The library maps the database's errors where it talks to it; one it did not
             # (a role without privileges, say) is still the store's one line, not a traceback.
-            fail(_store_error(exc, state.db_url))
+            fail(store_error(exc, state.db_url))
         except KeyboardInterrupt:
             err_console.print("interrupted")
             raise typer.Exit(130) from None

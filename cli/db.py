@@ -30,7 +30,8 @@ def upgrade(
     An existing ledger's hash chain is verified first: one that fails is not migrated (exit 4,
     naming the first bad position). A new, empty database upgrades without a check.
     """
-    from ledger import migrate, ops
+    from ledger import migrate
+    from services import operations as ops
 
     migrate.require_revision(revision)
     if sql:

@@ -113,7 +113,7 @@ def demo(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON only."),
 ) -> None:
     """Runs a whole arena session for real on the CPU reference engine and summarises it."""
-    from engine_bridge.demo import run_demo
+    from services.demo import run_demo
 
     with options_named(workdir="--workdir"):
         summary = run_demo(

@@ -17,7 +17,7 @@ from cli.common import (
     options_named,
     state,
 )
-from ledger.domain import ArenaLedger
+from services.arena_ledger import ArenaLedger
 
 __all__ = ["register"]
 
@@ -71,8 +71,8 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Claims, measures, audits, grades and concludes one submission on the engine."""
-    from engine_bridge.runner import check_claim_fields, make_engine, resolve_delta
-    from engine_bridge.runner import evaluate as run
+    # The engine bridge loads at the first engine command, not at every CLI start.
+    from services.evaluation import evaluate_submission
 
     named = options_named(
         attempt_id="--attempt",
@@ -84,33 +84,11 @@ def evaluate(
     with named, ArenaLedger(
         state.db_url, actor=state.actor, snapshot_dir=state.snapshot_dir
     ) as ledger:
-        # The options the claim records, before the engine boots (the runner checks again,
-        # the derived attempt id too, once the submission is known).
-        typed = {"attempt_id": attempt_id} if attempt_id is not None else {}
-        check_claim_fields(
-            **typed, pair_id=pair, validator_hotkey=validator, claimed_block=block, plan=plan
+        result = evaluate_submission(
+            ledger, submission_id, block=block, attempt_id=attempt_id, pair_id=pair,
+            validator_hotkey=validator, plan=plan, delta_file=delta_file,
+            progress=_printer(as_json),
         )
-        sub = ledger.fold.submission(submission_id)
-        arena = ledger.fold.arena(sub.arena_id) if sub is not None else None
-        runtime = arena.commission.event.engine.runtime if arena is not None else "torch-reference"
-        candidate = resolve_delta(sub.delta_digest, delta_file) if sub is not None else None
-        config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}
-        engine = make_engine(runtime, engine_config=config)
-        try:
-            result = run(
-                ledger,
-                engine,
-                submission_id=submission_id,
-                attempt_id=attempt_id or f"{submission_id[:16]}-{block}",
-                block=block,
-                pair_id=pair,
-                validator_hotkey=validator,
-                plan=plan,
-                candidate=candidate,
-                progress=_printer(as_json),
-            )
-        finally:
-            engine.shutdown()
     if as_json:
         emit_json(result.to_json())
         return
@@ -127,30 +105,16 @@ def run_controls(
     as_json: bool = typer.Option(False, "--json", help="JSON Lines of the control report."),
 ) -> None:
     """Evaluates every registered control of an arena and prints expected vs observed."""
-    from engine_bridge.runner import check_claim_fields, make_engine
-    from engine_bridge.runner import run_controls as run
+    from services.evaluation import run_arena_controls
 
     named = options_named(validator_hotkey="--validator", claimed_block="--block")
     with named, ArenaLedger(
         state.db_url, actor=state.actor, snapshot_dir=state.snapshot_dir
     ) as ledger:
-        # Before the engine boots; run_controls checks them again before its first append.
-        check_claim_fields(validator_hotkey=validator, claimed_block=block)
-        arena = ledger.fold.arena(arena_id)
-        runtime = arena.commission.event.engine.runtime if arena is not None else "torch-reference"
-        config = dict(arena.commission.event.engine.engine_config) if arena is not None else {}
-        engine = make_engine(runtime, engine_config=config)
-        try:
-            rows = run(
-                ledger,
-                engine,
-                arena_id=arena_id,
-                block=block,
-                validator_hotkey=validator,
-                progress=_printer(as_json),
-            )
-        finally:
-            engine.shutdown()
+        rows = run_arena_controls(
+            ledger, arena_id, block=block, validator_hotkey=validator,
+            progress=_printer(as_json),
+        )
     if as_json:
         emit_jsonl(rows)
         return

@@ -1,6 +1,6 @@
 """Implements the operator and auditor commands: ``db backup|restore``, ``stats``, ``history``.
 
-Each command parses, calls one function of ``ledger.ops`` and renders its result; the same
+Each command parses, calls one function of ``services.operations`` and renders its result; the same
 functions serve Python callers with the same behaviour.
 """
 
@@ -23,7 +23,7 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
-from ledger import ops
+from services import operations as ops
 
 __all__ = ["register"]
 

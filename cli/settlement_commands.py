@@ -24,8 +24,8 @@ from cli.common import (
     print_as_of,
     state,
 )
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import InvalidInput
 
 __all__ = ["register"]
 
@@ -50,7 +50,7 @@ def emission_policy(
 
 
 def _render_settlement(settlement: Any, as_json: bool, position: int | None = None) -> None:
-    from machines.settlement import settlement_payload
+    from machines.settlement_rules import settlement_payload
 
     payload = settlement_payload(settlement)
     if as_json:
@@ -195,8 +195,8 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Rebuilds every machine from nothing and re-derives every verdict and settlement."""
-    from ledger.build import throughput
-    from ledger.replay import expected_digest
+    from services.build_info import throughput
+    from services.replay import expected_digest
 
     expect = expected_digest(expect)  # before anything is read: a bad one could never match
     if key is not None and from_bundle is None:
@@ -233,7 +233,7 @@ def _replay_bundle(
 ) -> Any:
     from ledger.bundle import read_manifest
     from ledger.checkpoint import load_verifier
-    from ledger.replay import replay_bundle
+    from services.replay import replay_bundle
 
     path = Path(bundle)
     if not path.exists():
@@ -255,8 +255,8 @@ def _bundle_json(path: str, checked: Any) -> dict[str, Any]:
 
 
 def _replay_store(as_of: int | None, expect: str | None, quiet: bool, in_memory: bool) -> Any:
-    from ledger.replay import replay_store
     from ledger.store import EventStore
+    from services.replay import replay_store
 
     with EventStore(state.db_url) as store:
         store.require_initialised()

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from cli.common import INT_MAX, console, counted, emit_json, handle_errors, new_table, state
+from cli.limits import unlisted_shown_max
+from ledger.limits import note_file_bytes_max, proof_document_bytes_max
 
 if TYPE_CHECKING:
     from ledger.bundle import BundleReport
@@ -137,9 +139,7 @@ def verify_proof_command(
     """Checks a proof against signed checkpoints offline (no database); exit 4 if it fails."""
     from ledger.checkpoint import (
         load_verifier,
-        note_file_bytes_max,
         parse_proof_document,
-        proof_document_bytes_max,
         read_file_bytes,
         read_text_file,
         verify_proof,
@@ -186,10 +186,6 @@ def _report(verb: str, report: BundleReport, as_json: bool) -> None:
         console.print(f"not part of the bundle, so not verified"
                       f"{' or imported' if verb == 'imported' else ''}: {shown}"
                       f"{f' and {more:,} more' if more > 0 else ''}", markup=False)
-
-
-#: Names of files that are not part of a bundle that one line lists (the rest are counted).
-unlisted_shown_max = 10
 
 
 @handle_errors

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from engine_bridge.deltas import DeltaSpec, control_deltas, load_file_delta, registered
 from engine_bridge.hooks import AuditSpec, run_audit
+from engine_bridge.prompt_slice import ReplaySlice, load_replay_slice
 from engine_bridge.protocol import (
     Clock,
     Engine,
@@ -19,7 +20,6 @@ from engine_bridge.protocol import (
     infrastructure_fault_payload,
 )
 from engine_bridge.quality import QualityPolicy, QualityReport, grade_quality
-from engine_bridge.replay import ReplaySlice, load_replay_slice
 from engine_bridge.speed import iter_windows, run_windows
 
 __all__ = [

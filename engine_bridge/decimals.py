@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
-from ledger.codec import canonical_decimal, is_canonical_decimal
-from ledger.errors import CanonicalFormError
+from vocabulary.codec import canonical_decimal, is_canonical_decimal
+from vocabulary.errors import CanonicalFormError
 
 __all__ = ["canonical_decimal", "floor_decimal", "is_canonical_decimal", "parse_decimal"]
 

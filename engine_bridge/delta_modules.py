@@ -27,7 +27,7 @@ import torch  # noqa: E402  (thread variables must be set first)
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from ledger.errors import InvalidInput  # noqa: E402
+from vocabulary.errors import InvalidInput  # noqa: E402
 
 __all__ = [
     "FaithfulMLP",

@@ -23,10 +23,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine_bridge.decimals import is_canonical_decimal
-from engine_bridge.limits import SLOW_DELTA_REPEATS_MAX, WINDOWS_MAX
-from ledger import limits
-from ledger.codec import digest
-from ledger.errors import IntegrityError, InvalidInput, NotFound, read_input
+from engine_bridge.limits import slow_delta_repeats_max, windows_max
+from vocabulary import limits
+from vocabulary.codec import digest
+from vocabulary.errors import IntegrityError, InvalidInput, NotFound, read_input
 
 if TYPE_CHECKING:
     from torch import nn
@@ -144,11 +144,11 @@ def registered(name: str, **params: str) -> DeltaSpec:
 
 
 def _check_bounds(name: str, params: Mapping[str, str]) -> None:
-    if name == "slow" and not 1 <= _whole(name, params, "repeats") <= SLOW_DELTA_REPEATS_MAX:
-        raise InvalidInput(f"slow repeats must be 1..{SLOW_DELTA_REPEATS_MAX}", name=name)
+    if name == "slow" and not 1 <= _whole(name, params, "repeats") <= slow_delta_repeats_max:
+        raise InvalidInput(f"slow repeats must be 1..{slow_delta_repeats_max}", name=name)
     if name in ("engine_kill", "pod_restart") and not (
-            1 <= _whole(name, params, "window") <= WINDOWS_MAX):
-        raise InvalidInput(f"{name} window must be 1..{WINDOWS_MAX}", name=name)
+            1 <= _whole(name, params, "window") <= windows_max):
+        raise InvalidInput(f"{name} window must be 1..{windows_max}", name=name)
 
 
 def _whole(name: str, params: Mapping[str, str], key: str) -> int:

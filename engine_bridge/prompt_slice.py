@@ -17,11 +17,11 @@ from importlib import resources
 from typing import Any
 
 from engine_bridge.limits import (
-    REPLAY_MAX_NEW_TOKENS_MAX,
-    REPLAY_PROMPT_TOKENS_MAX,
-    REPLAY_REQUESTS_MAX,
+    replay_max_new_tokens_max,
+    replay_prompt_tokens_max,
+    replay_requests_max,
 )
-from ledger.errors import LimitExceeded, SchemaError
+from vocabulary.errors import LimitExceeded, SchemaError
 
 __all__ = [
     "REPLAY_SLICE_FILE",
@@ -85,12 +85,12 @@ class ReplaySlice:
 
     def check(self) -> None:
         """Raises when a bound is exceeded or a request is malformed."""
-        if not 1 <= len(self.requests) <= REPLAY_REQUESTS_MAX:
-            raise LimitExceeded(f"replay requests must be 1..{REPLAY_REQUESTS_MAX}")
-        if not 1 <= self.prompt_tokens <= REPLAY_PROMPT_TOKENS_MAX:
-            raise LimitExceeded(f"prompt_tokens must be 1..{REPLAY_PROMPT_TOKENS_MAX}")
-        if not 1 <= self.max_new_tokens <= REPLAY_MAX_NEW_TOKENS_MAX:
-            raise LimitExceeded(f"max_new_tokens must be 1..{REPLAY_MAX_NEW_TOKENS_MAX}")
+        if not 1 <= len(self.requests) <= replay_requests_max:
+            raise LimitExceeded(f"replay requests must be 1..{replay_requests_max}")
+        if not 1 <= self.prompt_tokens <= replay_prompt_tokens_max:
+            raise LimitExceeded(f"prompt_tokens must be 1..{replay_prompt_tokens_max}")
+        if not 1 <= self.max_new_tokens <= replay_max_new_tokens_max:
+            raise LimitExceeded(f"max_new_tokens must be 1..{replay_max_new_tokens_max}")
         if self.batch_size < 1:
             raise SchemaError("batch_size must be at least 1")
         for index, request in enumerate(self.requests):

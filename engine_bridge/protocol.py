@@ -5,7 +5,7 @@ delta installed (or stock with the audit hook). It runs a window of the replay s
 scores teacher-forced token sequences, reports audit tallies, and shuts down. Lanes
 measure their own cost with an injectable monotonic clock (``Callable[[], int]``,
 nanoseconds; default :func:`time.perf_counter_ns`). Every failure the attempt must record
-is an :class:`~ledger.errors.EngineFault` whose ``fault_code`` is one of DOMAIN §4's
+is an :class:`~vocabulary.errors.EngineFault` whose ``fault_code`` is one of DOMAIN §4's
 InfrastructureFault codes. Nothing here imports torch.
 """
 
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from engine_bridge.limits import DETAIL_CHARS_MAX
-from ledger.errors import EngineFault, LedgerError
+from engine_bridge.limits import detail_chars_max
+from vocabulary.errors import EngineFault, LedgerError
 
 if TYPE_CHECKING:
     from engine_bridge.deltas import DeltaSpec
-    from engine_bridge.hooks import AuditSpec, NodeTally
-    from engine_bridge.replay import ReplaySlice
+    from engine_bridge.grading import AuditSpec, NodeTally
+    from engine_bridge.prompt_slice import ReplaySlice
 
 __all__ = [
     "STAGE_AUDIT",
@@ -84,8 +84,8 @@ def wrap_unexpected(exc: BaseException, *, stage: str, code: FaultCode) -> Ledge
 def infrastructure_fault_payload(fault: EngineFault) -> dict[str, str]:
     """Returns the InfrastructureFault payload {code, stage, detail} of an EngineFault."""
     code = FaultCode(getattr(fault, "fault_code", FaultCode.UNPROVEN_INFRASTRUCTURE_FAILURE))
-    detail = fault.message if len(fault.message) <= DETAIL_CHARS_MAX else (
-        fault.message[: DETAIL_CHARS_MAX - 3] + "...")
+    detail = fault.message if len(fault.message) <= detail_chars_max else (
+        fault.message[: detail_chars_max - 3] + "...")
     return {"code": code.value, "stage": str(getattr(fault, "stage", "")), "detail": detail}
 
 

@@ -27,7 +27,8 @@ from typing import Any
 
 from engine_bridge.decimals import floor_decimal, parse_decimal
 from engine_bridge.deltas import DeltaSpec
-from engine_bridge.limits import QUALITY_RATIO_PLACES
+from engine_bridge.limits import quality_ratio_places
+from engine_bridge.prompt_slice import ReplaySlice
 from engine_bridge.protocol import (
     STAGE_QUALITY,
     Engine,
@@ -37,8 +38,7 @@ from engine_bridge.protocol import (
     engine_fault,
     wrap_unexpected,
 )
-from engine_bridge.replay import ReplaySlice
-from ledger.errors import LedgerError
+from vocabulary.errors import LedgerError
 
 __all__ = [
     "DEFAULT_AGREEMENT_MIN",
@@ -127,7 +127,7 @@ def assess_quality(stock_tokens: Sequence[Sequence[int]], stock: Sequence[TokenS
     regression = (share < Decimal(policy.agreement_min)
                   or not _within(candidate_drift, policy.candidate_drift_max_nats))
     payload = {"tokens_scored": scored,
-               "argmax_agreement": floor_decimal(share, QUALITY_RATIO_PLACES),
+               "argmax_agreement": floor_decimal(share, quality_ratio_places),
                "drift_within_envelope": _within(reference_drift,
                                                 policy.reference_envelope_nats),
                "regression": regression}

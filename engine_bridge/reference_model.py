@@ -15,13 +15,21 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ledger.errors import IntegrityError
+from engine_bridge.reference_spec import (
+    CONFIG_FILE,
+    REFERENCE_SEED,
+    REFERENCE_SPEC,
+    REFERENCE_WEIGHTS_SHA256,
+    WEIGHTS_FILE,
+    ReferenceModelSpec,
+)
+from vocabulary.errors import IntegrityError
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
@@ -41,9 +49,6 @@ __all__ = [
     "write_reference_model",
 ]
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-REFERENCE_SEED = 20_250_101
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -51,23 +56,6 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-@dataclass(frozen=True)
-class ReferenceModelSpec:
-    """Describes the reference Llama's shape (about 1.1 M parameters by default)."""
-
-    vocab_size: int = 512
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 256
-
-
-REFERENCE_SPEC = ReferenceModelSpec()
-
-#: sha256 of ``model.safetensors`` for (REFERENCE_SPEC, REFERENCE_SEED); pinned by a test.
-REFERENCE_WEIGHTS_SHA256 = "8f84ec2fbf70221195567d8bf032738d5de23c2791d89b0ab56922d089da321b"
 
 
 def splitmix_uniform(key: int, count: int) -> np.ndarray:

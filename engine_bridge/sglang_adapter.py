@@ -35,7 +35,8 @@ from engine_bridge.hooks import (
     read_install_receipts,
     read_receipts,
 )
-from engine_bridge.limits import BOOT_TIMEOUT_S, WINDOW_TIMEOUT_S
+from engine_bridge.limits import boot_timeout_s, window_timeout_s
+from engine_bridge.prompt_slice import ReplaySlice
 from engine_bridge.protocol import (
     STAGE_SPEED,
     Clock,
@@ -46,9 +47,8 @@ from engine_bridge.protocol import (
     default_clock,
     engine_fault,
 )
-from engine_bridge.replay import ReplaySlice
 from engine_bridge.subprocess_lane import SubprocessEngine, SubprocessLane
-from ledger.errors import InvalidInput
+from vocabulary.errors import InvalidInput
 
 __all__ = [
     "AUDIT_LANE_OVERRIDES",
@@ -154,8 +154,8 @@ class SGLangEngine(SubprocessEngine):
                  engine_env: Mapping[str, Any] | None = None, *,
                  target_modules: Sequence[str] = DEFAULT_TARGET_MODULES,
                  receipts_root: str | None = None, lane_gpus: Mapping[str, int] | None = None,
-                 boot_timeout_s: float = BOOT_TIMEOUT_S,
-                 window_timeout_s: float = WINDOW_TIMEOUT_S) -> None:
+                 boot_timeout_s: float = boot_timeout_s,
+                 window_timeout_s: float = window_timeout_s) -> None:
         engine_kwargs = validate_engine_config(engine_config)  # before anything boots
         env = validate_engine_env(engine_env or {})
         root = receipts_root or tempfile.mkdtemp(prefix="arena-receipts-")

@@ -26,7 +26,8 @@ from typing import Any
 
 from engine_bridge.decimals import floor_decimal
 from engine_bridge.deltas import DeltaSpec
-from engine_bridge.limits import RATE_PLACES, WINDOWS_MAX, WINDOWS_MIN
+from engine_bridge.limits import rate_places, windows_max, windows_min
+from engine_bridge.prompt_slice import ReplaySlice
 from engine_bridge.protocol import (
     STAGE_SPEED,
     Engine,
@@ -36,8 +37,7 @@ from engine_bridge.protocol import (
     engine_fault,
     wrap_unexpected,
 )
-from engine_bridge.replay import ReplaySlice
-from ledger.errors import LedgerError, LimitExceeded
+from vocabulary.errors import LedgerError, LimitExceeded
 
 __all__ = [
     "LANE_A",
@@ -60,8 +60,8 @@ OnWindow = Callable[[dict[str, Any]], bool]
 
 def orientation_of(window: int, windows: int) -> int:
     """Returns 1 for windows 1..floor(W/2) and 2 for the rest (DOMAIN §6)."""
-    if not WINDOWS_MIN <= windows <= WINDOWS_MAX:
-        raise LimitExceeded(f"windows must be {WINDOWS_MIN}..{WINDOWS_MAX}, got {windows}",
+    if not windows_min <= windows <= windows_max:
+        raise LimitExceeded(f"windows must be {windows_min}..{windows_max}, got {windows}",
                             windows=windows)
     if not 1 <= window <= windows:
         raise LimitExceeded(f"window must be 1..{windows}, got {window}", window=window)
@@ -138,11 +138,11 @@ def _measure(pair: _Pair, replay: ReplaySlice, window: int) -> tuple[WindowRun, 
 
 def _rates(run: WindowRun) -> tuple[str, str]:
     # Tokens per second over the whole window, and the mean time to first token in ms,
-    # both computed from integers and rounded down to RATE_PLACES.
+    # both computed from integers and rounded down to rate_places.
     tps = Decimal(run.output_tokens) * NS_PER_S / Decimal(max(run.cost_ns, 1))
     ttfts = [t.ttft_ns for t in run.timings] or [0]
     ttft_ms = Decimal(sum(ttfts)) / Decimal(len(ttfts)) / NS_PER_MS
-    return floor_decimal(tps, RATE_PLACES), floor_decimal(ttft_ms, RATE_PLACES)
+    return floor_decimal(tps, rate_places), floor_decimal(ttft_ms, rate_places)
 
 
 def window_payload(window: int, orientation: int, stock: WindowRun, candidate: WindowRun,

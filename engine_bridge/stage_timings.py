@@ -19,10 +19,10 @@ from typing import Any
 
 from engine_bridge.deltas import registered
 from engine_bridge.hooks import run_audit
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import Engine
 from engine_bridge.quality import grade_quality
 from engine_bridge.reference_model import write_reference_model
-from engine_bridge.replay import load_replay_slice
 from engine_bridge.speed import iter_windows
 
 __all__ = ["compare_deltas", "main", "time_attempt"]

@@ -31,7 +31,8 @@ from typing import Any, Literal
 
 from engine_bridge.deltas import DEFAULT_TARGET_MODULES, DeltaSpec
 from engine_bridge.hooks import AuditSpec, NodeTally
-from engine_bridge.limits import BOOT_TIMEOUT_S, SHUTDOWN_TIMEOUT_S, WINDOW_TIMEOUT_S
+from engine_bridge.limits import boot_timeout_s, shutdown_timeout_s, window_timeout_s
+from engine_bridge.prompt_slice import ReplaySlice
 from engine_bridge.protocol import (
     STAGE_SPEED,
     FaultCode,
@@ -39,9 +40,8 @@ from engine_bridge.protocol import (
     WindowRun,
     engine_fault,
 )
-from engine_bridge.reference_model import REFERENCE_WEIGHTS_SHA256
-from engine_bridge.replay import ReplaySlice
-from ledger.errors import EngineFault
+from engine_bridge.reference_spec import REFERENCE_WEIGHTS_SHA256
+from vocabulary.errors import EngineFault
 
 __all__ = ["REFERENCE_LANE_FACTORY", "SubprocessEngine", "SubprocessLane",
            "boot_reference_lane", "default_start_method"]
@@ -66,7 +66,7 @@ def _auto_affinity() -> dict[str, int]:
 
 
 def default_start_method() -> str:
-    """Returns "forkserver" where available (boots in ~0.1 s), else "spawn".
+    """Returns "forkserver" where available (a lane boots without a fresh import), else "spawn".
 
     The fork server is itself a fresh interpreter that imports only the torch engine
     (threads pinned first); lanes are forked from it, so they inherit neither the
@@ -84,8 +84,8 @@ class SubprocessEngine:
     def __init__(self, model_dir: str | os.PathLike[str], *,
                  expected_weights_sha256: str | None = REFERENCE_WEIGHTS_SHA256,
                  target_modules: Sequence[str] = DEFAULT_TARGET_MODULES,
-                 boot_timeout_s: float = BOOT_TIMEOUT_S,
-                 window_timeout_s: float = WINDOW_TIMEOUT_S,
+                 boot_timeout_s: float = boot_timeout_s,
+                 window_timeout_s: float = window_timeout_s,
                  cpu_affinity: Affinity = "auto",
                  start_method: str | None = None,
                  lane_factory: str = REFERENCE_LANE_FACTORY,
@@ -201,7 +201,7 @@ class SubprocessLane:
         if self._proc.exitcode is None:
             with contextlib.suppress(BrokenPipeError, OSError):
                 self._conn.send(("shutdown", ()))
-            self._proc.join(SHUTDOWN_TIMEOUT_S)
+            self._proc.join(shutdown_timeout_s)
         self._kill()
         self._conn.close()
         if self in self.engine.lanes:
@@ -210,7 +210,7 @@ class SubprocessLane:
     def _kill(self) -> None:
         if self._proc.exitcode is None:
             self._proc.kill()
-            self._proc.join(SHUTDOWN_TIMEOUT_S)
+            self._proc.join(shutdown_timeout_s)
 
     def _call(self, command: str, *args: Any) -> Any:
         self.ready()
@@ -237,13 +237,13 @@ class SubprocessLane:
             self._kill()
             raise engine_fault(FaultCode.ADAPTER_TIMEOUT, f"lane {self.lane_id}: {command} "
                                f"took longer than {timeout_s} s", stage=self.stage)
-        self._proc.join(SHUTDOWN_TIMEOUT_S)
+        self._proc.join(shutdown_timeout_s)
         if booting:
             return ("boot_failed", "", self.stage, f"child exited with code {self._proc.exitcode}")
         raise self._killed(command)
 
     def _killed(self, command: str) -> EngineFault:
-        self._proc.join(SHUTDOWN_TIMEOUT_S)
+        self._proc.join(shutdown_timeout_s)
         code = self._proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return engine_fault(FaultCode.ENGINE_KILLED, f"lane {self.lane_id} process died "

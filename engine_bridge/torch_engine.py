@@ -33,6 +33,7 @@ from engine_bridge.hooks import (  # noqa: E402
     register_forward_hooks,
     session_for,
 )
+from engine_bridge.prompt_slice import ReplaySlice  # noqa: E402
 from engine_bridge.protocol import (  # noqa: E402
     STAGE_SPEED,
     Clock,
@@ -48,8 +49,7 @@ from engine_bridge.reference_model import (  # noqa: E402
     REFERENCE_WEIGHTS_SHA256,
     load_reference_model,
 )
-from engine_bridge.replay import ReplaySlice  # noqa: E402
-from ledger.errors import InvalidInput  # noqa: E402
+from vocabulary.errors import InvalidInput  # noqa: E402
 
 pin_torch_threads(torch)
 torch.use_deterministic_algorithms(True)

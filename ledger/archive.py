@@ -13,14 +13,14 @@ about a new id), so the layout makes writing cheap and lets a rare read do more 
   finished submission is one row and one ``put``; a link
   made otherwise (to a key already written, or replacing a link) is a row of its own
   (value NULL, its target in ``tag``). Rows are written ``flush_entries`` at a time, with
-  multi-row INSERTs (about 1 µs a row of 460 bytes). A key put or linked again is a newer
+  multi-row INSERTs. A key put or linked again is a newer
   row: the newest one answers, and ``values`` skips the older.
 - an index per space, ``index_<n>`` (hash, row id) WITHOUT ROWID, for each record key and
   link name: its entries wait in memory (a dict by hash, which answers for them) and are
   written ``index_entries`` at a time, sorted by hash, so a batch touches each leaf page of
-  the B-tree once rather than once per entry (about 0.65 µs an entry, the sort included).
-  The previous layout, rowid tables with an index on (space, hash) kept row by row, cost
-  2.7 µs a row, a link being a row too.
+  the B-tree once rather than once per entry. The previous layout, rowid tables with an
+  index on (space, hash) kept row by row, cost several times as much per row, a link being
+  a row too (docs/benchmarks.md, "Design figures").
 - one Bloom filter per space (10 bits per key at most, three bits of one 64-bit word
   picked by the key's own hash), so the common question "was this new id ever archived?"
   is answered "no" in memory; a "maybe" reads the index entries under the key's hash, in
@@ -47,8 +47,13 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any, TypeVar, cast
 
-from ledger.errors import ArchiveUnavailable
+from ledger.limits import (
+    archive_index_insert_rows_max,
+    archive_insert_rows_max,
+    archive_names_chars_max,
+)
 from ledger.sqlite_rows import insert_rows
+from vocabulary.errors import ArchiveUnavailable
 
 __all__ = ["DiskArchive"]
 
@@ -84,20 +89,13 @@ def _unavailable(exc: sqlite3.Error) -> ArchiveUnavailable:
 #: Rows (records and links) held in memory before they are written to the file together.
 flush_entries_default = 4096
 #: Index entries held in memory before they are written, sorted, to the file together
-#: (about 6 MB of dict; 1 << 15 to 1 << 18 cost alike in a 1M-event replay).
+#: (a few MB of dict; a wide range of sizes around this one cost alike in a long replay).
 index_entries_default = 1 << 16
-#: Most characters of link names one record's row holds; a link beyond is a row of its own,
-#: so rows keep coming and flushes (which write index entries) keep memory bounded.
-names_chars_max = 1024
-#: Bloom filter bits per expected key (three probes in one word: 2.3% false "maybe" when
-#: full, measured).
+#: Bloom filter bits per expected key (three probes in one word; its false "maybe" rate
+#: when full is in docs/benchmarks.md, "Design figures").
 bloom_bits_per_key = 10
 #: Keys a space's first filter is sized for; it grows fourfold whenever it is full.
 bloom_keys_initial = 1 << 16
-#: Most rows one INSERT statement writes (a power of two; ``ledger.sqlite_rows``).
-insert_rows_max = 128
-#: Most index entries one INSERT statement writes (a power of two).
-index_insert_rows_max = 256
 #: SQLite page cache of the archive file, KiB (its memory, whatever the file's size).
 cache_kib = 4096
 #: SQLite page size of the archive file, bytes.
@@ -107,8 +105,8 @@ page_bytes = 16384
 #: for a link, names), a list so that a link can add to ``names``; the file adds its id.
 _SPACE, _KEY, _TAG, _VALUE, _NAMES = range(5)
 #: Rows are written without their id: SQLite gives each the largest id so far plus one (the
-#: table is only appended to, from empty), which is ``_base`` plus its place in the buffer;
-#: binding it cost 0.1 µs a row.
+#: table is only appended to, from empty), which is ``_base`` plus its place in the buffer,
+#: so it need not be bound per row.
 _COLUMNS = "rows (space, key, tag, value, names)"
 _ROW = "SELECT space, key, tag, value, names FROM rows"
 
@@ -140,9 +138,8 @@ class _Space:
     Keys go in by their ``hash()``: the archive computes it once per key, for the filter
     and for the index. The filter is blocked: a key's three bits lie in one 64-bit word
     (its low hash bits pick the word, 12 others the bits), one read and one write where
-    three bits in three bytes cost three of each. Replaying the archive calls of a 1M-event
-    fold took 0.82 s instead of 1.05 (with ids counted from the buffer's length); a full
-    filter answers a false "maybe" 2.3% of the time instead of 1.7%.
+    three bits in three bytes cost three of each: faster on a long fold, for a slightly
+    higher false "maybe" rate when full (docs/benchmarks.md, "Design figures").
     """
 
     __slots__ = ("capacity", "indexed", "mask", "number", "older", "pending", "prefix", "words")
@@ -291,7 +288,7 @@ class DiskArchive:
             return
         names, spelled, rest = [], 0, links[:0]
         for index, (link_space, name) in enumerate(links):
-            if "\n" in name or spelled >= names_chars_max:
+            if "\n" in name or spelled >= archive_names_chars_max:
                 rest = links[index:]  # what a row does not spell: rows of their own
                 break
             linked = spaces.get(link_space)
@@ -316,7 +313,7 @@ class DiskArchive:
             last is not None
             and last[_KEY] == target
             and "\n" not in key
-            and len(last[_NAMES]) < names_chars_max
+            and len(last[_NAMES]) < archive_names_chars_max
         ):
             # Named in the row just put (still the newest): no row of its own.
             last[_NAMES] += f"{spaced.prefix}{key}\n"
@@ -421,7 +418,7 @@ class DiskArchive:
     def flush(self) -> None:
         """Writes the buffered rows to the file, and the index entries once enough wait."""
         if self._rows:
-            insert_rows(self._cursor, _COLUMNS, self._rows, insert_rows_max)
+            insert_rows(self._cursor, _COLUMNS, self._rows, archive_insert_rows_max)
             self._base += len(self._rows)
             self._rows = []
         self._last = None
@@ -445,13 +442,13 @@ class DiskArchive:
             flat = list(chain.from_iterable(entries))
         else:
             # The hashes sorted as plain integers, and the parameters laid out by slices:
-            # tuples sorted took 0.48 µs an entry, this 0.2 (130k entries).
+            # sorting tuples took more than twice as long per entry.
             hashes = sorted(pending)
             flat = [0] * (2 * len(hashes))
             flat[0::2] = hashes
             flat[1::2] = map(pending.__getitem__, hashes)
         into, cursor = f"index_{spaced.number} (h, ref)", self._cursor
-        total, start, width = len(flat) // 2, 0, index_insert_rows_max
+        total, start, width = len(flat) // 2, 0, archive_index_insert_rows_max
         while start < total:
             while width > total - start:
                 width >>= 1

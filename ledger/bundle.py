@@ -44,17 +44,29 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import orjson
 
-from ledger import limits
 from ledger.chain import GENESIS_HASH, Row, chained, envelope_bytes
 from ledger.checkpoint import (
     event_document,
-    note_file_bytes_max,
     open_checkpoint,
     read_file_bytes,
     sign_tree,
 )
-from ledger.codec import loads
-from ledger.errors import (
+from ledger.limits import (
+    bundle_line_bytes_max,
+    manifest_bytes_max,
+    note_file_bytes_max,
+    parallel_workers_max,
+)
+from ledger.log import get_logger
+from ledger.merkle import EMPTY_ROOT, CompactRange, leaf_hash, node_hash
+from ledger.note import Checkpoint, Signer, Verifier
+from ledger.records import RecordedEvent
+from ledger.stored_tree import advance_frontier, frontier_root
+from ledger.verify import head_and_last_position, raw_rows
+from vocabulary import limits
+from vocabulary.catalogue import CATALOGUE, check_stream_name
+from vocabulary.codec import loads
+from vocabulary.errors import (
     IntegrityError,
     InvalidInput,
     LedgerError,
@@ -62,11 +74,6 @@ from ledger.errors import (
     StoreError,
     head_row_missing,
 )
-from ledger.log import get_logger
-from ledger.merkle import EMPTY_ROOT, CompactRange, leaf_hash, node_hash
-from ledger.model import RecordedEvent
-from ledger.note import Checkpoint, Signer, Verifier
-from ledger.tree import advance_frontier, frontier_root
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -80,11 +87,9 @@ __all__ = [
     "MANIFEST_FILE",
     "BundleReport",
     "Manifest",
-    "bundle_line_bytes_max",
     "export_bundle",
     "import_bundle",
     "import_chunk_events",
-    "manifest_bytes_max",
     "read_bundle_events",
     "read_bundle_rows",
     "read_manifest",
@@ -97,10 +102,6 @@ EVENTS_FILE: Final = "events.jsonl"
 MANIFEST_FILE: Final = "manifest.json"
 CHECKPOINT_FILE: Final = "checkpoint.note"
 
-#: Longest events.jsonl line, in bytes: a maximal payload in base64 plus the envelope.
-bundle_line_bytes_max = 131_072
-#: Largest manifest.json, in bytes.
-manifest_bytes_max = 65_536
 #: Events verified, hashed into the tree and inserted together during a pass.
 import_chunk_events = 2_000
 #: Bytes of events.jsonl read (and hashed on a helper thread) at a time.
@@ -110,8 +111,6 @@ read_block_bytes = 1_048_576
 parallel_chunk_lines = 8_192
 #: Bundles smaller than this many events are verified in-process (start-up would dominate).
 parallel_events_min = 200_000
-#: Most worker processes offline verification uses.
-parallel_workers_max = 8
 
 _COLUMNS = (
     "position, stream, version, type, schema_version, payload, recorded_at, actor, entry_hash"
@@ -767,8 +766,6 @@ def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
     chains them as verify does (``ledger.chain.chained``), rather than a RecordedEvent and
     an envelope per event.
     """
-    from ledger.verify import raw_rows
-
     digest, compact = hashlib.sha256(), CompactRange()
     previous, count, total = b"", 0, 0  # previous: the last entry hash (unused when empty)
     for row, previous in chained(bytes(32), raw_rows(store, 1, size)):
@@ -867,7 +864,6 @@ def export_bundle(
                            path=str(bundle))
     if not bundle.parent.is_dir():
         raise InvalidInput(f"directory {bundle.parent} does not exist", path=str(bundle))
-    from ledger.verify import head_and_last_position
 
     head_row, stored_max = head_and_last_position(store)
     head = head_row.position
@@ -989,8 +985,6 @@ def _check_events(rows: list[Row], _: list[bytes]) -> None:
     were ever valid: an unsigned bundle could be forged whole. Import therefore holds every
     event to the append rules (known type and version, schema, canonical bytes).
     """
-    from ledger.catalogue import CATALOGUE, check_stream_name
-
     for position, stream, _version, kind, schema, payload, _at, _actor, _hash in rows:
         try:
             check_stream_name(stream)

@@ -39,7 +39,7 @@ _dumps = orjson.dumps
 _sha256 = hashlib.sha256
 #: An empty SHA-256 state that ``chained`` copies per event: with OpenSSL 3,
 #: ``hashlib.sha256(data)`` looks the algorithm up by name on every call, and copying a
-#: ready state skips that (0.85 µs an event instead of 1.1–1.3 for a 700-byte envelope).
+#: ready state skips that lookup on the hot path (docs/benchmarks.md, "Design figures").
 _SHA256_EMPTY = hashlib.sha256()
 
 
@@ -124,8 +124,8 @@ def _cached(cache: dict[str, bytes], text: str, before: bytes, after: bytes, mos
 
     The cache is emptied first when it holds more than ``most`` entries (memory stays flat
     on a ledger of millions of streams); the result is an exact-size bytes object (orjson
-    returns even a 10-byte result inside a 4 KiB allocation, and a cache of 25,000 of those
-    cost a replay 100 MiB).
+    returns even a 10-byte result inside a 4 KiB allocation, which a cache of thousands
+    would multiply).
     """
     if len(cache) > most:
         cache.clear()

@@ -26,10 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ledger import limits, merkle
+from ledger import merkle
 from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
-from ledger.codec import loads
-from ledger.errors import (
+from ledger.limits import (
+    key_file_bytes_max,
+    proof_document_bytes_max,
+    proof_hashes_max,
+)
+from ledger.note import Checkpoint, Signer, Verifier, sign_checkpoint, verify_checkpoint
+from ledger.stored_tree import stored_entry_hash
+from vocabulary import limits
+from vocabulary.codec import loads
+from vocabulary.errors import (
     IntegrityError,
     InvalidInput,
     LimitExceeded,
@@ -38,9 +46,7 @@ from ledger.errors import (
     require_file,
     unreadable,
 )
-from ledger.fields import is_digest
-from ledger.note import Checkpoint, Signer, Verifier, sign_checkpoint, verify_checkpoint
-from ledger.tree import stored_entry_hash
+from vocabulary.fields import is_digest
 
 if TYPE_CHECKING:
     from ledger.store import EventStore
@@ -55,13 +61,10 @@ __all__ = [
     "default_origin",
     "event_document",
     "inclusion_document",
-    "key_file_bytes_max",
     "load_signer",
     "load_verifier",
     "open_checkpoint",
     "parse_proof_document",
-    "proof_document_bytes_max",
-    "proof_hashes_max",
     "public_key_path",
     "read_file_bytes",
     "read_text_file",
@@ -76,14 +79,6 @@ PROOF_FORMAT: Final = "arena-ledger.proof.v1"
 ORIGIN_PREFIX: Final = "arena-ledger/"
 """Prefix of the default checkpoint origin, followed by the key name."""
 
-#: Largest key file read, in bytes (a key string is about 100 bytes).
-key_file_bytes_max = 4_096
-#: Largest proof document read, in bytes (an inclusion proof carries one payload, ≤ 64 KiB).
-proof_document_bytes_max = 262_144
-#: Most hashes a proof may list (a tree of 2**64 leaves needs at most 64, plus one).
-proof_hashes_max = 65
-#: Largest checkpoint note file read, in bytes (the note format allows 1 MiB).
-note_file_bytes_max = 1_048_576
 
 _PRIVATE_MODE: Final = 0o600
 _PUBLIC_MODE: Final = 0o644

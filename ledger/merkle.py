@@ -35,7 +35,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Final
 
-from ledger.errors import InvalidInput, NotFound
+from vocabulary.errors import InvalidInput, NotFound
 
 __all__ = [
     "EMPTY_ROOT",
@@ -499,8 +499,8 @@ class MerkleTree:
     def __init__(self) -> None:
         """Starts an empty tree."""
         # One list per level instead of a dict keyed by (level, index): nodes of a level
-        # complete left to right, so a list index is the node index, and a million-leaf
-        # tree costs ~150 MB instead of ~400 MB with tuple keys.
+        # complete left to right, so a list index is the node index, and a large tree
+        # costs a fraction of the memory tuple keys would.
         self._levels: list[list[bytes]] = [[]]
 
     @property

@@ -37,8 +37,8 @@ from typing import Final
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
 from ledger.merkle import HASH_BYTES, TREE_SIZE_MAX
+from vocabulary.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
 
 __all__ = [
     "ED25519_SIGNATURE_TYPE",

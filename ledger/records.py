@@ -8,7 +8,8 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from ledger.events import Event
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.events import Event
 
 __all__ = [
     "ANY",
@@ -79,8 +80,6 @@ class RecordedEvent:
 
     def event(self) -> Event:
         """Returns the event as a model of the current schema version (upcast on read)."""
-        from ledger.catalogue import CATALOGUE
-
         return CATALOGUE.decode(self.type, self.schema_version, self.payload)
 
     def to_json(self) -> dict[str, Any]:

@@ -14,9 +14,7 @@ import hashlib
 import json
 import operator
 import os
-import re
 import sqlite3
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,27 +27,19 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, SQLAlchemyError
 
-from ledger import limits
-from ledger.catalogue import CATALOGUE, Catalogue, check_stream_name
 from ledger.chain import GENESIS_HASH, Row, chain_rows
-from ledger.codec import canonical_bytes
-from ledger.errors import (
-    ConcurrencyConflict,
-    IdempotencyKeyReused,
-    IntegrityError,
-    InvalidInput,
-    LedgerError,
-    LimitExceeded,
-    NotFound,
-    SchemaError,
-    SchemaNotInitialised,
-    StoreError,
-    StoreUnavailable,
-    head_row_missing,
+from ledger.database import (
+    cannot_open,
+    database_errors,
+    driver_errors,
+    password_hidden,
+    safe_url,
+    store_error,
 )
+from ledger.limits import sqlite_insert_rows_max
 from ledger.log import get_logger
 from ledger.merkle import right_edge
-from ledger.model import (
+from ledger.records import (
     ANY,
     NO_STREAM,
     AppendResult,
@@ -60,15 +50,31 @@ from ledger.model import (
     StreamState,
     VerifyReport,
 )
-from ledger.schema import SCHEMA_REVISION
 from ledger.sqlite_rows import insert_rows
-from ledger.tree import (
+from ledger.stored_tree import (
     StoredTree,
     advance_frontier,
     check_frontier,
     frontier_root,
     frontier_tail_first,
     stored_level_min,
+)
+from ledger.tables import SCHEMA_REVISION
+from ledger.verify import verify_chain
+from vocabulary import limits
+from vocabulary.catalogue import CATALOGUE, Catalogue, check_stream_name
+from vocabulary.codec import canonical_bytes
+from vocabulary.errors import (
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    IntegrityError,
+    InvalidInput,
+    LedgerError,
+    LimitExceeded,
+    NotFound,
+    SchemaError,
+    SchemaNotInitialised,
+    head_row_missing,
 )
 
 __all__ = [
@@ -77,6 +83,9 @@ __all__ = [
     "EventStore",
     "PreparedEvent",
     "database_identity",
+    "make_engine",
+    "missing_sqlite_file",
+    "no_ledger_file",
     "parse_expected_version",
     "recorded_at_text",
     "safe_url",
@@ -90,9 +99,6 @@ sqlite_busy_timeout_ms = 30_000
 #: as often as 4 KiB ones, a commit writes a quarter as many WAL frames, and the automatic
 #: checkpoint (every 1,000 frames) comes a quarter as often.
 sqlite_page_bytes = 16_384
-#: Most rows one INSERT statement writes on SQLite (a power of two; fewer where the SQLite
-#: build allows fewer than 9 × this many parameters).
-sqlite_insert_rows_max = 256
 
 _COLUMNS = (
     "position, stream, version, type, schema_version, payload, recorded_at, actor, entry_hash"
@@ -215,7 +221,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a port that is not a number
-        shown = _password_hidden(url)
+        shown = password_hidden(url)
         problem = str(exc).replace(url, shown)
         if isinstance(exc, ValueError) and "int()" in problem:
             problem = "its port is not a number"
@@ -295,7 +301,7 @@ def _read_only_media_url(path: str | None) -> str | None:
     return f"sqlite:///file:{quote(os.path.abspath(path))}?mode=ro&immutable=1&uri=true"
 
 
-def _missing_sqlite_file(engine: Engine) -> str | None:
+def missing_sqlite_file(engine: Engine) -> str | None:
     """Returns the path of the SQLite file ``engine`` opens when that file does not exist;
     None for PostgreSQL, an in-memory database, a ``file:`` URI or a file that exists."""
     url = engine.url
@@ -321,15 +327,15 @@ _M = TypeVar("_M", bound=Callable[..., Any])
 
 
 def _store_errors(method: _M) -> _M:
-    """Raises the store's LedgerError (``_store_error``) for a database error of ``method``,
+    """Raises the store's LedgerError (``store_error``) for a database error of ``method``,
     never the driver's or SQLAlchemy's; for methods that return, not generators."""
 
     @functools.wraps(method)
     def mapped(self: EventStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except _database_errors() as exc:
-            raise _store_error(exc, self.url) from None
+        except database_errors() as exc:
+            raise store_error(exc, self.url) from None
 
     return cast(_M, mapped)
 
@@ -376,7 +382,7 @@ class EventStore:
         A SQLite file that does not exist is not opened (SQLite would create it, and a
         mistyped ``--db`` would leave an empty database file behind): the answer is False.
         """
-        if _missing_sqlite_file(self.engine) is not None:
+        if missing_sqlite_file(self.engine) is not None:
             return False
         try:
             with self.engine.connect() as conn:
@@ -386,7 +392,7 @@ class EventStore:
 
     def require_initialised(self) -> None:
         """Raises SchemaNotInitialised with a hint when the tables are missing."""
-        missing = _missing_sqlite_file(self.engine)
+        missing = missing_sqlite_file(self.engine)
         if missing is not None:
             raise no_ledger_file(missing, self.url)
         if not self.is_initialised():
@@ -458,8 +464,8 @@ class EventStore:
         started = time.perf_counter()
         try:
             result = self._append_tx(batch, idempotency_key, content, actor)
-        except _database_errors() as exc:
-            raise _store_error(exc, self.url) from None
+        except database_errors() as exc:
+            raise store_error(exc, self.url) from None
         _log.info(
             "append_batch",
             first_position=result.first,
@@ -476,8 +482,8 @@ class EventStore:
     ) -> AppendResult:
         with self._write_connection() as conn, conn.begin():
             # The hot path talks to the driver's cursor inside SQLAlchemy's transaction:
-            # each Core execute costs 50-500 us of compiling and result wrapping, a tenth of
-            # a 1,000-event append on SQLite. Errors are translated by append() alike.
+            # each Core execute adds compiling and result wrapping that a large append
+            # would pay per statement. Errors are translated by append() alike.
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
                 return self._append_rows(conn, cursor, batch, key, content, actor)
@@ -521,7 +527,7 @@ class EventStore:
         last, tip = rows[-1][0], rows[-1][8]
         if self.backend == "postgresql":
             # Nodes and head in one statement over three arrays: executemany would send one
-            # INSERT per node (3 ms per 1,000 events), a second statement one more round trip.
+            # INSERT per node, a second statement one more round trip.
             columns = [[node[i] for node in nodes] for i in range(3)]
             cursor.execute(sql.write_head, (*columns, last, tip, frontier))
         else:
@@ -547,7 +553,7 @@ class EventStore:
         store: a revision changes only while its writers are stopped, operations.md)."""
         try:
             row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
-        except _driver_errors():
+        except driver_errors():
             row = None
         revision = None if row is None else str(row[0])
         if revision != self.schema_revision:
@@ -617,7 +623,7 @@ class EventStore:
         try:
             row = cursor.execute(sql.lock_head).fetchone()
             found = cursor.execute(sql.stream_versions, (argument,)).fetchall()
-        except _driver_errors() as exc:
+        except driver_errors() as exc:
             if "ledger_head" in str(exc) or "frontier" in str(exc):
                 raise SchemaNotInitialised(
                     "the ledger's tables are missing or not at the latest revision; run "
@@ -804,7 +810,7 @@ class EventStore:
                     raise head_row_missing()
                 yield StoredTree(self, conn, int(row[0]))
         except SQLAlchemyError as exc:
-            raise _store_error(exc, self.url) from None
+            raise store_error(exc, self.url) from None
 
     @_store_errors
     def merkle_root(self, size: int | None = None, *, doing: str = "signed") -> tuple[int, bytes]:
@@ -884,7 +890,6 @@ class EventStore:
         """Streams the ledger, recomputes every entry hash, and names the first bad position;
         with ``tree``, also holds the stored Merkle tree to the entry hashes
         (``ledger.verify.verify_chain``)."""
-        from ledger.verify import verify_chain
 
         started = time.perf_counter()
         report = verify_chain(self, from_position, to_position, tree=tree)
@@ -1083,56 +1088,6 @@ def _batch_digest(batch: list[PreparedEvent]) -> str:
     return h.hexdigest()
 
 
-def _driver_errors() -> tuple[type[Exception], ...]:
-    """Returns the DB-API errors raised where the store talks to the driver directly.
-
-    PostgreSQL appends stream rows through psycopg's COPY and verify reads raw cursor pages,
-    below SQLAlchemy, whose error translation therefore does not see a failure there.
-    psycopg's errors are in the tuple once psycopg has been imported (SQLAlchemy imports it
-    to open a PostgreSQL URL): no psycopg error can exist before, and a command on SQLite
-    need not pay its import (a tenth of a second). Called where an ``except`` matches, which
-    Python evaluates only when something was raised.
-    """
-    psycopg = sys.modules.get("psycopg")
-    return _SQLITE_ERRORS if psycopg is None else (sqlite3.Error, psycopg.Error)
-
-
-def _database_errors() -> tuple[type[Exception], ...]:
-    """Returns what a failed append or verify may raise from the database: SQLAlchemy's
-    errors and the driver's (both talk to the driver directly on their hot paths)."""
-    return (SQLAlchemyError, *_driver_errors())
-
-
-_SQLITE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,)
-
-
-def cannot_open(exc: DatabaseError, url: str) -> StoreUnavailable:
-    """Returns the error for a database that does not open: a server that does not answer, a
-    file that cannot be created, or (SQLite) a file that is not a database. The message
-    names the database (password hidden) and the driver's reason."""
-    reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
-    return StoreUnavailable(
-        f"cannot open the database {safe_url(url)}: {reason}", url=safe_url(url),
-        reason=reason,
-    )
-
-
-def _store_error(exc: Exception, url: str) -> LedgerError:
-    orig = getattr(exc, "orig", None)
-    message = str(orig if orig is not None else exc).strip().splitlines()[0]
-    lowered = message.lower()
-    if "no such table" in lowered or ("does not exist" in lowered and "relation" in lowered):
-        return SchemaNotInitialised(
-            "the ledger's tables do not exist; run `arena-ledger init`", url=safe_url(url)
-        )
-    if "append-only" in lowered:
-        return StoreError(f"the database refused a change to recorded events: {message}")
-    unavailable = ("locked", "readonly", "read-only", "disk", "full", "connect", "unable to open")
-    if any(word in lowered for word in unavailable):
-        return StoreUnavailable(f"the database is unavailable: {message}", url=safe_url(url))
-    return StoreError(f"database error: {message}", url=safe_url(url))
-
-
 def database_identity(url: str) -> str:
     """Returns what names the database ``url`` opens, whatever its spelling: backend, host,
     port, user and database (a SQLite file's path made absolute), one per line, without the
@@ -1147,23 +1102,3 @@ def database_identity(url: str) -> str:
         (parsed.get_backend_name(), parsed.host or "", str(parsed.port or ""),
          parsed.username or "", database)
     )
-
-
-def safe_url(url: str) -> str:
-    """Returns ``url`` as it may be shown or logged: as written, but with a password hidden
-    (``***``); ``<invalid url>`` for text that is not a URL.
-
-    A URL without a password is returned as written: rendered again, a SQLite path's
-    brackets or ``%`` would come back percent-escaped, the same file spelt another way.
-    """
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        return "<invalid url>"  # no telling what in it is a password
-    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
-
-
-def _password_hidden(url: str) -> str:
-    """Returns ``url`` with anything between ``user:`` and ``@`` of its authority shown as
-    ``***``: for a URL that does not parse, whose password must not reach a message."""
-    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url, count=1)

@@ -20,16 +20,13 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, text
 
 from ledger import merkle
 from ledger.chain import GENESIS_HASH
-from ledger.errors import IntegrityError, InvalidInput, NotFound
-
-if TYPE_CHECKING:
-    from ledger.store import EventStore
+from ledger.database import Database
+from vocabulary.errors import IntegrityError, InvalidInput, NotFound
 
 __all__ = [
     "StoredTree",
@@ -182,7 +179,7 @@ def check_frontier(
 class StoredTree:
     """Reads nodes of the stored tree through one connection and answers roots and proofs."""
 
-    def __init__(self, store: EventStore, conn: Connection, size: int) -> None:
+    def __init__(self, store: Database, conn: Connection, size: int) -> None:
         self._store = store
         self._conn = conn
         self.size = size

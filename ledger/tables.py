@@ -84,7 +84,7 @@ ledger_head = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("position", BigInteger, nullable=False),
     Column("entry_hash", String(64), nullable=False),
-    # The Merkle tree's right edge (largest subtree first), see ledger/tree.py.
+    # The Merkle tree's right edge (largest subtree first), see ledger/stored_tree.py.
     Column("frontier", LargeBinary, nullable=False),
     CheckConstraint("id = 1", name="single_row"),
 )

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
-from ledger import limits
 from ledger.chain import GENESIS_HASH, chained
-from ledger.errors import InvalidInput, head_row_missing
+from ledger.database import Database, database_errors, store_error
 from ledger.merkle import node_hash
-from ledger.model import Head, VerifyReport
-from ledger.tree import advance_frontier, frontier_root, stored_level_min
+from ledger.records import Head, VerifyReport
+from ledger.stored_tree import advance_frontier, frontier_root, stored_level_min
+from vocabulary import limits
+from vocabulary.errors import InvalidInput, head_row_missing
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from ledger.store import EventStore
 
 __all__ = ["head_and_last_position", "raw_rows", "verify_chain"]
 
@@ -38,7 +38,7 @@ _SQL = (
 
 
 def verify_chain(
-    store: EventStore,
+    store: Database,
     from_position: int = 1,
     to_position: int | None = None,
     *,
@@ -164,7 +164,7 @@ class _RebuiltTree:
     and holds the stored one to it: every node of ``merkle_nodes`` (a proof or an earlier
     checkpoint reads them) and the head row's frontier (a checkpoint of the head signs it).
 
-    It keeps one hash per 2**stored_level_min events (about 5 MiB a million events) and the
+    It keeps one hash per 2**stored_level_min events (a few MiB for millions of events) and the
     frontier; the higher levels are computed from those, one level at a time, as they are
     compared.
     """
@@ -188,7 +188,7 @@ class _RebuiltTree:
         self.pending.clear()
         self.lowest.extend(value for level, _, value in nodes if level == stored_level_min)
 
-    def compare(self, store: EventStore, last: int) -> tuple[int, str] | None:
+    def compare(self, store: Database, last: int) -> tuple[int, str] | None:
         """Returns (first position under it, problem) for the first stored node or head
         frontier that differs from the rebuilt tree of positions 1..``last``, or None."""
         self._flush()
@@ -232,7 +232,7 @@ class _RebuiltTree:
 
 
 def raw_rows(
-    store: EventStore, first: int, last: int, conn: Connection | None = None
+    store: Database, first: int, last: int, conn: Connection | None = None
 ) -> Iterator[tuple[Any, ...]]:
     """Yields the driver's rows for positions ``first`` to ``last``, in position order.
 
@@ -248,7 +248,7 @@ def raw_rows(
 
 
 def _pages(
-    store: EventStore, start: int, last: int, conn: Connection | None = None
+    store: Database, start: int, last: int, conn: Connection | None = None
 ) -> Iterator[list[tuple[Any, ...]]]:
     """Yields raw driver rows one position window of a page at a time, over one connection
     (``conn``, inside its transaction, when given; else one of the store's own).
@@ -262,8 +262,6 @@ def _pages(
     Python frame per row), and a failure is mapped to the store's error here, where every
     database call of the read happens.
     """
-    from ledger.store import _database_errors, _store_error
-
     sql = _SQL.format(p="%s" if store.backend == "postgresql" else "?")
     page = limits.read_page_events
     try:
@@ -280,8 +278,8 @@ def _pages(
                     yield cursor.fetchall()
             finally:
                 cursor.close()
-    except _database_errors() as exc:  # named as the store names it, not a driver traceback
-        raise _store_error(exc, store.url) from None
+    except database_errors() as exc:  # named as the store names it, not a driver traceback
+        raise store_error(exc, store.url) from None
 
 
 def _bad(
@@ -299,7 +297,7 @@ def _bad(
     )
 
 
-def _stored_hash(store: EventStore, position: int) -> str | None:
+def _stored_hash(store: Database, position: int) -> str | None:
     with store.engine.connect() as conn:
         value = conn.execute(
             text("SELECT entry_hash FROM events WHERE position = :p"), {"p": position}
@@ -307,20 +305,18 @@ def _stored_hash(store: EventStore, position: int) -> str | None:
     return None if value is None else str(value)
 
 
-def head_and_last_position(store: EventStore) -> tuple[Head, int]:
+def head_and_last_position(store: Database) -> tuple[Head, int]:
     """Returns the head and the largest stored position, read by one statement (so an
     append that commits meanwhile moves both: only a head row moved back makes the second
     larger). A database failure raises the store's error for it."""
-    from ledger.store import _database_errors, _store_error
-
     try:
         with store.engine.connect() as conn:
             row = conn.execute(text(
                 "SELECT h.position, h.entry_hash, (SELECT MAX(position) FROM events) "
                 "FROM ledger_head h WHERE h.id = 1"
             )).first()
-    except _database_errors() as exc:
-        raise _store_error(exc, store.url) from None
+    except database_errors() as exc:
+        raise store_error(exc, store.url) from None
     if row is None:
         raise head_row_missing()
     return Head(int(row[0]), str(row[1])), int(row[2] or 0)

@@ -1,7 +1,7 @@
 """Holds the pure verdict machines: transition tables, folds, intake and decision arithmetic.
 
-The layer imports only ``ledger.events``, ``ledger.fields``, ``ledger.codec`` and the standard
-library: no database, clock, randomness, logging or engine. Modules:
+The layer imports only the event vocabulary (``vocabulary``) and the standard library: no
+database, clock, randomness, logging or engine. Modules:
 
 - ``refusal``, ``reasons``, ``table``: the refusal record, the one reason-code table, and the
   shared shape of a transition table.

@@ -12,8 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.codec import digest
-from ledger.events import (
+from machines.arithmetic import PolicyParams, compile_policy, line_out_of_range
+from machines.refusal import ABSENT, Refusal
+from machines.table import Guard, Table, evolve
+from vocabulary.codec import digest
+from vocabulary.events import (
     ArenaCommissioned,
     ArenaRetired,
     ControlRegistered,
@@ -21,9 +24,6 @@ from ledger.events import (
     IncumbentAdvanced,
     Policy,
 )
-from machines.arithmetic import PolicyParams, compile_policy, line_out_of_range
-from machines.refusal import ABSENT, Refusal
-from machines.table import Guard, Table, evolve
 
 __all__ = [
     "ACTIVE",

@@ -23,8 +23,8 @@ from decimal import (
 )
 from typing import NamedTuple
 
-from ledger.codec import fixed6
-from ledger.events import AttemptDecided, AuditNodeGraded, Policy
+from vocabulary.codec import fixed6
+from vocabulary.events import AttemptDecided, AuditNodeGraded, Policy
 
 __all__ = [
     "CONTEXT",

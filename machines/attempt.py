@@ -36,16 +36,6 @@ from decimal import ROUND_FLOOR, Decimal
 from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
-from ledger.codec import canonical_decimal
-from ledger.events import (
-    AttemptClaimed,
-    AttemptDecided,
-    AuditNodeGraded,
-    Event,
-    InfrastructureFault,
-    QualityGraded,
-    WindowMeasured,
-)
 from machines.arena import ArenaState
 from machines.arithmetic import (
     CONTEXT,
@@ -70,6 +60,16 @@ from machines.arithmetic import (
 from machines.refusal import ABSENT, Refusal
 from machines.submission import QUALIFYING, QUEUED, SubmissionState
 from machines.table import Guard, Table, build, evolve
+from vocabulary.codec import canonical_decimal
+from vocabulary.events import (
+    AttemptClaimed,
+    AttemptDecided,
+    AuditNodeGraded,
+    Event,
+    InfrastructureFault,
+    QualityGraded,
+    WindowMeasured,
+)
 
 __all__ = [
     "AUDIT",

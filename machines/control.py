@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ledger.events import ControlRegistered
 from machines.arena import ArenaState
 from machines.submission import (
     ARRIVED,
@@ -23,9 +22,11 @@ from machines.submission import (
     REJECTED,
     SubmissionState,
 )
+from vocabulary.events import ControlRegistered
 
 __all__ = [
     "AS_EXPECTED",
+    "CONTROL_HOTKEY",
     "OUTCOMES",
     "PENDING",
     "UNEXPECTED",
@@ -33,6 +34,9 @@ __all__ = [
     "control_outcome",
     "control_rows",
 ]
+
+#: Hotkey a validator submits its own control runs under; never rewarded, never blocking.
+CONTROL_HOTKEY = "arena-ledger-controls"
 
 AS_EXPECTED = "as_expected"
 UNEXPECTED = "unexpected"

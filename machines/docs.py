@@ -12,7 +12,8 @@ from typing import Any
 
 from machines import arena, attempt, payment, submission
 from machines.arithmetic import CONTEXT, FAULT_DISPOSITIONS, RULES_VERSION, compile_policy
-from machines.intake import admissions_per_epoch_max, epoch_blocks
+from machines.intake import epoch_blocks
+from machines.limits import admissions_per_epoch_max, requeues_max
 from machines.reasons import KINDS, REASONS
 from machines.samples import (
     WORKED_EXAMPLE_COSTS,
@@ -67,9 +68,9 @@ the fold's speed on the benchmark ledger ([benchmarks.md](benchmarks.md#fold)).
 _SUBMISSION_NOTES = f"""Rules fixed here where DOMAIN is silent:
 
 - **Retry budget.** A NO_DECISION with disposition REQUEUE sends the submission back to
-  `QUEUED` at most {submission.requeues_max} times; the {submission.requeues_max + 1}th such
+  `QUEUED` at most {requeues_max} times; the {requeues_max + 1}th such
   resolution moves it to `HELD` with hold reason `retry_budget_exhausted`: a submission gets
-  {submission.requeues_max + 1} qualification attempts in all (DOMAIN's "at most 3 attempts;
+  {requeues_max + 1} qualification attempts in all (DOMAIN's "at most 3 attempts;
   the 4th NO_DECISION holds" reads both ways; this is the reading coded). The fold derives
   this from the SubmissionResolved itself: no SubmissionHeld is appended (one would be
   refused `already_held`). HoldReleased grants one more attempt; the budget stays spent, so
@@ -266,7 +267,7 @@ _ARITHMETIC = f"""## Decision arithmetic (`{RULES_VERSION}`)
 All arithmetic runs in one fixed `decimal.Context` (precision 34, ROUND_HALF_EVEN; `ln`,
 `exp` and `sqrt` are correctly rounded), called explicitly so no caller's context can
 change a digit. Decisions compare full-precision values; recorded speedup and pass line are
-quantized to exactly 6 places (`ledger.codec.fixed6`).
+quantized to exactly 6 places (`vocabulary.codec.fixed6`).
 
 - Orientation 1 is windows 1..⌊W/2⌋, orientation 2 the rest. r = candidate / stock cost.
 - R_o = Σ candidate / Σ stock over orientation o's windows so far.
@@ -316,7 +317,7 @@ The appender keeps one `LedgerFold` folded up to the store's head and, for every
    decision from `fold.derive_decision(attempt_id)`; never typed by hand);
 2. calls `fold.decide_batch([(stream, event, payload), ...])`, which checks each event
    against the state the earlier ones in the batch leave behind and changes nothing;
-3. appends only if every entry is `None` (a `Refusal` is raised as `ledger.errors.Refused`);
+3. appends only if every entry is `None` (a `Refusal` is raised as `vocabulary.errors.Refused`);
 4. after the commit, `fold.apply(position, stream, event, payload)` for each event.
 
 Replay is `LedgerFold().consume(records)`; a non-empty `fold.refusals` afterwards means the

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from machines.arena import ArenaState
+from machines.limits import admissions_per_epoch_max
 from machines.reasons import duplicate_reason
 from machines.submission import SubmissionState
 
@@ -32,7 +33,6 @@ __all__ = [
     "FailedRef",
     "IntakeContext",
     "Rejection",
-    "admissions_per_epoch_max",
     "epoch_blocks",
     "epoch_of",
     "intake",
@@ -40,8 +40,6 @@ __all__ = [
 
 #: Blocks per admission epoch.
 epoch_blocks = 360
-#: Admissions a hotkey may have in one epoch; the next one is rejected.
-admissions_per_epoch_max = 16
 
 
 def epoch_of(block: int) -> int:

@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ledger.events import (
+from machines.refusal import ABSENT, Refusal
+from machines.table import Guard, Table, evolve
+from vocabulary.events import (
     CreditGranted,
     CreditSpent,
     Event,
     PaymentConsumed,
     PaymentReleased,
 )
-from machines.refusal import ABSENT, Refusal
-from machines.table import Guard, Table, evolve
 
 __all__ = [
     "CONSUMED",

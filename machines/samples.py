@@ -10,7 +10,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from ledger.events import (
+from machines.arithmetic import RULES_VERSION, Decision
+from machines.submission import submission_id_of
+from vocabulary.events import (
     ArenaCommissioned,
     AttemptClaimed,
     AttemptDecided,
@@ -20,8 +22,6 @@ from ledger.events import (
     SubmissionArrived,
     WindowMeasured,
 )
-from machines.arithmetic import RULES_VERSION, Decision
-from machines.submission import submission_id_of
 
 __all__ = [
     "WORKED_EXAMPLE_COSTS",

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.events import (
+from machines import samples
+from machines.arena import ArenaState, Payload
+from machines.arithmetic import Decision
+from machines.attempt import AttemptState, AttemptSummary
+from machines.intake import Admission
+from machines.projection import LedgerFold, Record
+from machines.refusal import Refusal
+from machines.submission import SubmissionState
+from vocabulary.events import (
     CreditGranted,
     CreditSpent,
     Event,
@@ -20,14 +28,6 @@ from ledger.events import (
     SubmissionRejected,
     SubmissionResolved,
 )
-from machines import samples
-from machines.arena import ArenaState, Payload
-from machines.arithmetic import Decision
-from machines.attempt import AttemptState, AttemptSummary
-from machines.intake import Admission
-from machines.projection import LedgerFold, Record
-from machines.refusal import Refusal
-from machines.submission import SubmissionState
 
 __all__ = ["Scenario", "ScenarioRefused"]
 

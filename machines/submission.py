@@ -26,8 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ledger.codec import digest
-from ledger.events import (
+from machines.arithmetic import Decision
+from machines.limits import requeues_max
+from machines.refusal import ABSENT, Refusal
+from machines.table import Guard, Table, build, evolve
+from vocabulary.codec import digest
+from vocabulary.events import (
     Event,
     HoldReleased,
     QualificationStarted,
@@ -39,9 +43,7 @@ from ledger.events import (
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines.arithmetic import Decision
-from machines.refusal import ABSENT, Refusal
-from machines.table import Guard, Table, build, evolve
+from vocabulary.limits import json_integer_abs_max
 
 __all__ = [
     "ARRIVED",
@@ -65,7 +67,6 @@ __all__ = [
     "arrival_key",
     "decide",
     "fold",
-    "requeues_max",
     "sla_blocks_default",
     "sla_due",
     "start",
@@ -87,8 +88,6 @@ TERMINALS = frozenset({REJECTED, QUALIFIED, FAILED, EXPIRED})
 #: Non-terminal states, in table order.
 LIVE = tuple(s for s in STATES if s not in TERMINALS)
 
-#: Automatic re-queues a submission may take (NO_DECISION with disposition REQUEUE).
-requeues_max = 3
 #: SLA in blocks when the policy names none (DOMAIN §6 default).
 sla_blocks_default = 500_000
 
@@ -116,7 +115,7 @@ def submission_id_of(event: SubmissionArrived) -> str:
 
     The fold computes this for every arrival. When every text is printable ASCII without
     a quote or backslash and every number a JSON-safe integer (any real arrival), the
-    canonical JSON is spelled directly: ``ledger.codec`` would write exactly these bytes
+    canonical JSON is spelled directly: ``vocabulary.codec`` would write exactly these bytes
     (keys sorted, no whitespace, nothing escaped). Anything else takes ``digest`` itself.
     """
     block, index, subindex, hotkey, content = arrival_key(event)
@@ -128,9 +127,9 @@ def submission_id_of(event: SubmissionArrived) -> str:
         and type(block) is int
         and type(index) is int
         and type(subindex) is int
-        and 0 <= block <= _JSON_INT_MAX
-        and 0 <= index <= _JSON_INT_MAX
-        and 0 <= subindex <= _JSON_INT_MAX
+        and 0 <= block <= json_integer_abs_max
+        and 0 <= index <= json_integer_abs_max
+        and 0 <= subindex <= json_integer_abs_max
         and _plain_text(arena_id + hotkey + content)
     ):
         document = (
@@ -152,8 +151,6 @@ def submission_id_of(event: SubmissionArrived) -> str:
 
 
 _ARRIVAL_DOMAIN = "arena-ledger.arrival"
-#: The largest integer canonical JSON carries (DOMAIN §2.4: ±(2**53 − 1)).
-_JSON_INT_MAX = 2**53 - 1
 
 
 def _plain_text(text: str) -> bool:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from ledger.events import Event
 from machines.refusal import Refusal
+from vocabulary.events import Event
 
 __all__ = ["Edge", "Guard", "Stateful", "Table", "build", "evolve"]
 

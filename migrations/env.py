@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from ledger.schema import metadata
+from ledger.tables import metadata
 
 config = context.config
 target_metadata = metadata

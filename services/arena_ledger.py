@@ -21,9 +21,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from ledger.catalogue import CATALOGUE, schema_error
-from ledger.codec import digest, loads
-from ledger.errors import (
+from ledger.archive import DiskArchive
+from ledger.records import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion, RecordedEvent
+from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
+from machines import submission as submission_machine
+from machines.arena import commission_digest
+from machines.attempt import explain, work_mismatch_fault
+from machines.control import CONTROL_HOTKEY
+from machines.intake import Admission, Rejection, intake
+from machines.projection import LedgerFold
+from machines.reasons import describe
+from machines.settlement_rules import Settlement, settlement_payload
+from machines.submission import STATES
+from services import fold_cache as snapshot
+from services.fold_cache import SnapshotCache
+from services.limits import submission_prefix_min
+from services.replay import decoded_rows
+from services.settlements import check_recorded, compute, fee_summary, rewards
+from vocabulary.catalogue import CATALOGUE, schema_error
+from vocabulary.codec import digest, loads
+from vocabulary.errors import (
     ConcurrencyConflict,
     InvalidInput,
     LedgerError,
@@ -31,7 +48,7 @@ from ledger.errors import (
     Refused,
     SchemaError,
 )
-from ledger.events import (
+from vocabulary.events import (
     AttemptClaimed,
     AttemptDecided,
     ControlRegistered,
@@ -53,18 +70,17 @@ from ledger.events import (
     SubmissionResolved,
     WindowMeasured,
 )
-from ledger.fields import is_digest, require_as_of, require_hotkey
-from ledger.model import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion, RecordedEvent
-from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
+from vocabulary.fields import is_digest, require_as_of, require_hotkey
+from vocabulary.limits import json_integer_abs_max
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from ledger.snapshot import SnapshotCache
     from machines.projection import LedgerFold
     from machines.reasons import ReasonCode
     from machines.refusal import Refusal
     from machines.submission import SubmissionState
+    from services.fold_cache import SnapshotCache
 
 __all__ = [
     "CONTROL_HOTKEY",
@@ -76,8 +92,6 @@ __all__ = [
 ]
 
 RULES_VERSION = "paired-windows.v1"
-#: Hotkey a validator submits its own control runs under; never rewarded, never blocking.
-CONTROL_HOTKEY = "arena-ledger-controls"
 
 
 def refused_error(refusal: Refusal, index: int | None = None) -> Refused:
@@ -101,7 +115,6 @@ class DomainGuard:
     """Decides each batch with the machines inside the append transaction (an AppendGuard)."""
 
     def __init__(self, fold: LedgerFold | None = None, as_of: int | None = None) -> None:
-        from machines.projection import LedgerFold
 
         self.fold = fold if fold is not None else LedgerFold()
         #: The latest EmissionPolicySet folded so far (settlements use it from its position on).
@@ -110,7 +123,7 @@ class DomainGuard:
         #: ledger as it stood then; ``ArenaLedger.as_of``). None: every committed event.
         self.as_of = as_of
         #: Where the fold is restored from before its first catch-up and saved to by
-        #: ``save_snapshot`` (``ledger.snapshot``); None: always folded from nothing.
+        #: ``save_snapshot`` (``services.fold_cache``); None: always folded from nothing.
         self.snapshots: SnapshotCache | None = None
         #: The position of the snapshot restored (or last saved); 0 when none was.
         self.snapshot_position = 0
@@ -123,13 +136,10 @@ class DomainGuard:
         """Folds every committed event after the fold's position; returns how many.
 
         Reads them up to the head as raw rows, decoded without a RecordedEvent per event
-        (``ledger.replay.decoded_rows``; through ``conn``, inside its transaction, when
-        given), with the cyclic collector paused. On the 1M-event benchmark ledger: 9.4 s,
-        where a RecordedEvent and ``CATALOGUE.decode`` per event, the collector on, took
-        18.4 s.
+        (``services.replay.decoded_rows``; through ``conn``, inside its transaction, when
+        given), with the cyclic collector paused: about half the time a RecordedEvent and
+        ``CATALOGUE.decode`` per event took with the collector on (docs/benchmarks.md).
         """
-        from ledger.replay import decoded_rows
-
         last = store.head(conn).position
         if self.as_of is not None:
             last = min(last, self.as_of)
@@ -161,13 +171,11 @@ class DomainGuard:
 
     def save_snapshot(self, store: EventStore) -> bool:
         """Writes the fold to the snapshot cache when it has folded at least
-        ``ledger.snapshot.snapshot_events_min`` events past the last snapshot (or from
+        ``services.fold_cache.snapshot_events_min`` events past the last snapshot (or from
         nothing), its last catch-up ran to the end and no decision was cut short; never for a
         view ``as_of`` a position, nor for an archiving fold (``SnapshotCache.save`` refuses
         one, and ``ArenaLedger`` gives such a fold no cache). Returns whether one was
         written; a failure to write is logged, not raised (the snapshot is a cache)."""
-        from ledger import snapshot
-
         fold = self.fold
         if (
             self.snapshots is None
@@ -206,7 +214,6 @@ class DomainGuard:
                 self._check_settlement(index, event, payload)
 
     def _check_settlement(self, index: int, event: SettlementComputed, payload: Any) -> None:
-        from ledger.settle import check_recorded
 
         if index != 0:
             raise Refused(
@@ -323,8 +330,8 @@ class ArenaLedger:
     #: Past the head it is the head. None: the ledger up to its head, writable.
     as_of: int | None = None
     #: Restore the fold from a snapshot in this directory before folding, and write one there
-    #: on ``close`` once enough events were folded (``ledger.snapshot``; the CLI's default is
-    #: ``ledger.snapshot.default_directory()``). Every answer is the same; a process that
+    #: on ``close`` once enough events were folded (``services.fold_cache``; the CLI's default is
+    #: ``services.fold_cache.default_directory()``). Every answer is the same; a process that
     #: opens a long ledger folds only what came after the snapshot. Not with
     #: ``archive_finished``. None: the fold always starts from nothing.
     snapshot_dir: str | os.PathLike[str] | None = None
@@ -335,15 +342,12 @@ class ArenaLedger:
         require_as_of(self.as_of)
         fold = None
         if self.archive_finished:
-            from ledger.archive import DiskArchive
-            from machines.projection import LedgerFold
 
             fold = LedgerFold(archive=DiskArchive())
         self.guard = DomainGuard(fold, self.as_of)
         self.store = EventStore(self.url, guard=self.guard)
         self.store.require_initialised()
         if self.snapshot_dir is not None and not self.archive_finished:
-            from ledger.snapshot import SnapshotCache
 
             self.guard.snapshots = SnapshotCache(self.snapshot_dir, self.url)
 
@@ -411,8 +415,6 @@ class ArenaLedger:
         not appended a second time, which would also reset an incumbent advanced since: the
         recorded one is returned (``already_recorded``). A re-commission changes something.
         """
-        from machines.arena import commission_digest
-
         self._writable()
         arena_id = payload.get("arena_id")
         if not isinstance(arena_id, str):
@@ -500,18 +502,17 @@ class ArenaLedger:
         ``payment_amount_rao`` is what the chain shows for its payment_ref (None: none).
         """
         self._writable()  # before a retry returns what was recorded
-        from machines import submission as submission_machine
-        from machines.intake import Admission, Rejection, intake
 
         if not isinstance(arrival, dict):
             raise SchemaError("the arrival must be a JSON object", path="$")
-        if payment_amount_rao is not None and (
-            type(payment_amount_rao) is not int or not 0 <= payment_amount_rao <= 2**53 - 1
+        amount = payment_amount_rao
+        if amount is not None and (
+            type(amount) is not int or not 0 <= amount <= json_integer_abs_max
         ):
             raise SchemaError(
                 "payment_amount_rao must be a non-negative integer", path="payment_amount_rao"
             )
-        if block is not None and (type(block) is not int or not 0 <= block <= 2**53 - 1):
+        if block is not None and (type(block) is not int or not 0 <= block <= json_integer_abs_max):
             raise SchemaError("block must be a non-negative integer", path="block")
         fields = {k: v for k, v in arrival.items() if k != "submission_id"}
         try:
@@ -688,7 +689,6 @@ class ArenaLedger:
         if isinstance(event, WindowMeasured) and (
             event.stock_output_tokens != event.candidate_output_tokens
         ):
-            from machines.attempt import work_mismatch_fault
 
             event = work_mismatch_fault(event)
         self.append([(f"attempt-{attempt_id}", event)])
@@ -794,19 +794,15 @@ class ArenaLedger:
 
     # -- settlement ------------------------------------------------------------------------
 
-    def weights(self, block: int) -> Any:
+    def weights(self, block: int) -> Settlement:
         """Computes the settlement at ``block`` as of the head (or ``as_of``) without
         appending it: as of a recorded SettlementComputed's ``as_of_position``, the same
         settlement, digest and all."""
-        from ledger.settle import compute
-
         fold = self.fold
         return compute(fold, self.guard.emission_policy, block)
 
-    def settle(self, block: int) -> tuple[Any, AppendResult]:
+    def settle(self, block: int) -> tuple[Settlement, AppendResult]:
         """Appends SettlementComputed for ``block`` as of the head; returns it and the positions."""
-        from machines.settlement import settlement_payload
-
         self._writable()
         settlement = self.weights(block)
         draft = EventDraft("settlement", "SettlementComputed", settlement_payload(settlement))
@@ -819,8 +815,6 @@ class ArenaLedger:
         NotFound for an ``arena_id`` that was never commissioned (an empty list would read
         as "no PASS yet" for a misspelt name).
         """
-        from ledger.settle import rewards
-
         fold = self.fold
         _require_commissioned(fold, arena_id, self.as_of is not None)
         return rewards(fold, arena_id)
@@ -828,8 +822,6 @@ class ArenaLedger:
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
         """Returns fee totals per arena and overall, credits apart (NotFound for an
         ``arena_id`` that was never commissioned)."""
-        from ledger.settle import fee_summary
-
         fold = self.fold
         _require_commissioned(fold, arena_id, self.as_of is not None)
         return fee_summary(fold, arena_id)
@@ -850,8 +842,6 @@ class ArenaLedger:
 
     def explain_attempt(self, attempt_id: str) -> dict[str, Any]:
         """Returns every number behind an attempt's verdict (windows, looks, audit, quality)."""
-        from machines.attempt import explain
-
         events = self.attempt_events(attempt_id)
         state = self.fold.refold_attempt(events)
         document = explain(state)
@@ -880,8 +870,6 @@ class ArenaLedger:
         ``sid`` is the 64-character id or a prefix of it that names one submission, at
         least ``submission_prefix_min`` characters (the tables show the first 16).
         """
-        from machines.reasons import describe
-
         fold = self.fold
         sid = _resolve_prefix(fold, sid)
         sub = fold.submission(sid)
@@ -917,9 +905,6 @@ class ArenaLedger:
         """Lists submissions in arrival-key order per arena with status, cause and next step
         (NotFound for an ``arena_id`` that was never commissioned, InvalidInput for a
         ``status`` no submission can be in)."""
-        from machines.reasons import describe
-        from machines.submission import STATES
-
         if status is not None and status.upper() not in STATES:
             raise InvalidInput(
                 f"unknown submission status {status!r}; the statuses are {', '.join(STATES)}",
@@ -950,8 +935,6 @@ class ArenaLedger:
         return [dataclasses.asdict(row) for row in fold.controls(arena_id)]
 
 
-#: Fewest characters of a submission id that ``explain_submission`` takes as a prefix.
-submission_prefix_min = 8
 _HEX = frozenset("0123456789abcdef")
 
 

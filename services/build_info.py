@@ -17,8 +17,8 @@ __all__ = ["REPLAY_MODULES", "build_name", "compiled_modules", "throughput"]
 #: test checks that setup.py's list names the same files.
 REPLAY_MODULES = (
     "ledger.chain",
-    "ledger.replay",
-    "ledger.settle",
+    "services.replay",
+    "services.settlements",
     "machines.intake",
     "machines.projection",
 )

@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine_bridge.deltas import registered
-from engine_bridge.runner import evaluate, make_engine, run_controls
-from ledger.codec import digest
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput
+from ledger import migrate
+from ledger.checkpoint import load_signer, sign_tree, write_key_files
+from machines.settlement_rules import settlement_payload
+from services.arena_ledger import ArenaLedger
+from services.evaluation import evaluate, make_engine, run_controls
+from services.replay import replay_events
+from vocabulary.codec import digest
+from vocabulary.errors import InvalidInput
 
 if TYPE_CHECKING:
     from ledger.note import Signer
@@ -227,8 +231,6 @@ def run_demo(
     The validator key in ``workdir`` is made (or read) first: a workdir that cannot hold it
     is refused (InvalidInput naming ``workdir``) before the ledger is touched.
     """
-    from ledger import migrate
-
     say = notify or (lambda stage, info: None)
     signer = _validator_signer(workdir)
     migrate.upgrade(url)
@@ -272,8 +274,6 @@ def _validator_signer(workdir: Path) -> Signer:
 
     Each refusal names ``workdir`` (the CLI's ``--workdir``) and what is wrong with it.
     """
-    from ledger.checkpoint import load_signer, write_key_files
-
     key = workdir / "validator.key"
     try:
         if workdir.exists() and not workdir.is_dir():
@@ -311,9 +311,6 @@ def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
 def _finish(
     ledger: ArenaLedger, summary: DemoSummary, signer: Signer, base: int, say: Notify
 ) -> None:
-    from ledger.checkpoint import sign_tree
-    from ledger.replay import replay_events
-    from machines.settlement import settlement_payload
 
     summary.submissions = [
         r

@@ -1,4 +1,4 @@
-"""Reads JSON Lines event drafts for ``arena-ledger append``, naming the line of any error."""
+"""Reads JSON Lines event drafts (`arena-ledger append`), naming the line of any error."""
 
 from __future__ import annotations
 
@@ -6,15 +6,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ledger.codec import loads
-from ledger.errors import InvalidInput, LedgerError, LimitExceeded, SchemaError
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import parse_expected_version
+from services.limits import line_bytes_max
+from vocabulary.codec import loads
+from vocabulary.errors import InvalidInput, LedgerError, LimitExceeded, SchemaError
 
 __all__ = ["DraftLine", "line_bytes_max", "read_drafts"]
 
-#: Longest accepted input line, in bytes (a payload's limit plus room for the envelope).
-line_bytes_max = 131_072
 _FIELDS = {"stream", "type", "schema_version", "payload", "expected_version", "idempotency_key"}
 
 

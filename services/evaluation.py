@@ -19,11 +19,17 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, create_model
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered_by_digest
+from engine_bridge.hooks import run_audit
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import Engine, infrastructure_fault_payload
-from ledger.catalogue import schema_error
-from ledger.domain import CONTROL_HOTKEY, ArenaLedger
-from ledger.errors import EngineFault, InvalidInput, NotFound
-from ledger.events import (
+from engine_bridge.quality import grade_quality
+from engine_bridge.speed import run_windows
+from engine_bridge.subprocess_lane import SubprocessEngine
+from services.arena_ledger import CONTROL_HOTKEY, ArenaLedger
+from vocabulary.catalogue import schema_error
+from vocabulary.codec import digest
+from vocabulary.errors import EngineFault, InvalidInput, NotFound
+from vocabulary.events import (
     AttemptClaimed,
     AuditNodeGraded,
     ControlRegistered,
@@ -99,6 +105,7 @@ def make_engine(
             "torch-reference only (see docs/engine.md)",
             runtime=runtime,
         )
+    # The engine extra (numpy, torch) is imported only when an engine boots.
     from engine_bridge.reference_model import ensure_reference_model
 
     directory = ensure_reference_model(model_dir or default_model_dir())
@@ -106,7 +113,6 @@ def make_engine(
         from engine_bridge.torch_engine import TorchReferenceEngine
 
         return TorchReferenceEngine(directory)
-    from engine_bridge.subprocess_lane import SubprocessEngine
 
     clock = str((engine_config or {}).get("cost_clock", "perf_counter"))
     if clock not in ("perf_counter", "thread_time"):
@@ -177,8 +183,6 @@ def evaluate(
     progress: Progress | None = None,
 ) -> EvaluationResult:
     """Runs one attempt end to end and concludes it; returns what was recorded."""
-    from engine_bridge.replay import load_replay_slice
-
     sub = ledger.fold.submission(submission_id)
     if sub is None:
         raise NotFound(f"submission {submission_id} does not exist", submission_id=submission_id)
@@ -274,7 +278,6 @@ def _speed(
     result: EvaluationResult,
     notify: Progress,
 ) -> None:
-    from engine_bridge.speed import run_windows
 
     attempt_id = result.attempt_id
     state = ledger.fold.attempt(attempt_id)
@@ -305,7 +308,6 @@ def _audit(
     result: EvaluationResult,
     notify: Progress,
 ) -> None:
-    from engine_bridge.hooks import run_audit
 
     params = ledger.fold.attempt(result.attempt_id).params  # type: ignore[union-attr]
     payloads = run_audit(
@@ -332,7 +334,6 @@ def _quality(
     result: EvaluationResult,
     notify: Progress,
 ) -> None:
-    from engine_bridge.quality import grade_quality
 
     report = grade_quality(engine, spec, replay)
     ledger.record(result.attempt_id, QualityGraded.model_validate(report.payload))
@@ -374,8 +375,6 @@ def run_controls(
     changes nothing, where a refusal at a claim would leave a granted credit and an admitted
     submission behind.
     """
-    from ledger.codec import digest
-
     check_claim_fields(validator_hotkey=validator_hotkey, claimed_block=block)
     arena = ledger.fold.arena(arena_id)
     if arena is None:
@@ -454,8 +453,6 @@ def _resume(
     ledger: ArenaLedger, engine: Engine, attempt_id: str, block: int, progress: Progress | None
 ) -> EvaluationResult:
     """Finishes a claimed, unconcluded control run where its recorded evidence stops."""
-    from engine_bridge.replay import load_replay_slice
-
     state = ledger.fold.attempt(attempt_id)
     assert state is not None
     sub = ledger.fold.submission(state.submission_id)
@@ -464,3 +461,77 @@ def _resume(
     engine.check_candidate(spec)
     result = EvaluationResult(attempt_id, state.submission_id)
     return _complete(ledger, engine, spec, load_replay_slice(), result, block, progress)
+
+
+def arena_engine(ledger: ArenaLedger, arena_id: str | None) -> Engine:
+    """Boots the engine an arena's commission seals (its runtime and engine config).
+
+    An arena the ledger does not hold gets the torch reference engine; the use case that
+    asked then refuses the arena by name, as it would without an engine.
+    """
+    arena = ledger.fold.arena(arena_id) if arena_id is not None else None
+    if arena is None:
+        return make_engine("torch-reference")
+    sealed = arena.commission.event.engine
+    return make_engine(sealed.runtime, engine_config=dict(sealed.engine_config))
+
+
+def default_attempt_id(submission_id: str, block: int) -> str:
+    """Returns the attempt id an evaluation records when none is given."""
+    return f"{submission_id[:16]}-{block}"
+
+
+def evaluate_submission(
+    ledger: ArenaLedger,
+    submission_id: str,
+    *,
+    block: int,
+    attempt_id: str | None = None,
+    pair_id: str = "pair-0",
+    validator_hotkey: str = "validator",
+    plan: str = "normal",
+    delta_file: str | None = None,
+    progress: Progress | None = None,
+) -> EvaluationResult:
+    """Evaluates one submission on its arena's engine, booted here and shut down after.
+
+    The claim's fields are checked before the engine boots; the candidate is the registered
+    delta of the submission's digest, or ``delta_file``.
+    """
+    typed = {"attempt_id": attempt_id} if attempt_id is not None else {}
+    check_claim_fields(
+        **typed, pair_id=pair_id, validator_hotkey=validator_hotkey, claimed_block=block,
+        plan=plan,
+    )
+    sub = ledger.fold.submission(submission_id)
+    candidate = resolve_delta(sub.delta_digest, delta_file) if sub is not None else None
+    engine = arena_engine(ledger, sub.arena_id if sub is not None else None)
+    try:
+        return evaluate(
+            ledger, engine, submission_id=submission_id,
+            attempt_id=attempt_id or default_attempt_id(submission_id, block), block=block,
+            pair_id=pair_id, validator_hotkey=validator_hotkey, plan=plan,
+            candidate=candidate, progress=progress,
+        )
+    finally:
+        engine.shutdown()
+
+
+def run_arena_controls(
+    ledger: ArenaLedger,
+    arena_id: str,
+    *,
+    block: int,
+    validator_hotkey: str = "validator",
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Runs every registered control of an arena on its engine, booted here and shut down."""
+    check_claim_fields(validator_hotkey=validator_hotkey, claimed_block=block)
+    engine = arena_engine(ledger, arena_id)
+    try:
+        return run_controls(
+            ledger, engine, arena_id=arena_id, block=block, validator_hotkey=validator_hotkey,
+            progress=progress,
+        )
+    finally:
+        engine.shutdown()

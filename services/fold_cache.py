@@ -1,7 +1,7 @@
 """Caches the machines' fold on local disk, so a short-lived process need not refold the ledger.
 
-Every ``ArenaLedger`` folds the whole ledger before it answers or appends anything: on a
-1,000,000-event ledger that is ~10 s for each CLI command, growing with the ledger. A
+Every ``ArenaLedger`` folds the whole ledger before it answers or appends anything: seconds
+for each CLI command on a large ledger, growing with the ledger. A
 snapshot is the fold as it stood at one position, written to a file of the operator's own;
 the next process loads it, checks it still belongs to the ledger, and folds only the events
 after it. It is a cache and nothing else: every answer is the one a fold from nothing gives
@@ -43,12 +43,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
-from ledger.collector import CollectorPaused
 from ledger.log import get_logger
+from ledger.store import database_identity
+from machines.projection import LedgerFold
+from services.gc_pause import CollectorPaused
+from services.limits import snapshot_header_bytes_max
+from vocabulary.events import EmissionPolicySet
 
 if TYPE_CHECKING:
-    from ledger.events import EmissionPolicySet
     from machines.projection import LedgerFold
+    from vocabulary.events import EmissionPolicySet
 
 __all__ = [
     "SNAPSHOT_MAGIC",
@@ -64,16 +68,14 @@ __all__ = [
 #: The first line of every snapshot file; a file without it is not one.
 SNAPSHOT_MAGIC = b"arena-ledger fold snapshot v1\n"
 #: Events a process must fold past its snapshot (or from nothing) before it writes a new one
-#: on close: writing costs about a fifth of the fold it saves (2 s against 11 s at 1M events),
-#: so a ledger that grew by a few events is not written again.
+#: on close: writing costs a fraction of the fold it saves, but not nothing, so a ledger that
+#: grew by a few events is not written again.
 snapshot_events_min = 10_000
-#: Largest header line read (a header is ~400 bytes; a longer first line is not a snapshot).
-_HEADER_BYTES_MAX = 4_096
 #: The header line as written: the JSON padded with spaces to this width, newline included
 #: (it is written after the body, over a blank line of this width).
 _HEADER_WIDTH = 1_024
 #: Bytes read at a time while the body's SHA-256 is checked (the body is then unpickled from
-#: the file: a 1M-event ledger's is ~80 MiB, not held twice).
+#: the file: a large ledger's body is not held in memory twice).
 _CHUNK_BYTES = 1 << 20
 
 log = get_logger("arena_ledger.snapshot")
@@ -93,9 +95,10 @@ def default_directory() -> Path | None:
 
 
 def code_fingerprint() -> str:
-    """Returns the SHA-256 of what decides a fold's objects: the ``ledger`` and ``machines``
-    sources and compiled extensions, if any (name and bytes, in name order), the Python
-    version and the pydantic versions."""
+    """Returns the SHA-256 of what decides a fold's objects.
+
+    That is the ``vocabulary``, ``ledger``, ``machines`` and ``services`` sources and compiled
+    extensions, if any (name and bytes, in name order), the Python and pydantic versions."""
     global _fingerprint
     if _fingerprint is None:
         import pydantic
@@ -103,11 +106,13 @@ def code_fingerprint() -> str:
 
         import ledger
         import machines
+        import services
+        import vocabulary
 
         digest = hashlib.sha256()
         digest.update(f"{sys.implementation.name} {sys.version}\n".encode())
         digest.update(f"pydantic {pydantic.VERSION} {pydantic_core.__version__}\n".encode())
-        for package in (ledger, machines):
+        for package in (vocabulary, ledger, machines, services):
             root = Path(package.__file__ or "").parent
             # The compiled build's extensions too (setup.py): their classes pickle otherwise.
             for source in sorted([*root.glob("*.py"), *root.glob("*.so"), *root.glob("*.pyd")]):
@@ -122,8 +127,6 @@ def store_key(url: str) -> str:
     (``ledger.store.database_identity``: no password, a SQLite path made absolute, so a
     relative path names one file from anywhere); "" for an in-memory SQLite database,
     which has no snapshot."""
-    from ledger.store import database_identity
-
     identity = database_identity(url)
     return hashlib.sha256(identity.encode()).hexdigest()[:32] if identity else ""
 
@@ -190,8 +193,6 @@ class SnapshotCache:
                     fold, policy = pickle.load(source)
             except Exception as exc:  # whatever unpickling raises, the answer is to refold
                 return self._ignored(f"does not unpickle: {exc!r}", warn=True)
-        from ledger.events import EmissionPolicySet
-        from machines.projection import LedgerFold
 
         if (
             type(fold) is not LedgerFold
@@ -228,7 +229,7 @@ class SnapshotCache:
                 with os.fdopen(handle, "wb") as out:
                     # The header line is written last, over a blank one of its fixed width:
                     # the body is pickled straight into the file (and its SHA-256), not into
-                    # a bytes object first (79 MiB less at the peak for 1M events).
+                    # a bytes object first, which would double the peak memory.
                     out.write(SNAPSHOT_MAGIC + b" " * (_HEADER_WIDTH - 1) + b"\n")
                     body = _Digesting(out)
                     with CollectorPaused():  # the fold is acyclic: a collection finds nothing
@@ -334,7 +335,7 @@ def _checked_header(source: BinaryIO) -> dict[str, Any]:
     SHA-256 (read in chunks, not held), and leaves ``source`` at the body; _Unfit else."""
     if source.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
         raise _Unfit("not an arena-ledger fold snapshot v1")
-    line = source.readline(_HEADER_BYTES_MAX)
+    line = source.readline(snapshot_header_bytes_max)
     if not line.endswith(b"\n"):
         raise _Unfit("no header line")
     try:

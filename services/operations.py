@@ -28,8 +28,13 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal
 from pathlib import Path
 from typing import Any
 
-from ledger import schema
-from ledger.errors import (
+from ledger import tables as schema
+from ledger.records import Head, VerifyReport
+from ledger.store import EventStore, safe_url
+from machines.submission import STATES
+from services.arena_ledger import ArenaLedger
+from services.limits import tool_message_chars_max
+from vocabulary.errors import (
     IntegrityError,
     InvalidInput,
     LedgerError,
@@ -37,9 +42,7 @@ from ledger.errors import (
     StoreError,
     require_file,
 )
-from ledger.fields import require_as_of, require_hotkey
-from ledger.model import Head, VerifyReport
-from ledger.store import EventStore, safe_url
+from vocabulary.fields import require_as_of, require_hotkey
 
 __all__ = [
     "BackupReport",
@@ -57,8 +60,6 @@ __all__ = [
 
 #: Decimal places of a reported rate (the fixed form of DOMAIN §6).
 rate_places = 6
-#: Longest stderr excerpt of pg_dump / pg_restore quoted in an error, in characters.
-tool_message_chars_max = 400
 
 _RATE = Context(prec=34)
 
@@ -94,7 +95,8 @@ def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> U
     bad position); a database without ledger tables upgrades without a check. With
     ``skip_verify`` the check is left out (see docs/operations.md for when that is right).
     """
-    from ledger import migrate  # alembic: imported by the commands that need it, not by every one
+    # alembic: imported by the commands that need it, not at every CLI start
+    from ledger import migrate
 
     before = migrate.current(url)
     if before is None:
@@ -420,8 +422,9 @@ def _sqlite_objects(store: EventStore) -> int:
 
 
 def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
-    from ledger import migrate
 
+    # alembic: imported by the commands that need it, not at every CLI start
+    from ledger import migrate
     new_file = _sqlite_target_is_empty(store)
     file = _sqlite_file(store)
     with _scratch(file.with_name(file.name + ".restore-partial")) as partial:
@@ -528,8 +531,9 @@ def _backup_postgres(store: EventStore, target: Path) -> BackupReport:
 
 
 def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
-    from ledger import migrate
 
+    # alembic: imported by the commands that need it, not at every CLI start
+    from ledger import migrate
     tool = _tool("pg_restore")
     if store.is_initialised() or migrate.current(store.url) is not None:
         raise InvalidInput(
@@ -653,9 +657,8 @@ def stats(
     tree of that size, and the last checkpoint is the newest one whose tree that ledger
     holds (it may have been signed later); ``as_of_position`` names the position.
     """
+    # alembic: imported by the commands that need it, not at every CLI start
     from ledger import migrate
-    from ledger.domain import ArenaLedger
-    from machines.submission import STATES
 
     require_as_of(as_of)
     with ArenaLedger(url, actor="stats", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
@@ -725,7 +728,6 @@ def history_at(
     ``as_of`` when given (the head when ``as_of`` is past it), from the same read; the fold
     restored from and saved to ``snapshot_dir`` when given (``ArenaLedger.snapshot_dir``)."""
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
-    from ledger.domain import ArenaLedger
 
     with ArenaLedger(url, actor="history", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
         rows = ledger.submissions(hotkey=hotkey)

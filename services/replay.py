@@ -18,20 +18,24 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import ValidationError
 
-from ledger.catalogue import CATALOGUE
+from ledger.archive import DiskArchive
 from ledger.chain import GENESIS_HASH, Row, chained
-from ledger.codec import loads
-from ledger.collector import CollectorPaused, ticks_between_freezes
-from ledger.errors import InvalidInput, LedgerError
-from ledger.events import (
+from ledger.records import RecordedEvent
+from ledger.verify import head_and_last_position, raw_rows
+from machines.projection import LedgerFold
+from services.gc_pause import CollectorPaused, ticks_between_freezes
+from services.settlements import SettlementTracker
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.codec import loads
+from vocabulary.errors import InvalidInput, LedgerError
+from vocabulary.events import (
     AttemptDecided,
     EmissionPolicySet,
     Event,
     SettlementComputed,
     SubmissionResolved,
 )
-from ledger.fields import is_digest
-from ledger.model import RecordedEvent
+from vocabulary.fields import is_digest
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -189,12 +193,10 @@ def decoded_rows(
     (orjson) and the event what ``CATALOGUE.decode`` returns for it (``decoder``), without a
     RecordedEvent per event. The bytes are trusted: neither the hash chain nor the
     canonical form is checked (replay checks both). The read runs with the cyclic collector
-    paused (``ledger.collector``; pausing costs a few calls, so a guard's read of one new
+    paused (``services.gc_pause``; pausing costs a few calls, so a guard's read of one new
     event pays it too). A database failure raises the LedgerError the store raises for
     it. The guard's catch-up and ``stats`` fold the ledger through this.
     """
-    from ledger.verify import raw_rows
-
     if last < first:
         return
     decode, parse = decoder(), _orjson_loads
@@ -220,9 +222,6 @@ class _Replayer:
     """Folds rows from nothing and checks them; one instance per replay."""
 
     def __init__(self, report: ReplayReport, archive_finished: bool = True) -> None:
-        from ledger.archive import DiskArchive
-        from ledger.settle import SettlementTracker
-        from machines.projection import LedgerFold
 
         # Finished submissions go to a temporary file, so memory follows live state; the
         # tracker takes what settlement needs of each one as it leaves (fold.archive_listeners).
@@ -238,7 +237,7 @@ class _Replayer:
         }
 
     def replay(self, rows: Iterable[Row], progress: Callable[[int], None] | None) -> None:
-        """Runs ``run`` with the cyclic collector paused (``ledger.collector``); then closes
+        """Runs ``run`` with the cyclic collector paused (``services.gc_pause``); then closes
         the archive, if any."""
         try:
             with CollectorPaused() as paused:
@@ -415,7 +414,7 @@ class _Replayer:
         return None
 
 
-#: Positions between two freezes of the paused collector (``ledger.collector``), and
+#: Positions between two freezes of the paused collector (``services.gc_pause``), and
 #: between two of the settlement tracker's size checks.
 _FROZEN_EVERY = ticks_between_freezes
 
@@ -561,7 +560,6 @@ def replay_store(
     LedgerError the store raises for it (e.g. SchemaNotInitialised, StoreUnavailable).
     """
     # The windowed raw-cursor reader verify_chain uses, and its one-statement head read.
-    from ledger.verify import head_and_last_position, raw_rows
 
     head, stored_max = head_and_last_position(store)
     last = head.position if as_of is None else min(as_of, head.position)

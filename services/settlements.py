@@ -1,6 +1,6 @@
 """Builds settlements from the folded ledger and checks recorded ones (DOMAIN §7).
 
-The arithmetic is ``machines.settlement`` (pure); this module feeds it from a
+The arithmetic is ``machines.settlement_rules`` (pure); this module feeds it from a
 ``LedgerFold`` caught up to a position: every arena's submissions in arrival-key order with
 status, verdict, recorded speedup and reward group, the emission policy in force, and the
 fee records. A SettlementComputed is accepted (at append and in replay) only when it was
@@ -11,18 +11,22 @@ up to that position gives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ledger.catalogue import CATALOGUE
-from ledger.domain import CONTROL_HOTKEY
-from ledger.errors import LedgerError, Refused
-from ledger.events import AttemptDecided, EmissionPolicySet, SettlementComputed
 from ledger.log import get_logger
+from machines import settlement_rules as rules
+from machines.control import CONTROL_HOTKEY
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.errors import LedgerError, Refused
+from vocabulary.events import AttemptDecided, EmissionPolicySet, SettlementComputed
 
 if TYPE_CHECKING:
+    from machines.arena import ArenaState
+    from machines.attempt import Decision
+    from machines.payment import CreditState, PaymentState
     from machines.projection import Finished, LedgerFold
-    from machines.settlement import Settlement, SettlementInput
+    from machines.settlement_rules import Settlement, SettlementInput
+    from machines.submission import SubmissionState
 
 __all__ = [
     "SettlementTracker",
@@ -40,8 +44,6 @@ def settlement_input(
     fold: LedgerFold, policy: EmissionPolicySet | None, block: int
 ) -> SettlementInput:
     """Returns the settlement input of the ledger as folded, at settlement ``block``."""
-    from machines import settlement as rules
-
     if policy is None:
         raise Refused(
             "no settlement (settle, weights, a replay's check) can be computed until the "
@@ -63,7 +65,7 @@ def settlement_input(
 _RELEVANT = frozenset({"QUALIFIED", "ARRIVED", "QUEUED", "QUALIFYING", "HELD"})
 
 
-def _arena_input(fold: LedgerFold, arena: Any) -> Any:
+def _arena_input(fold: LedgerFold, arena: ArenaState) -> rules.ArenaInput:
     subs = []
     for sub in fold.submissions(arena.arena_id):
         found = _submission_input(fold, arena, sub)
@@ -72,10 +74,10 @@ def _arena_input(fold: LedgerFold, arena: Any) -> Any:
     return _arena_header(arena, subs)
 
 
-def _arena_header(arena: Any, submissions: Sequence[Any] = ()) -> Any:
+def _arena_header(
+    arena: ArenaState, submissions: Sequence[rules.SubmissionInput] = ()
+) -> rules.ArenaInput:
     """Returns the arena's ArenaInput: the share and reward margin of its commission in force."""
-    from machines import settlement as rules
-
     commission = arena.commissions[arena.commission_digest].event
     return rules.ArenaInput(
         arena_id=arena.arena_id,
@@ -85,7 +87,9 @@ def _arena_header(arena: Any, submissions: Sequence[Any] = ()) -> Any:
     )
 
 
-def _submission_input(fold: LedgerFold, arena: Any, sub: Any) -> Any:
+def _submission_input(
+    fold: LedgerFold, arena: ArenaState, sub: SubmissionState
+) -> rules.SubmissionInput | None:
     """Returns the SubmissionInput settlement reads for ``sub``, or None when it is not one."""
     if sub.hotkey == CONTROL_HOTKEY or sub.status not in _RELEVANT:
         return None
@@ -93,7 +97,7 @@ def _submission_input(fold: LedgerFold, arena: Any, sub: Any) -> Any:
     return _input(arena, sub, fold.reward_group(sub.submission_id), resolution)
 
 
-def _finished_input(arena: Any, record: Finished) -> Any:
+def _finished_input(arena: ArenaState, record: Finished) -> rules.SubmissionInput | None:
     """Is ``_submission_input`` of a submission the fold is archiving, read from its record."""
     sub = record.state
     if sub.hotkey == CONTROL_HOTKEY or sub.status not in _RELEVANT:
@@ -105,14 +109,16 @@ def _finished_input(arena: Any, record: Finished) -> Any:
     return _input(arena, sub, record.group, resolution)
 
 
-def _input(arena: Any, sub: Any, group: str | None, resolution: Any) -> Any:
+def _input(
+    arena: ArenaState, sub: SubmissionState, group: str | None, resolution: Decision | None
+) -> rules.SubmissionInput:
     """Returns the SubmissionInput of a relevant submission, given its group and decision.
 
     A control run is never rewarded and never blocks; a submission that finished without
     a PASS blocks nothing and earns nothing: the callers return None for those.
     """
     status = sub.status
-    return _rules().SubmissionInput.folded(
+    return rules.SubmissionInput.folded(
         sub.submission_id,
         sub.hotkey,
         sub.content_hash,
@@ -124,24 +130,12 @@ def _input(arena: Any, sub: Any, group: str | None, resolution: Any) -> Any:
     )
 
 
-@cache
-def _rules() -> Any:
-    """Returns ``machines.settlement``, imported on first use."""
-    # ledger/ never imports machines/ at module level; the cache spares the per-submission
-    # helpers (thousands of calls per replay) an import statement each.
-    from machines import settlement
-
-    return settlement
-
-
-def _verdict(sub: Any) -> str | None:
+def _verdict(sub: SubmissionState) -> str | None:
     verdict = sub.verdict
     return None if verdict == "PASS" else verdict
 
 
-def _fee_records(fold: LedgerFold) -> Any:
-    from machines import settlement as rules
-
+def _fee_records(fold: LedgerFold) -> rules.FeeRecords:
     payments = [_payment_record(p) for p in fold.payments()]
     credits = []
     for credit in fold.credits():
@@ -151,23 +145,21 @@ def _fee_records(fold: LedgerFold) -> Any:
     return rules.FeeRecords(payments=payments, credits=credits)
 
 
-def _payment_record(payment: Any) -> Any:
+def _payment_record(payment: PaymentState) -> rules.PaymentRecord:
     released = payment.status == "RELEASED"
-    return _rules().PaymentRecord(
+    return rules.PaymentRecord(
         payment.arena_id, payment.payment_ref, payment.amount_rao, released
     )
 
 
-def _credit_record(fold: LedgerFold, credit: Any) -> Any:
+def _credit_record(fold: LedgerFold, credit: CreditState) -> rules.CreditRecord | None:
     sub = None if credit.submission_id is None else fold.submission(credit.submission_id)
     row = _credit_row(credit, sub)
-    return None if row is None else _rules().CreditRecord(row[0], credit.credit_id, row[1])
+    return None if row is None else rules.CreditRecord(row[0], credit.credit_id, row[1])
 
 
 def compute(fold: LedgerFold, policy: EmissionPolicySet | None, block: int) -> Settlement:
     """Computes the settlement of the ledger as folded, at ``block``."""
-    from machines import settlement as rules
-
     return rules.compute_settlement(settlement_input(fold, policy, block))
 
 
@@ -181,8 +173,6 @@ def check_recorded(
 
     The fold must stand at the position right before the SettlementComputed.
     """
-    from machines import settlement as rules
-
     if event.as_of_position != fold.position:
         return ("as_of_position", event.as_of_position, fold.position)
     expected = rules.settlement_payload(compute(fold, policy, event.block))
@@ -196,8 +186,6 @@ def check_recorded(
 
 def rewards(fold: LedgerFold, arena_id: str | None = None) -> list[dict[str, Any]]:
     """Explains every PASS: its group, the best before it, rewarded/lost_potential/pending."""
-    from machines import settlement as rules
-
     arenas = [
         _arena_input(fold, a) for a in fold.arenas() if arena_id is None or a.arena_id == arena_id
     ]
@@ -206,8 +194,6 @@ def rewards(fold: LedgerFold, arena_id: str | None = None) -> list[dict[str, Any
 
 def fee_summary(fold: LedgerFold, arena_id: str | None = None) -> dict[str, Any]:
     """Returns payments consumed and released, credits, and totals, per arena and overall."""
-    from machines import settlement as rules
-
     arena_ids = [a.arena_id for a in fold.arenas() if arena_id is None or a.arena_id == arena_id]
     records = _fee_records(fold)
     if arena_id is not None:
@@ -227,7 +213,7 @@ class SettlementTracker:
     The tracker keeps those inputs instead: the replay calls ``note`` with every event
     before it folds it, naming the submission, payment, credit or arena the event touches,
     and each check recomputes only the touched entries (with the same functions the full
-    build uses) before settling through ``machines.settlement.RewardScan`` and running fee
+    build uses) before settling through ``machines.settlement_rules.RewardScan`` and running fee
     sums.
 
     On a fold that archives finished submissions, the tracker is one of its
@@ -324,8 +310,6 @@ class SettlementTracker:
         self, policy: EmissionPolicySet | None, event: SettlementComputed, payload: dict[str, Any]
     ) -> tuple[str, Any, Any] | None:
         """Is ``check_recorded(fold, policy, event, payload)``, incrementally."""
-        from machines import settlement as rules
-
         fold = self.fold
         if event.as_of_position != fold.position:
             return ("as_of_position", event.as_of_position, fold.position)
@@ -343,8 +327,6 @@ class SettlementTracker:
 
     def payload(self, policy: EmissionPolicySet | None, block: int) -> dict[str, Any]:
         """Returns the SettlementComputed payload ``compute`` gives for the fold as it stands."""
-        from machines import settlement as rules
-
         if policy is None:
             settlement_input(self.fold, policy, block)  # raises the refusal
         assert policy is not None
@@ -487,9 +469,7 @@ class SettlementTracker:
         self._payment_refs.update(fold.held_payment_refs())
         self._credit_ids.update(fold.held_credit_ids())
 
-    def _new_scan(self, arena: Any) -> Any:
-        from machines import settlement as rules
-
+    def _new_scan(self, arena: ArenaState) -> rules.RewardScan:
         keep = self.keep_walked if self._archiving else None
         return rules.RewardScan(
             _arena_header(arena), mark_every_walked=self.mark_every_walked, keep_walked=keep

@@ -47,7 +47,7 @@ PG_DB_PER_TEST = os.environ.get("ARENA_LEDGER_PG_DB_PER_TEST") == "1"
 
 _ROOT = Path(__file__).resolve().parents[1]
 
-# The CLI keeps fold snapshots under the user's cache by default (ledger.snapshot); the
+# The CLI keeps fold snapshots under the user's cache by default (services.fold_cache); the
 # suite's commands, in process and in subprocesses, keep theirs in a directory of their own.
 os.environ["ARENA_LEDGER_SNAPSHOT_DIR"] = tempfile.mkdtemp(prefix="arena-ledger-snapshots-")
 atexit.register(shutil.rmtree, os.environ["ARENA_LEDGER_SNAPSHOT_DIR"], ignore_errors=True)
@@ -56,7 +56,7 @@ atexit.register(shutil.rmtree, os.environ["ARENA_LEDGER_SNAPSHOT_DIR"], ignore_e
 def _compiled_extensions() -> list[tuple[Path, Path]]:
     """Returns (extension, its source) for every mypyc-built module beside the sources."""
     found = []
-    for package in ("ledger", "machines"):
+    for package in ("vocabulary", "ledger", "machines", "services"):
         for extension in sorted((_ROOT / package).glob("*.so")):
             if "__mypyc" in extension.name:
                 continue  # the runtime the compiled modules share, not a module of ours

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ledger.catalogue import Catalogue
-from ledger.events import Event
+from vocabulary.catalogue import Catalogue
+from vocabulary.events import Event
 
 __all__ = [
     "WidgetV1",

@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ledger import limits
-from ledger.codec import canonical_bytes, normalise, plain_canonical_bytes
-from ledger.errors import LimitExceeded, SchemaError, UnknownEventType
-from ledger.events import ALL_EVENTS_V1, Event
-from ledger.fields import (
+from vocabulary import limits
+from vocabulary.codec import canonical_bytes, normalise, plain_canonical_bytes
+from vocabulary.errors import LimitExceeded, SchemaError, UnknownEventType
+from vocabulary.events import ALL_EVENTS_V1, Event
+from vocabulary.fields import (
     DECIMAL_PATTERN,
     DECIMAL_PROBLEM,
     PATTERN_WORDS,
@@ -291,8 +291,8 @@ def _exact(data: bytes) -> bytes:
     """Returns an exact-size copy of orjson's output, whose bytes sit in a 4 KiB allocation.
 
     A batch keeps every payload until it commits: kept as orjson returns them, each event
-    held 4 KiB and touched a fresh page (2.5 us an event, more than the rest of the
-    validation); a copy of a few hundred bytes comes from the small-object allocator and
+    would hold a 4 KiB block and touch a fresh page, costing more than the rest of the
+    validation; a copy of a few hundred bytes comes from the small-object allocator and
     the 4 KiB block is reused by the next encoding.
     """
     return bytes(memoryview(data))

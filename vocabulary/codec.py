@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from ledger import limits
-from ledger.errors import CanonicalFormError, LimitExceeded
+from vocabulary import limits
+from vocabulary.errors import CanonicalFormError, LimitExceeded
 
 __all__ = [
     "canonical_bytes",

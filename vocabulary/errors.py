@@ -112,7 +112,7 @@ class UnknownEventType(InvalidInput):
 
 
 class LimitExceeded(InvalidInput):
-    """Reports an input over one of the named limits in ``ledger.limits``."""
+    """Reports an input over one of the named limits in ``vocabulary.limits``."""
 
     code = "limit_exceeded"
 

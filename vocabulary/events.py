@@ -1,7 +1,7 @@
 """Defines the v1 event catalogue of DOMAIN §4 as frozen, strict pydantic models.
 
 A shipped schema version is never edited: a change adds a new model version and an
-upcaster in ``ledger.catalogue``. Each model names its ``event_type``, ``schema_version``
+upcaster in ``vocabulary.catalogue``. Each model names its ``event_type``, ``schema_version``
 and the stream ``category`` it belongs to.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ledger.fields import (
+from vocabulary.fields import (
     ArenaId,
     Block,
     DecimalStr,

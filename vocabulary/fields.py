@@ -7,8 +7,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-from ledger.codec import is_fixed6
-from ledger.errors import InvalidInput
+from vocabulary.codec import is_fixed6
+from vocabulary.errors import InvalidInput
+from vocabulary.limits import json_integer_abs_max
 
 __all__ = [
     "DECIMAL_PATTERN",
@@ -69,7 +70,7 @@ def require_hotkey(text: object, path: str = "hotkey") -> None:
 def require_as_of(as_of: object, path: str = "as_of") -> None:
     """Raises InvalidInput naming ``path`` unless ``as_of`` is None or a position a query can
     be answered as of: an integer from 0 to 2**53 - 1 (past the head it is the head)."""
-    if as_of is not None and (type(as_of) is not int or not 0 <= as_of <= 2**53 - 1):
+    if as_of is not None and (type(as_of) is not int or not 0 <= as_of <= json_integer_abs_max):
         raise InvalidInput(
             f"as_of is a position, an integer from 0 to 2**53 - 1; got {as_of!r}", path=path
         )
@@ -107,7 +108,7 @@ LocalId = Annotated[str, StringConstraints(pattern=_LOCAL_ID.pattern)]
 Digest = Annotated[str, StringConstraints(pattern=_DIGEST.pattern)]
 Hotkey = Annotated[str, StringConstraints(pattern=_HOTKEY.pattern)]
 Reason = Annotated[str, StringConstraints(max_length=256)]
-NonNegInt = Annotated[int, Field(ge=0, le=2**53 - 1)]
-PositiveInt = Annotated[int, Field(ge=1, le=2**53 - 1)]
+NonNegInt = Annotated[int, Field(ge=0, le=json_integer_abs_max)]
+PositiveInt = Annotated[int, Field(ge=1, le=json_integer_abs_max)]
 Block = NonNegInt
 Rao = NonNegInt

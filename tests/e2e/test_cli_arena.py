@@ -345,7 +345,7 @@ def test_an_intake_recorded_by_separate_appends_prints_each_run_of_positions(
 ) -> None:
     # Recorded with `append` (no intake key), the intake's events need not follow on: its
     # retry answers with their positions, not the range around them (nor a conflict).
-    from ledger.domain import submission_id
+    from services.arena_ledger import submission_id
 
     cli = cli_factory("separate")
     cli("init")

@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import text
 
 from ledger import migrate
-from ledger.domain import ArenaLedger
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import EventStore
 from machines import samples
+from services.arena_ledger import ArenaLedger
 
 FEE = 1_000_000_000
 

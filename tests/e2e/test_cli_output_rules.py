@@ -1,5 +1,5 @@
 """Pins output of the settlement and domain commands that a mutation review of
-cli/settlement.py and cli/domain.py found unchecked: a filter or --as-of a command could
+cli/settlement_commands.py and cli/arena_commands.py found unchecked: a filter or --as-of a command could
 drop, a count or separator it could lose, an error it could raise in the wrong order or
 with the wrong exit code.
 
@@ -21,9 +21,9 @@ import pytest
 from scenario_loader import settlement_scenario  # same directory
 
 from cli.common import console
-from cli.settlement import _progress, _render_replay, _rewards_count
-from ledger.replay import ReplayReport
+from cli.settlement_commands import _progress, _render_replay, _rewards_count
 from machines import samples
+from services.replay import ReplayReport
 
 S = settlement_scenario()
 
@@ -65,7 +65,7 @@ def _money(sums: dict[str, int]) -> list[str]:
                                       "credits_spent_rao")]
 
 
-# --- cli/settlement.py ------------------------------------------------------------------
+# --- cli/settlement_commands.py ------------------------------------------------------------------
 
 
 def test_fees_for_one_arena_show_that_arena_and_its_own_total(settled: tuple[Any, Any]) -> None:
@@ -167,7 +167,7 @@ def test_a_signed_bundle_is_named_as_typed_like_an_unsigned_one(
     assert json.loads(unsigned.stdout)["bundle"]["path"] == typed
 
 
-# --- cli/domain.py ----------------------------------------------------------------------
+# --- cli/arena_commands.py ----------------------------------------------------------------------
 
 
 def _table(text: str) -> list[list[str]]:

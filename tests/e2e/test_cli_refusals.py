@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from cli.reader import line_bytes_max
 from ledger import migrate
-from ledger.limits import input_file_bytes_max
-from ledger.schema import SCHEMA_REVISION
+from ledger.tables import SCHEMA_REVISION
+from services.draft_lines import line_bytes_max
+from vocabulary.limits import input_file_bytes_max
 
 FUTURE = "0009_from_a_newer_release"
 CREDIT = ("grant-credit", "--id", "c1", "--hotkey", "5Hk", "--amount-rao", "5")

@@ -23,8 +23,8 @@ import pytest
 from scenario_loader import settlement_scenario  # same directory
 
 import ledger.bundle as bundle_module
-from ledger.build import build_name
 from ledger.store import EventStore
+from services.build_info import build_name
 
 CLI = Path(sys.executable).with_name("arena-ledger")
 

@@ -76,7 +76,7 @@ def check(out: Path) -> dict[str, Any]:
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, tree / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.so")
-    for package in ("ledger", "machines"):
+    for package in ("vocabulary", "ledger", "machines", "services"):
         shutil.copytree(ROOT / package, tree / package, ignore=ignore)
     # -O0: the C compiler's optimisation changes no behaviour these tests can see, and took
     # a third of the build (setup.py, ARENA_LEDGER_COMPILE_OPT).
@@ -87,15 +87,15 @@ def check(out: Path) -> dict[str, Any]:
     if result["build"]["returncode"] != 0:
         return result
     result["compiled"] = sorted(p.name.split(".", 1)[0] for p in tree.glob("*/*.so"))
-    # The copy first on the path: ``ledger`` and ``machines`` are imported from it.
+    # The copy first on the path: the compiled packages are imported from it.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])}
     result["probe"] = _run(
-        [sys.executable, "-c", "import ledger.replay, machines.projection as p; "
-         "print(ledger.replay.__file__); print(p.__file__)"],
+        [sys.executable, "-c", "import services.replay, machines.projection as p; "
+         "print(services.replay.__file__); print(p.__file__)"],
         env=env, cwd=out, timeout=120)
     result["tree"] = str(tree)
     result["named"] = _run(
-        [sys.executable, "-c", "from ledger.build import build_name; print(build_name())"],
+        [sys.executable, "-c", "from services.build_info import build_name; print(build_name())"],
         env=env, cwd=out, timeout=120)
     result["ran"] = _run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-n", "0",

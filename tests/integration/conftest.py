@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from ledger.model import ANY, EventDraft, ExpectedVersion
+from ledger.records import ANY, EventDraft, ExpectedVersion
 from ledger.store import EventStore
 
 

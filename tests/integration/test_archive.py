@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ledger import archive as archive_module
 from ledger.archive import DiskArchive
-from ledger.errors import ArchiveUnavailable
+from vocabulary.errors import ArchiveUnavailable
 
 _keys = st.text(alphabet="abcdef0123456789-._", min_size=1, max_size=12)
 _values = st.binary(max_size=40)
@@ -104,7 +104,7 @@ def test_archive_answers_like_a_dict_across_row_and_index_batches(
     hashing = mock.patch.object(archive_module, "hash", len if collide else hash, create=True)
     small = mock.patch.object(archive_module, "bloom_keys_initial", 1)  # filters that grow
     # names_max: how much of a row link names may take before links get rows of their own.
-    names = mock.patch.object(archive_module, "names_chars_max", names_max)
+    names = mock.patch.object(archive_module, "archive_names_chars_max", names_max)
     batches = {"flush_entries": flush_entries, "index_entries": index_entries}
     with hashing, small, names, DiskArchive(**batches) as archive:
         last = "none"
@@ -178,7 +178,7 @@ def test_memory_holds_a_bounded_number_of_index_entries() -> None:
         for n in range(5000):  # all named in rows of "s": only so many in one row
             archive.link("attempt", f"a{n}", "s")
             waiting = sum(len(s.pending) for s in archive._spaces.values())
-            assert waiting < 100 + 8 * archive_module.names_chars_max // 4
+            assert waiting < 100 + 8 * archive_module.archive_names_chars_max // 4
         assert {archive.target("attempt", f"a{n}") for n in range(5000)} == {"s"}
 
 
@@ -269,8 +269,9 @@ def test_a_replay_whose_archive_fills_up_says_so(
 ) -> None:
     from test_settlement_ledger import build_settled, open_ledger  # same directory
 
-    from ledger.replay import replay_store
+    import services.replay
     from ledger.store import EventStore
+    from services.replay import replay_store
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger = open_ledger(url)
@@ -278,7 +279,7 @@ def test_a_replay_whose_archive_fills_up_says_so(
         build_settled(ledger)
     finally:
         ledger.close()
-    monkeypatch.setattr(archive_module, "DiskArchive", _FullArchive)  # replay's archive
+    monkeypatch.setattr(services.replay, "DiskArchive", _FullArchive)  # replay's archive
     with EventStore(url) as store, pytest.raises(ArchiveUnavailable, match="untouched"):
         replay_store(store)  # not StoreUnavailable: the ledger's own file is fine
     with EventStore(url) as store:

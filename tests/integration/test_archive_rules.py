@@ -3,7 +3,7 @@
 Each test here fails on a hand-made mutant of ``ledger/archive.py`` or ``machines/intake.py``
 that the rest of the suite let pass, or caught only after a long hypothesis search: the row
 buffer and the index batch written exactly at their limits, a link made after a flush, link
-names spelled into a row up to ``names_chars_max`` and no further, a full filter growing (and
+names spelled into a row up to ``archive_names_chars_max`` and no further, a full filter growing (and
 keeping the keys already in the file), fresh keys answered "never archived" from memory, link
 names holding a colon (the fold's failed names do) or spelled after a two-digit space number,
 a closed archive holding nothing, and a credit spent by another submission left alone.
@@ -52,7 +52,7 @@ def test_a_row_spells_link_names_until_names_chars_max_then_links_get_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Each name is spelled "1:xx\n" (5 characters): two reach a limit of 10, a third does not fit.
-    monkeypatch.setattr(archive_module, "names_chars_max", 10)
+    monkeypatch.setattr(archive_module, "archive_names_chars_max", 10)
     with DiskArchive() as archive:
         links = [("attempt", "a1"), ("attempt", "a2"), ("attempt", "a3")]
         archive.put("submission", "s", b"s", links=links)  # names given with the put

@@ -6,7 +6,7 @@ import pytest
 
 from engine_bridge.protocol import FaultCode, engine_fault, infrastructure_fault_payload
 from engine_bridge.reference_model import write_reference_model
-from ledger.catalogue import CATALOGUE
+from vocabulary.catalogue import CATALOGUE
 
 pytest.importorskip("torch")
 from engine_bridge.stage_timings import time_attempt

@@ -21,9 +21,9 @@ from engine_bridge.hooks import (
     score_outputs,
     tallies_to_payloads,
 )
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.reference_model import write_reference_model
-from engine_bridge.replay import load_replay_slice
-from ledger.errors import EngineFault
+from vocabulary.errors import EngineFault
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -263,7 +263,7 @@ def test_a_session_grades_tuple_outputs_and_keeps_the_first_error_cut_short(
     ("torch.OutOfMemoryError('CUDA out of memory')", "OutOfMemoryError"),
     ("MemoryError('host memory')", "MemoryError"),
     ("OSError('disk gone')", "OSError"),
-    ("__import__('ledger.errors').errors.IntegrityError('weights unreadable')",
+    ("__import__('vocabulary.errors').errors.IntegrityError('weights unreadable')",
      "IntegrityError"),
 ])
 def test_a_host_failure_in_the_candidate_call_is_a_fault_not_uncomparable(

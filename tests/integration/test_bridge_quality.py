@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine_bridge.deltas import registered
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.reference_model import write_reference_model
-from engine_bridge.replay import load_replay_slice
 
 pytest.importorskip("torch")
 from engine_bridge.quality import grade_quality

@@ -1,6 +1,6 @@
 """Tests that no crash or unexpected exception leaves an attempt stranded or half-recorded.
 
-Each test drives ``engine_bridge.runner`` against a real ledger (SQLite and PostgreSQL) with
+Each test drives ``services.evaluation`` against a real ledger (SQLite and PostgreSQL) with
 ``FakeEngine`` on a ``ManualClock`` (exact speed decisions), or with the in-process torch
 engine where only its refusal of a file delta matters. ``Crash`` stands for the validator
 process dying (SIGKILL, OOM, Ctrl-C): a BaseException nothing in the runner may catch.
@@ -27,13 +27,13 @@ from test_runner import (  # same directory, prepend import mode
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta
 from engine_bridge.hooks import AuditSpec, NodeTally, tallies_to_payloads
+from engine_bridge.prompt_slice import ReplaySlice
 from engine_bridge.protocol import FakeEngine, FakeLane, TokenScores
-from engine_bridge.replay import ReplaySlice
-from engine_bridge.runner import control_run_id, evaluate, run_controls
 from ledger import migrate
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput
-from ledger.events import AuditNodeGraded
+from services.arena_ledger import ArenaLedger
+from services.evaluation import control_run_id, evaluate, run_controls
+from vocabulary.errors import InvalidInput
+from vocabulary.events import AuditNodeGraded
 
 
 class Crash(BaseException):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.reference_model import (
     REFERENCE_WEIGHTS_SHA256,
     ensure_reference_model,
@@ -13,8 +14,7 @@ from engine_bridge.reference_model import (
     weights_sha256,
     write_reference_model,
 )
-from engine_bridge.replay import load_replay_slice
-from ledger.errors import EngineFault, IntegrityError
+from vocabulary.errors import EngineFault, IntegrityError
 
 torch = pytest.importorskip("torch")
 from engine_bridge.torch_engine import TorchReferenceEngine  # noqa: E402

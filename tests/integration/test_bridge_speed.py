@@ -8,10 +8,10 @@ import pytest
 
 from engine_bridge.deltas import load_file_delta, registered
 from engine_bridge.hooks import AuditSpec
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.reference_model import write_reference_model
-from engine_bridge.replay import load_replay_slice
 from engine_bridge.speed import iter_windows
-from ledger.errors import EngineFault, InvalidInput
+from vocabulary.errors import EngineFault, InvalidInput
 
 pytest.importorskip("torch")
 from engine_bridge.torch_engine import TorchReferenceEngine

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from engine_bridge.deltas import load_file_delta, registered
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.reference_model import write_reference_model
-from engine_bridge.replay import load_replay_slice
 from engine_bridge.speed import run_windows
 from engine_bridge.subprocess_lane import SubprocessEngine
-from ledger.errors import EngineFault
+from vocabulary.errors import EngineFault
 
 pytest.importorskip("torch")
 

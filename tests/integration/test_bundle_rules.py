@@ -54,11 +54,11 @@ from ledger.bundle import (
     read_manifest,
     verify_bundle,
 )
-from ledger.errors import IntegrityError, LimitExceeded
-from ledger.limits import actor_chars_max, type_name_chars_max
-from ledger.model import EventDraft
 from ledger.note import Checkpoint, Signer, sign_checkpoint
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from vocabulary.errors import IntegrityError, LimitExceeded
+from vocabulary.limits import actor_chars_max, type_name_chars_max
 
 Draft = Callable[..., EventDraft]
 

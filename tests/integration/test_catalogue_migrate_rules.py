@@ -1,6 +1,6 @@
-"""Pins rules of ledger.catalogue and ledger.migrate that their main tests leave loose.
+"""Pins rules of vocabulary.catalogue and ledger.migrate that their main tests leave loose.
 
-Found by a hand-made mutation review of ledger/catalogue.py and ledger/migrate.py: each test
+Found by a hand-made mutation review of vocabulary/catalogue.py and ledger/migrate.py: each test
 here fails on one small change to those modules that the other tests let through. They pin,
 from DOMAIN §2.8, docs/concepts.md, docs/operations.md and the modules' docstrings:
 
@@ -54,10 +54,13 @@ from upcast_widgets import (  # tests/, on sys.path through its conftest
     widget_v1_to_v2,
 )
 
-from ledger import limits, migrate
-from ledger.catalogue import CATALOGUE, Catalogue, CatalogueError, check_stream_name
-from ledger.codec import canonical_bytes
-from ledger.errors import (
+from ledger import migrate
+from ledger.records import EventDraft
+from ledger.store import EventStore, make_engine, safe_url
+from vocabulary import limits
+from vocabulary.catalogue import CATALOGUE, Catalogue, CatalogueError, check_stream_name
+from vocabulary.codec import canonical_bytes
+from vocabulary.errors import (
     CanonicalFormError,
     InvalidInput,
     LimitExceeded,
@@ -68,9 +71,7 @@ from ledger.errors import (
     StoreUnavailable,
     UnknownEventType,
 )
-from ledger.events import Event
-from ledger.model import EventDraft
-from ledger.store import EventStore, make_engine, safe_url
+from vocabulary.events import Event
 
 # -- the catalogue -----------------------------------------------------------------------------
 

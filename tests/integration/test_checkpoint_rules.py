@@ -52,10 +52,10 @@ from ledger.checkpoint import (
     verify_proof,
     write_key_files,
 )
-from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, NotFound
-from ledger.model import EventDraft
 from ledger.note import Signer
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from vocabulary.errors import IntegrityError, InvalidInput, LimitExceeded, NotFound
 
 Draft = Callable[..., EventDraft]
 

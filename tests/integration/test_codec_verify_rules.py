@@ -1,6 +1,6 @@
 """Pins codec and chain-verification rules that a hand-made mutation review found unpinned.
 
-Each test fails on one mutant of ``ledger/codec.py`` or ``ledger/verify.py`` that the rest
+Each test fails on one mutant of ``vocabulary/codec.py`` or ``ledger/verify.py`` that the rest
 of the suite let through. Codec: fixed-6 quantizing does not depend on the caller's decimal
 context; a str subclass is refused as a key and rebuilt as a plain ``str`` as a value;
 ``loads`` reads a ``bytearray`` as strict UTF-8, as it reads bytes. Verify: a range end past
@@ -22,12 +22,12 @@ import pytest
 from sqlalchemy import text
 from tampering import triggers_bypassed
 
-from ledger import limits
-from ledger.codec import canonical_bytes, fixed6, loads, normalise
-from ledger.errors import CanonicalFormError
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import EventStore
 from ledger.verify import raw_rows, verify_chain
+from vocabulary import limits
+from vocabulary.codec import canonical_bytes, fixed6, loads, normalise
+from vocabulary.errors import CanonicalFormError
 
 Draft = Callable[..., EventDraft]
 

@@ -34,7 +34,7 @@ def test_replay_tests_pass_on_the_compiled_build(tmp_path: Path) -> None:
     assert "error" not in result, result.get("error")
     assert result["build"]["returncode"] == 0, result["build"]["stderr"]
     assert result["compiled"] == [
-        "chain", "intake", "projection", "replay", "replay_compiled__mypyc", "settle"
+        "chain", "intake", "projection", "replay", "replay_compiled__mypyc", "settlements"
     ]
 
     probe = result["probe"]
@@ -43,7 +43,7 @@ def test_replay_tests_pass_on_the_compiled_build(tmp_path: Path) -> None:
                for line in probe["stdout"].split()), probe["stdout"]
     assert len(probe["stdout"].split()) == 2
     assert result["named"]["stdout"].strip() == (  # what replay and the benchmarks report
-        "mypyc-compiled (ledger.chain, ledger.replay, ledger.settle, machines.intake, "
+        "mypyc-compiled (ledger.chain, services.replay, services.settlements, machines.intake, "
         "machines.projection)"
     ), result["named"]["stderr"]
 

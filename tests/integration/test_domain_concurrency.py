@@ -17,11 +17,11 @@ import pytest
 from test_domain_enforcement import FEE, Desk, open_desk
 
 from ledger import migrate
-from ledger.domain import ArenaLedger
-from ledger.errors import Refused
-from ledger.events import QualificationStarted
-from ledger.model import NO_STREAM
+from ledger.records import NO_STREAM
 from machines import samples
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import Refused
+from vocabulary.events import QualificationStarted
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ CONTENDERS = 2
 
 def claim_in_race(url: str, me: int, sids: list[str], barrier: Any, results: Any) -> None:
     """Runs in a spawned process: per round, catch up, wait for the start, claim, report."""
-    from ledger.errors import ConcurrencyConflict
+    from vocabulary.errors import ConcurrencyConflict
 
     with ArenaLedger(url, actor=f"validator-{me}") as ledger:
         for n, sid in enumerate(sids):

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from ledger import migrate
-from ledger.domain import ArenaLedger, IntakeOutcome
-from ledger.errors import ConcurrencyConflict, Refused
-from ledger.events import (
+from ledger.records import NO_STREAM, EventDraft
+from machines import samples
+from services.arena_ledger import ArenaLedger, IntakeOutcome
+from vocabulary.errors import ConcurrencyConflict, Refused
+from vocabulary.events import (
     ArenaRetired,
     AttemptClaimed,
     AttemptDecided,
@@ -28,8 +30,6 @@ from ledger.events import (
     QualificationStarted,
     SubmissionAdmitted,
 )
-from ledger.model import NO_STREAM, EventDraft
-from machines import samples
 
 ARENA = "mlp-arena"
 FEE = 1_000_000_000

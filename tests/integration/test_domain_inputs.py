@@ -9,10 +9,10 @@ import pytest
 from test_domain_enforcement import Desk  # same directory, prepend import mode
 
 from ledger import migrate
-from ledger.domain import ArenaLedger, submission_id
-from ledger.errors import ConcurrencyConflict, InvalidInput, Refused, SchemaError
-from ledger.events import ArenaRetired, ControlRegistered, IncumbentAdvanced
 from machines import samples
+from services.arena_ledger import ArenaLedger, submission_id
+from vocabulary.errors import ConcurrencyConflict, InvalidInput, Refused, SchemaError
+from vocabulary.events import ArenaRetired, ControlRegistered, IncumbentAdvanced
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_append_holds_an_expected_version_given_with_an_event(ledger: ArenaLedge
 def test_a_refusal_quotes_a_value_cut_to_120_characters(value: Any, shown: str) -> None:
     # A SettlementComputed refused for a differing field quotes the recorded and the
     # recomputed value; a weight vector of 256 hotkeys would otherwise fill the terminal.
-    from ledger.domain import _short
+    from services.arena_ledger import _short
 
     assert _short(value) == shown
     assert len(_short(value)) <= 120

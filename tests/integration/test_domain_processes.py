@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from test_domain_enforcement import ARENA, FEE, SLOWER, WORKED, Desk, open_desk
 
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound, Refused
 from machines import samples
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import InvalidInput, NotFound, Refused
 
 
 @pytest.fixture
@@ -392,8 +392,7 @@ def test_explain_takes_a_unique_prefix_of_a_submission_id(
     # The tables show a submission id's first 16 characters; an auditor copies those.
     from collections import Counter
 
-    from ledger import domain
-
+    from services import arena_ledger as domain
     desk.commission(fee_rao=0)
     sids = [desk.intake(None, content=f"p{i}", block=720 + i).submission_id for i in range(17)]
     head = desk.head
@@ -543,22 +542,22 @@ def test_a_fold_caught_up_in_steps_equals_one_caught_up_at_once(
 def test_catch_up_folds_what_the_recorded_events_decode_to(
     desk: Desk, store_url: str, ticks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The guard reads raw rows and decodes them with ``ledger.replay.decoder``; the fold it
+    """The guard reads raw rows and decodes them with ``services.replay.decoder``; the fold it
     builds equals one built from ``read_all`` and ``CATALOGUE.decode``, event for event."""
     import gc
 
-    import ledger.collector
-    import ledger.replay
-    from ledger.catalogue import CATALOGUE
+    import services.gc_pause
+    import services.replay
     from machines.projection import LedgerFold
+    from vocabulary.catalogue import CATALOGUE
 
     realistic_history(desk)
     policy = desk.ledger.set_emission_policy(360, "5Burn", "5Validator")
     desk.intake(arena_id=ARENA, content="after-the-policy")
-    monkeypatch.setattr(ledger.replay, "ticks_between_freezes", ticks)
+    monkeypatch.setattr(services.replay, "ticks_between_freezes", ticks)
     ticked: list[int] = []
-    tick = ledger.collector.CollectorPaused.tick
-    monkeypatch.setattr(ledger.collector.CollectorPaused, "tick",
+    tick = services.gc_pause.CollectorPaused.tick
+    monkeypatch.setattr(services.gc_pause.CollectorPaused, "tick",
                         lambda self: (ticked.append(gc.get_freeze_count()), tick(self)))
     collecting = gc.isenabled()
     with ArenaLedger(store_url) as fresh:

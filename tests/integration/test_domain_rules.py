@@ -1,7 +1,7 @@
-"""Pins rules of ``ArenaLedger``'s write API that a mutation review of ledger/domain.py found
+"""Pins rules of ``ArenaLedger``'s write API that a mutation review of services/arena_ledger.py found
 no test held, on SQLite and PostgreSQL.
 
-Each test fails on one hand-made mutant of ledger/domain.py that the rest of the suite let
+Each test fails on one hand-made mutant of services/arena_ledger.py that the rest of the suite let
 through: the arrival digest keeps event_index and event_subindex apart; malformed input is
 the documented error class (SchemaError, InvalidInput), never a stray TypeError or
 AttributeError; a view as of a position (position 0 included) writes nothing and says so,
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from test_domain_enforcement import ARENA, FEE, Desk, open_desk, payload_of
 
-from ledger.codec import digest
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound, SchemaError
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from machines import samples
+from services.arena_ledger import ArenaLedger
+from vocabulary.codec import digest
+from vocabulary.errors import InvalidInput, NotFound, SchemaError
 
 
 @pytest.fixture

@@ -26,13 +26,13 @@ from test_settlement_ledger import (  # same directory, prepend import mode
     open_ledger,
 )
 
-from ledger import ops
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import EventStore
 from machines import samples
-from machines.settlement import settlement_payload
+from machines.settlement_rules import settlement_payload
+from services import operations as ops
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import InvalidInput, NotFound
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Pins Merkle-tree rules of ``ledger/merkle.py`` and ``ledger/tree.py`` that no test held.
+"""Pins Merkle-tree rules of ``ledger/merkle.py`` and ``ledger/stored_tree.py`` that no test held.
 
 A hand-made mutation review of the two modules found these rules unpinned: a mutant that broke
 each one still passed every test. Expected roots and paths come from the plain RFC 9162
@@ -22,7 +22,6 @@ import pytest
 from test_verifiable_proofs import _entries, _fill  # same directory, prepend import mode
 
 from ledger import merkle
-from ledger.errors import InvalidInput, NotFound
 from ledger.merkle import (
     EMPTY_ROOT,
     TREE_SIZE_MAX,
@@ -33,8 +32,9 @@ from ledger.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from vocabulary.errors import InvalidInput, NotFound
 
 Draft = Callable[..., EventDraft]
 

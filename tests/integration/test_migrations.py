@@ -17,11 +17,11 @@ from sqlalchemy import inspect, text
 
 from ledger import migrate
 from ledger.checkpoint import sign_tree
-from ledger.errors import InvalidInput, Refused, SchemaNotInitialised, StoreError
-from ledger.model import EventDraft
 from ledger.note import Signer
-from ledger.schema import SCHEMA_REVISION, metadata
+from ledger.records import EventDraft
 from ledger.store import EventStore, make_engine
+from ledger.tables import SCHEMA_REVISION, metadata
+from vocabulary.errors import InvalidInput, Refused, SchemaNotInitialised, StoreError
 
 #: SHA-256 of each revision file as it shipped. Applied revisions are never edited
 #: (STYLE.md); add a revision here in the commit that ships it.

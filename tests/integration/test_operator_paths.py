@@ -15,10 +15,10 @@ from tampering import triggers_bypassed
 
 from ledger.bundle import CHECKPOINT_FILE, export_bundle, verify_bundle
 from ledger.checkpoint import sign_tree
-from ledger.errors import IntegrityError
-from ledger.model import EventDraft
 from ledger.note import Checkpoint, Signer, sign_checkpoint
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from vocabulary.errors import IntegrityError
 
 Draft = Callable[..., EventDraft]
 
@@ -152,7 +152,7 @@ def test_import_lets_a_fault_that_is_not_the_databases_through_unrenamed(
     # bug", and a bug must not be reported to the operator as the database's refusal.
     import ledger.bundle as bundle_module
     from ledger.bundle import import_bundle
-    from ledger.errors import StoreError
+    from vocabulary.errors import StoreError
 
     fill(store, draft, 6)
     export_bundle(store, tmp_path / "b", signer=signer)
@@ -189,7 +189,8 @@ def test_a_restore_into_an_initialised_empty_ledger_leaves_no_scratch_file(
     # operations.md: "The backup is copied next to the target and verified before the
     # target is touched"; the copy is scratch: once restored, nothing but the ledger (and
     # its live WAL side files) is left beside it.
-    from ledger import migrate, ops
+    from ledger import migrate
+    from services import operations as ops
 
     ops.backup(sqlite_source, tmp_path / "backup.db")
     folder = tmp_path / "target"
@@ -221,8 +222,7 @@ def test_a_postgres_restore_refuses_a_tampered_archive(
 ) -> None:
     # operations.md: `db restore` "runs pg_restore ... and then verifies the chain ... If
     # the restored chain fails, it exits 4 and tells you to drop the database".
-    from ledger import ops
-
+    from services import operations as ops
     fill(store, draft, 6)
     with triggers_bypassed(store) as conn:
         conn.execute(text("UPDATE events SET actor = 'mallory' WHERE position = 3"))
@@ -245,8 +245,8 @@ def test_a_postgres_restore_refuses_a_pg_dump_archive_of_another_database(
 
     from sqlalchemy.engine import make_url
 
-    from ledger import ops
-    from ledger.errors import InvalidInput
+    from services import operations as ops
+    from vocabulary.errors import InvalidInput
 
     with EventStore(store_url) as other, other.engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE widgets (id integer PRIMARY KEY, name text)")
@@ -268,8 +268,7 @@ def test_a_postgres_backup_reports_no_head_when_the_head_moved_during_the_dump(
 ) -> None:
     # operations.md: "The head is reported when it did not move during the dump; otherwise
     # only the restore tells."
-    from ledger import ops
-
+    from services import operations as ops
     fill(store, draft, 4)
     original = ops._run_tool
 
@@ -291,7 +290,8 @@ def test_a_sqlite_file_left_by_downgrade_base_can_be_initialised_again(tmp_path:
     # operations.md: `db downgrade base` "drops everything" of an empty ledger; the file
     # keeps only Alembic's (empty) version table, which is not another application's:
     # `db upgrade` / init must create the ledger in it again.
-    from ledger import migrate, ops
+    from ledger import migrate
+    from services import operations as ops
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     migrate.upgrade(url)
@@ -310,7 +310,7 @@ def test_import_into_a_missing_or_uninitialised_sqlite_ledger_is_refused_and_cre
     # ledger at PATH" for a path that does not exist and leaves no file behind; import
     # needs an initialised ledger ("`init` it first").
     from ledger.bundle import import_bundle
-    from ledger.errors import SchemaNotInitialised
+    from vocabulary.errors import SchemaNotInitialised
 
     fill(store, draft, 3)
     export_bundle(store, tmp_path / "b", signer=signer)
@@ -331,7 +331,8 @@ def test_a_sqlite_restore_of_an_older_backup_reports_the_pending_revisions(
 ) -> None:
     # operations.md: "If the backup was taken by an older release, the report says which
     # revisions are pending. Run `db upgrade` next."
-    from ledger import migrate, ops
+    from ledger import migrate
+    from services import operations as ops
 
     previous = str(migrate.history()[1]["revision"])
     migrate.downgrade(sqlite_source, previous)
@@ -347,8 +348,8 @@ def test_a_sqlite_backup_of_a_newer_releases_ledger_is_refused_and_no_target_app
 ) -> None:
     # operations.md: old code refuses a newer schema: `db restore` of such a backup exits 5
     # (`unknown_revision`) and changes nothing.
-    from ledger import ops
-    from ledger.errors import StoreError
+    from services import operations as ops
+    from vocabulary.errors import StoreError
 
     ops.backup(sqlite_source, tmp_path / "newer.db")
     import sqlite3
@@ -366,7 +367,7 @@ def test_db_check_of_a_ledger_behind_head_says_to_upgrade_first(store_url: str) 
     # operations.md: `db check` exits 5 "on a ledger not yet at the latest revision, which
     # it says to upgrade first" (migrate.check: SchemaNotInitialised, nothing compared).
     from ledger import migrate
-    from ledger.errors import SchemaNotInitialised
+    from vocabulary.errors import SchemaNotInitialised
 
     previous = str(migrate.history()[1]["revision"])
     migrate.upgrade(store_url, previous)

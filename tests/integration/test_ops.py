@@ -1,4 +1,4 @@
-"""Checks the operator and auditor tasks of ``ledger.ops`` on SQLite and a real PostgreSQL.
+"""Checks the operator and auditor tasks of ``services.operations`` on SQLite and a real PostgreSQL.
 
 One small ledger (two arenas, seven submissions, four attempts, holds and a checkpoint) is
 built through ``ArenaLedger`` with ``machines.samples``; ``stats`` must report its numbers
@@ -19,21 +19,22 @@ import pytest
 from sqlalchemy import text
 from tampering import triggers_bypassed
 
-from ledger import migrate, ops
+from ledger import migrate
 from ledger.checkpoint import sign_tree
-from ledger.domain import ArenaLedger
-from ledger.errors import (
+from ledger.note import Signer
+from ledger.records import EventDraft
+from ledger.store import EventStore
+from machines import samples
+from machines.reasons import describe
+from services import operations as ops
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import (
     IntegrityError,
     InvalidInput,
     SchemaNotInitialised,
     StoreError,
     StoreUnavailable,
 )
-from ledger.model import EventDraft
-from ledger.note import Signer
-from ledger.store import EventStore
-from machines import samples
-from machines.reasons import describe
 
 ARENA_A, ARENA_B = "mlp-arena", "cache-arena"
 FEE = 1_000_000_000
@@ -382,7 +383,7 @@ def test_reading_a_backup_leaves_it_byte_for_byte_and_the_first_append_makes_it_
     """Verify, stats, history, replay and an export read a backup without changing a byte
     (no WAL switch, no file beside it); a writer switches it to WAL before it writes."""
     from ledger.bundle import export_bundle
-    from ledger.replay import replay_store
+    from services.replay import replay_store
 
     url, _ = sqlite_ledger
     target = tmp_path / "backup.db"

@@ -1,6 +1,6 @@
-"""Pins operator-path rules of ledger.ops that the main ops tests leave loose.
+"""Pins operator-path rules of services.operations that the main ops tests leave loose.
 
-Found by a hand-made mutation review of ledger/ops.py: each test here fails on one small
+Found by a hand-made mutation review of services/operations.py: each test here fails on one small
 change to the module that the other tests let through. They pin, from docs/operations.md,
 DOMAIN §6 and the module's docstrings:
 
@@ -40,11 +40,12 @@ from sqlalchemy.engine import make_url
 from test_operator_paths import fill  # same directory, prepend import mode
 from test_ops import ARENA_A, Builder, _sqlite_file, _tamper
 
-from ledger import migrate, ops
-from ledger.domain import ArenaLedger
-from ledger.errors import IntegrityError, InvalidInput, StoreError
-from ledger.model import EventDraft
+from ledger import migrate
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from services import operations as ops
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import IntegrityError, InvalidInput, StoreError
 
 Draft = Callable[..., EventDraft]
 

@@ -34,13 +34,13 @@ from test_settlement_ledger import (  # the shared builder (same directory, prep
 )
 
 from ledger.bundle import export_bundle, read_bundle_events
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, Refused
-from ledger.events import AttemptDecided, SubmissionResolved
-from ledger.model import EventDraft
-from ledger.replay import ReplayReport, replay_events, replay_rows, replay_store
+from ledger.records import EventDraft
 from ledger.store import EventStore
-from machines.settlement import RULES_VERSION, settlement_digest, settlement_payload
+from machines.settlement_rules import RULES_VERSION, settlement_digest, settlement_payload
+from services.arena_ledger import ArenaLedger
+from services.replay import ReplayReport, replay_events, replay_rows, replay_store
+from vocabulary.errors import InvalidInput, Refused
+from vocabulary.events import AttemptDecided, SubmissionResolved
 
 HEAD = 92  # build_settled: settlements at 81, 91 and 92
 
@@ -573,11 +573,11 @@ def test_a_settlement_forged_before_the_emission_policy_names_the_missing_policy
 def test_a_consistently_rechained_ledger_that_skips_a_position_is_a_gap() -> None:
     # A ledger whose entry hashes were computed over positions 1, 2, 4: every hash checks
     # out, yet position 3 is missing (DOMAIN §2.2: positions are gapless).
-    from ledger.catalogue import CATALOGUE
     from ledger.chain import chained
-    from ledger.codec import canonical_bytes
-    from ledger.events import ControlRegistered
     from machines import samples
+    from vocabulary.catalogue import CATALOGUE
+    from vocabulary.codec import canonical_bytes
+    from vocabulary.events import ControlRegistered
 
     events = [samples.commissioned("mlp")] + [
         ControlRegistered(control_id=f"ctl-{n}", kind="identity",

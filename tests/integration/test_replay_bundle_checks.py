@@ -29,9 +29,9 @@ from test_verifiable_bundles import (
 )
 
 from ledger.bundle import export_bundle, read_manifest, verify_bundle
-from ledger.errors import IntegrityError, LimitExceeded
 from ledger.note import Signer
-from ledger.replay import replay_bundle
+from services.replay import replay_bundle
+from vocabulary.errors import IntegrityError, LimitExceeded
 
 #: Positions the settled ledger holds (test_settlement_ledger.build_settled).
 HEAD = 92

@@ -1,6 +1,6 @@
-"""Pins replay rules a mutation review of ledger/replay.py found unpinned.
+"""Pins replay rules a mutation review of services/replay.py found unpinned.
 
-Each test here failed on a small change to ``ledger/replay.py`` that the other replay tests
+Each test here failed on a small change to ``services/replay.py`` that the other replay tests
 let pass; every expected value comes from the module's docstrings, docs/settlement.md
 ("Read the result") and DOMAIN §2 (gapless positions, the hash chain), not from what the
 code happens to print. Ledgers are built either by the guarded path of
@@ -31,16 +31,16 @@ from test_settlement_ledger import (  # the shared builder (same directory, prep
 )
 
 from ledger.bundle import export_bundle
-from ledger.catalogue import CATALOGUE
 from ledger.chain import chain_rows, chained
-from ledger.codec import canonical_bytes, loads
-from ledger.errors import LedgerError, LimitExceeded, Refused
-from ledger.events import ArenaRetired, AttemptDecided, ControlRegistered
-from ledger.model import EventDraft
-from ledger.replay import replay_bundle, replay_events, replay_rows, replay_store
+from ledger.records import EventDraft
 from ledger.store import EventStore
 from machines import samples
-from machines.settlement import settlement_payload
+from machines.settlement_rules import settlement_payload
+from services.replay import replay_bundle, replay_events, replay_rows, replay_store
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.codec import canonical_bytes, loads
+from vocabulary.errors import LedgerError, LimitExceeded, Refused
+from vocabulary.events import ArenaRetired, AttemptDecided, ControlRegistered
 
 HEAD = 92  # build_settled: 92 events, settlements at 81, 91 and 92
 
@@ -199,7 +199,7 @@ def test_replay_hands_a_non_ascii_payload_to_codec_loads(monkeypatch: pytest.Mon
     # parse_payload's docstring, which the loop inlines: non-ASCII "takes codec.loads
     # itself". A canonical UTF-8 payload (a retirement reason in French) goes there; the
     # ASCII commission before it does not.
-    import ledger.replay as replay_module
+    import services.replay as replay_module
 
     seen: list[bytes] = []
 
@@ -293,10 +293,10 @@ def test_an_honest_replay_checks_every_settlement_without_the_full_projection(
     # re-projecting only what events touched since the previous settlement; only a
     # settlement that does not match is checked again by the full projection. On an honest
     # ledger every settlement matches the inputs replay kept, so that never happens.
-    import ledger.settle
+    import services.settlements
 
     full: list[int] = []
-    original = ledger.settle.check_recorded
+    original = services.settlements.check_recorded
 
     def counted(fold: Any, *args: Any) -> Any:
         full.append(fold.position + 1)
@@ -311,7 +311,7 @@ def test_an_honest_replay_checks_every_settlement_without_the_full_projection(
         evaluate(ledger_, a6, "att-a6", 970_000_000)
         settlement, _ = ledger_.settle(4_000)
         last = settlement_payload(settlement)["settlement_digest"]
-        monkeypatch.setattr(ledger.settle, "check_recorded", counted)
+        monkeypatch.setattr(services.settlements, "check_recorded", counted)
 
         report = replay_store(ledger_.store, archive_finished=archive_finished)
     finally:
@@ -339,8 +339,8 @@ def test_a_refusal_names_the_field_its_detail_starts_with_or_the_event(
 ) -> None:
     # docs/settlement.md: for a machine's refusal "`field` the field it names, as in
     # `window: expected 2, got 3`, or `event` when the detail names none".
-    from ledger.replay import _refused
     from machines.refusal import Refusal
+    from services.replay import _refused
 
     refusal = Refusal("attempt", "RUNNING", "WindowMeasured", "window_gap", detail)
     d = _refused(7, "attempt-att-1", "WindowMeasured", refusal)
@@ -358,7 +358,7 @@ def test_decoded_rows_parse_a_respelled_payload_as_recorded_event_payload_does(
     # (orjson)", the bytes trusted ("neither the hash chain nor the canonical form is
     # checked"). A payload respelled around the triggers with a repeated key (which
     # codec.loads would refuse) is read as orjson reads it: the last value wins.
-    from ledger.replay import decoded_rows
+    from services.replay import decoded_rows
 
     open_ledger(store_url).close()  # migrated
     retired = ArenaRetired(block=200, reason="replaced")

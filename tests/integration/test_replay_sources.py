@@ -20,20 +20,20 @@ from test_settlement_ledger import Settled, build_settled, open_ledger
 
 from ledger.archive import DiskArchive
 from ledger.bundle import export_bundle, read_bundle_events, read_bundle_rows
-from ledger.domain import ArenaLedger, DomainGuard
-from ledger.events import EmissionPolicySet
-from ledger.model import EventDraft
-from ledger.replay import (
+from ledger.records import EventDraft
+from ledger.store import EventStore
+from machines.projection import LedgerFold
+from machines.settlement_rules import settlement_payload
+from services.arena_ledger import ArenaLedger, DomainGuard
+from services.replay import (
     ReplayReport,
     replay_bundle,
     replay_events,
     replay_rows,
     replay_store,
 )
-from ledger.settle import SettlementTracker, compute
-from ledger.store import EventStore
-from machines.projection import LedgerFold
-from machines.settlement import settlement_payload
+from services.settlements import SettlementTracker, compute
+from vocabulary.events import EmissionPolicySet
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_an_archived_fold_settles_and_explains_like_one_that_keeps_everything(
     settled: tuple[ArenaLedger, Settled],
 ) -> None:
     from ledger.archive import DiskArchive
-    from ledger.settle import fee_summary, rewards
+    from services.settlements import fee_summary, rewards
 
     ledger, _ = settled
     kept = LedgerFold()
@@ -239,7 +239,7 @@ def test_replay_store_names_a_database_failure_without_a_driver_traceback(
     # ``settled`` built the ledger (and closes its own store afterwards).
     from sqlalchemy import text
 
-    from ledger.errors import LedgerError, SchemaNotInitialised
+    from vocabulary.errors import LedgerError, SchemaNotInitialised
 
     with EventStore(store_url) as store:
         with store.engine.begin() as conn:  # the head row stays; the events table is gone
@@ -263,8 +263,8 @@ def test_decoded_rows_name_a_database_failure_without_a_driver_traceback(
 
     from sqlalchemy import text
 
-    from ledger.errors import LedgerError, SchemaNotInitialised
-    from ledger.replay import decoded_rows
+    from services.replay import decoded_rows
+    from vocabulary.errors import LedgerError, SchemaNotInitialised
 
     with EventStore(store_url) as store:
         head = store.head().position

@@ -1,4 +1,4 @@
-"""Runs ``engine_bridge.runner.evaluate`` and ``run_controls`` against a real ledger.
+"""Runs ``services.evaluation.evaluate`` and ``run_controls`` against a real ledger.
 
 The first part drives the runner with ``FakeEngine`` on a ``ManualClock`` (scripted costs,
 so speed decisions are exact) on SQLite and PostgreSQL: it stops where the attempt machine
@@ -21,13 +21,13 @@ import pytest
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered
 from engine_bridge.hooks import AuditSpec, NodeTally
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import Engine, FakeEngine, FakeLane, FaultCode, TokenScores
-from engine_bridge.replay import load_replay_slice
-from engine_bridge.runner import CONTROL_HOTKEY, EvaluationResult, evaluate, resolve_delta
 from ledger import migrate
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound, Refused, SchemaError
 from machines import samples
+from services.arena_ledger import ArenaLedger
+from services.evaluation import CONTROL_HOTKEY, EvaluationResult, evaluate, resolve_delta
+from vocabulary.errors import InvalidInput, NotFound, Refused, SchemaError
 
 ARENA = "runner-arena"
 BLOCK = 1_010
@@ -361,7 +361,7 @@ def test_a_control_run_resumed_after_its_audit_does_not_audit_again(bench: Bench
                 raise Crash("validator killed before quality")
             return super().boot_lane(lane_id, delta, audit=audit, stage=stage)
 
-    from engine_bridge.runner import control_run_id, run_controls
+    from services.evaluation import control_run_id, run_controls
 
     bench.commission()
     bench.ledger.register_control(ARENA, {
@@ -444,7 +444,7 @@ def test_an_unknown_submission_or_delta_is_refused_before_anything_runs(bench: B
 
 
 def test_run_controls_runs_each_control_once_per_block(bench: Bench) -> None:
-    from engine_bridge.runner import run_controls
+    from services.evaluation import run_controls
 
     bench.commission()
     bench.ledger.register_control(ARENA, {
@@ -487,7 +487,7 @@ def _control_runs(bench: Bench) -> list[tuple[str, int, int, int]]:
 
 
 def test_control_runs_are_named_and_ordered_as_documented(bench: Bench) -> None:
-    from engine_bridge.runner import run_controls
+    from services.evaluation import run_controls
 
     bench.commission()
     _register_honest(bench, "beta", FAST_MLP)
@@ -500,7 +500,7 @@ def test_control_runs_are_named_and_ordered_as_documented(bench: Bench) -> None:
 
 
 def test_a_long_control_id_runs_at_every_block_under_its_own_id(bench: Bench) -> None:
-    from engine_bridge.runner import run_controls
+    from services.evaluation import run_controls
 
     bench.commission()
     # Ids of 64 characters (the most an id may have) that differ only in the last one:
@@ -527,8 +527,8 @@ def test_a_long_control_id_runs_at_every_block_under_its_own_id(bench: Bench) ->
 def test_a_control_run_id_is_a_valid_id_that_keeps_the_control_and_block(
     control_id: str, block: int,
 ) -> None:
-    from engine_bridge.runner import control_run_id
-    from ledger.fields import is_local_id
+    from services.evaluation import control_run_id
+    from vocabulary.fields import is_local_id
 
     run = control_run_id(control_id, block)
     plain = f"ctl-{control_id}-{block}"
@@ -550,7 +550,7 @@ def test_a_control_run_id_is_a_valid_id_that_keeps_the_control_and_block(
 ])
 def test_run_controls_refuses_bad_input_before_granting_anything(
         bench: Bench, inputs: dict[str, Any], path: str, words: str) -> None:
-    from engine_bridge.runner import run_controls
+    from services.evaluation import run_controls
 
     bench.commission()
     _register_honest(bench, "honest", FAST_MLP)
@@ -575,7 +575,7 @@ def test_run_controls_refuses_bad_input_before_granting_anything(
 
 def test_run_controls_refuses_a_control_whose_delta_is_unknown_before_any_append(
         bench: Bench) -> None:
-    from engine_bridge.runner import run_controls
+    from services.evaluation import run_controls
 
     bench.commission()
     _register_honest(bench, "alpha", FAST_MLP)
@@ -617,8 +617,8 @@ def test_evaluate_refuses_bad_claim_input_before_anything_runs(
 
 def test_a_passing_control_run_earns_no_reward_and_does_not_raise_the_bar(
         bench: Bench) -> None:
-    from engine_bridge.runner import run_controls
-    from machines.settlement import settlement_payload
+    from machines.settlement_rules import settlement_payload
+    from services.evaluation import run_controls
 
     bench.commission()
     bench.ledger.set_emission_policy(7_200, "5Burn", "5Validator")
@@ -686,8 +686,8 @@ class Reference:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
     pytest.importorskip("torch")
-    from engine_bridge.demo import demo_commission
-    from engine_bridge.runner import make_engine
+    from services.demo import demo_commission
+    from services.evaluation import make_engine
 
     root = tmp_path_factory.mktemp("runner-real")
     delta_file = root / "faithful_delta.py"
@@ -717,7 +717,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
 
 @pytest.mark.slow
 def test_run_controls_on_the_real_engine_meet_their_expectations(reference: Reference) -> None:
-    from engine_bridge.runner import run_controls
+    from services.evaluation import run_controls
 
     ledger = reference.ledger
     rows = run_controls(ledger, reference.engine, arena_id=ARENA, block=200)

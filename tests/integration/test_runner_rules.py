@@ -1,6 +1,6 @@
-"""Pins rules of engine_bridge.runner that the main runner tests leave loose.
+"""Pins rules of services.evaluation that the main runner tests leave loose.
 
-Found by a hand-made mutation review of engine_bridge/runner.py: each test here fails on one
+Found by a hand-made mutation review of services/evaluation.py: each test here fails on one
 small change to the module that the other tests let through. They drive the runner with
 ``FakeEngine`` on a ``ManualClock`` against a real ledger (SQLite and PostgreSQL) and pin,
 from DOMAIN §4-§6 and docs/engine.md ("The runner"):
@@ -47,7 +47,10 @@ from test_runner import (  # same directory, prepend import mode
 import engine_bridge.speed
 from engine_bridge.deltas import DeltaSpec, registered
 from engine_bridge.protocol import FakeEngine, FaultCode
-from engine_bridge.runner import (
+from ledger import migrate
+from machines import samples
+from services.arena_ledger import ArenaLedger
+from services.evaluation import (
     CONTROL_HOTKEY,
     control_run_id,
     default_model_dir,
@@ -55,11 +58,8 @@ from engine_bridge.runner import (
     make_engine,
     run_controls,
 )
-from ledger import migrate
-from ledger.domain import ArenaLedger
-from ledger.errors import InvalidInput, NotFound
-from ledger.events import ArenaRetired
-from machines import samples
+from vocabulary.errors import InvalidInput, NotFound
+from vocabulary.events import ArenaRetired
 
 
 @pytest.fixture

@@ -46,18 +46,18 @@ import pytest
 from sqlalchemy import text
 
 from ledger import migrate
-from ledger.domain import ArenaLedger
-from ledger.errors import NotFound, Refused
-from ledger.events import PaymentReleased
-from ledger.model import AppendResult, EventDraft
+from ledger.records import AppendResult, EventDraft
 from machines import samples
 from machines.attempt import AttemptState
-from machines.settlement import (
+from machines.settlement_rules import (
     RULES_VERSION,
     check_settlement_digest,
     settlement_digest,
     settlement_payload,
 )
+from services.arena_ledger import ArenaLedger
+from vocabulary.errors import NotFound, Refused
+from vocabulary.events import PaymentReleased
 
 ALICE, BOB, CAROL = "5Alice", "5Bob", "5Carol"
 BURN, VALIDATOR, OPERATOR = "5Burn", "5Validator", "5Operator"

@@ -28,12 +28,13 @@ import test_snapshots as shots  # same directory, prepend import mode
 from test_snapshots import CUT, _fresh, _header, _Recorded, _restored, _take, _write
 from typer.testing import CliRunner
 
-from ledger import migrate, snapshot
-from ledger.domain import ArenaLedger, DomainGuard
-from ledger.errors import StoreUnavailable
-from ledger.snapshot import SNAPSHOT_MAGIC, SnapshotCache, store_key
+from ledger import migrate
 from ledger.store import EventStore
 from machines.projection import LedgerFold
+from services import fold_cache as snapshot
+from services.arena_ledger import ArenaLedger, DomainGuard
+from services.fold_cache import SNAPSHOT_MAGIC, SnapshotCache, store_key
+from vocabulary.errors import StoreUnavailable
 
 # The fixtures of test_snapshots.py, shared (pytest finds them by these names).
 events = shots.events

@@ -1,4 +1,4 @@
-"""Holds fold snapshots (``ledger.snapshot``, ``ArenaLedger.snapshot_dir``) to being a cache.
+"""Holds fold snapshots (``services.fold_cache``, ``ArenaLedger.snapshot_dir``) to being a cache.
 
 A process restored from a snapshot must answer, decide and settle exactly as one that folded
 the ledger from nothing; a snapshot that does not fit the ledger, the code, or the user's own
@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ledger import migrate, snapshot
-from ledger.domain import ArenaLedger
-from ledger.errors import Refused
-from ledger.model import EventDraft
-from ledger.snapshot import SNAPSHOT_MAGIC, SnapshotCache, code_fingerprint, store_key
+from ledger import migrate
+from ledger.records import EventDraft
 from ledger.store import EventStore
-from machines.settlement import settlement_payload
+from machines.settlement_rules import settlement_payload
+from services import fold_cache as snapshot
+from services.arena_ledger import ArenaLedger
+from services.fold_cache import SNAPSHOT_MAGIC, SnapshotCache, code_fingerprint, store_key
+from vocabulary.errors import Refused
 
 _ROOT = Path(__file__).resolve().parents[2]
 #: Events generated; the first CUT are written before the snapshot, the rest after it.
@@ -422,13 +423,15 @@ def test_the_code_fingerprint_covers_the_sources_it_names() -> None:
 
     import ledger
     import machines
+    import services
+    import vocabulary
 
     fingerprint = code_fingerprint()
     assert len(fingerprint) == 64 and fingerprint == code_fingerprint()
     digest = hashlib.sha256()
     sources = [
         (package.__name__, path)
-        for package in (ledger, machines)
+        for package in (vocabulary, ledger, machines, services)
         for path in sorted(
             found for pattern in ("*.py", "*.so", "*.pyd")
             for found in Path(package.__file__ or "").parent.glob(pattern)

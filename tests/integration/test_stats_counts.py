@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from test_snapshots import CUT, EVENTS, _generated, _write  # same directory, prepend mode
 
-from ledger import migrate, ops, snapshot
-from ledger.events import AttemptClaimed, AttemptDecided
-from ledger.snapshot import SnapshotCache
+from ledger import migrate
 from ledger.store import EventStore
 from machines.projection import LedgerFold
+from services import fold_cache as snapshot
+from services import operations as ops
+from services.fold_cache import SnapshotCache
+from vocabulary.events import AttemptClaimed, AttemptDecided
 
 SEED = 11  # a ledger of its own: NO_DECISIONs in several arenas and a hold before CUT
 

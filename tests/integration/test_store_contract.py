@@ -20,10 +20,20 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from ledger import limits
 from ledger.chain import GENESIS_HASH
-from ledger.codec import canonical_bytes
-from ledger.errors import (
+from ledger.database import cannot_open, store_error
+from ledger.merkle import root_from_leaves
+from ledger.records import ANY, NO_STREAM, EventDraft, Head, StreamState
+from ledger.store import (
+    EventStore,
+    parse_expected_version,
+    safe_url,
+    sqlite_busy_timeout_ms,
+)
+from ledger.stored_tree import stored_level_min
+from vocabulary import limits
+from vocabulary.codec import canonical_bytes
+from vocabulary.errors import (
     ConcurrencyConflict,
     IdempotencyKeyReused,
     InvalidInput,
@@ -36,18 +46,7 @@ from ledger.errors import (
     StoreUnavailable,
     UnknownEventType,
 )
-from ledger.events import ArenaRetired
-from ledger.merkle import root_from_leaves
-from ledger.model import ANY, NO_STREAM, EventDraft, Head, StreamState
-from ledger.store import (
-    EventStore,
-    _store_error,
-    cannot_open,
-    parse_expected_version,
-    safe_url,
-    sqlite_busy_timeout_ms,
-)
-from ledger.tree import stored_level_min
+from vocabulary.events import ArenaRetired
 
 Draft = Callable[..., EventDraft]
 SPAWN = multiprocessing.get_context("spawn")
@@ -684,7 +683,7 @@ def test_a_database_failure_becomes_the_store_error_that_names_it(
     url = "postgresql+psycopg://ledger:s3cret@db.example:5432/ledger"
     for raised in (sqlite3.OperationalError(driver_message),  # from the driver's own cursor
                    OperationalError("SELECT 1", {}, sqlite3.OperationalError(driver_message))):
-        error = _store_error(raised, url)
+        error = store_error(raised, url)
         assert (error.code, error.message) == (code, message)
         assert "s3cret" not in repr(error.context)
 

@@ -2,10 +2,10 @@
 docs/cli.md and DOMAIN.md; each test fails on its mutant)."""
 from __future__ import annotations
 
-from ledger import ops
 from ledger.checkpoint import sign_tree
 from ledger.note import Signer
 from ledger.store import EventStore
+from services import operations as ops
 
 
 def test_a_checkpoint_of_exactly_the_bound_size_is_included(store: EventStore, draft) -> None:
@@ -29,8 +29,8 @@ def test_intake_records_the_intake_block_it_is_given(store_url: str) -> None:
     from test_domain_enforcement import Desk  # tests/integration, on sys.path
 
     from ledger import migrate
-    from ledger.domain import ArenaLedger
     from machines import samples
+    from services.arena_ledger import ArenaLedger
 
     migrate.upgrade(store_url)
     with ArenaLedger(store_url) as ledger:
@@ -56,7 +56,7 @@ def _desk(store_url: str):
 def test_a_view_as_of_a_streams_last_position_reads_that_event(store_url: str) -> None:
     """ArenaLedger.as_of: "every query answers what the events up to it say" and
     read_stream: "up to as_of" -> the event AT position as_of is part of the view."""
-    from ledger.domain import ArenaLedger
+    from services.arena_ledger import ArenaLedger
 
     for desk in _desk(store_url):
         desk.commission(fee_rao=0)
@@ -79,8 +79,8 @@ def test_a_prefix_two_submissions_share_is_refused(store_url: str, monkeypatch) 
 
     import pytest
 
-    from ledger import domain
-    from ledger.errors import InvalidInput
+    from services import arena_ledger as domain
+    from vocabulary.errors import InvalidInput
 
     for desk in _desk(store_url):
         desk.commission(fee_rao=0)

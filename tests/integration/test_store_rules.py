@@ -37,9 +37,9 @@ import pytest
 
 from ledger import migrate
 from ledger.chain import GENESIS_HASH
-from ledger.errors import InvalidInput, NotFound, SchemaNotInitialised
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import EventStore, database_identity, make_engine, recorded_at_text
+from vocabulary.errors import InvalidInput, NotFound, SchemaNotInitialised
 
 Draft = Callable[..., EventDraft]
 

@@ -17,11 +17,11 @@ from sqlalchemy.exc import DBAPIError
 from tampering import triggers_bypassed
 
 from ledger.checkpoint import consistency_document, inclusion_document, sign_tree
-from ledger.errors import IntegrityError, InvalidInput, StoreError
-from ledger.model import EventDraft, VerifyReport
 from ledger.note import Signer
+from ledger.records import EventDraft, VerifyReport
 from ledger.store import EventStore
 from ledger.verify import verify_chain
+from vocabulary.errors import IntegrityError, InvalidInput, StoreError
 
 Draft = Callable[..., EventDraft]
 
@@ -384,7 +384,7 @@ def test_a_missing_right_edge_node_is_named_as_tree_damage(grown: EventStore) ->
 def test_advance_frontier_refuses_a_frontier_that_does_not_match_the_size() -> None:
     # A frontier holds one subtree hash per set bit of the size; one of another length
     # would pop the wrong siblings, so it is refused rather than built on.
-    from ledger.tree import advance_frontier
+    from ledger.stored_tree import advance_frontier
 
     some = bytes(range(32))
     one, _ = advance_frontier(b"", 0, [some])
@@ -472,7 +472,7 @@ def test_verify_on_a_ledger_whose_events_table_was_dropped_is_a_clean_error(
 ) -> None:
     # verify reads raw driver pages below SQLAlchemy; a driver error there must still be a
     # StoreError subclass with a message (the CLI prints one line), not a traceback.
-    from ledger.errors import StoreError
+    from vocabulary.errors import StoreError
 
     with ledger.engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE events")

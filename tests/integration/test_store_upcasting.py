@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from upcast_widgets import WidgetV3  # tests/, through its conftest
 
-from ledger.errors import SchemaError
-from ledger.model import EventDraft
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from vocabulary.errors import SchemaError
 
 
 def test_old_versions_are_stored_as_recorded_and_read_back_as_current(

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from ledger.archive import DiskArchive
-from ledger.events import EmissionPolicySet, PaymentReleased
-from ledger.settle import SettlementTracker, compute
 from machines import samples
 from machines.projection import LedgerFold
-from machines.settlement import settlement_payload
+from machines.settlement_rules import settlement_payload
+from services.settlements import SettlementTracker, compute
+from vocabulary.events import EmissionPolicySet, PaymentReleased
 
 _ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 30_000

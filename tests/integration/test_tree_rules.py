@@ -1,4 +1,4 @@
-"""Pins rules of ``ledger/tree.py`` (the Merkle tree kept in the store) that no test held.
+"""Pins rules of ``ledger/stored_tree.py`` (the Merkle tree kept in the store) that no test held.
 
 Found by a hand-made mutation review of the module: each test here fails on one small change
 to it that every other test let through. Expected roots come from ``ledger.merkle``'s
@@ -26,11 +26,11 @@ from test_verifiable_proofs import _entries, _fill  # same directory, prepend im
 
 from ledger import merkle
 from ledger.checkpoint import sign_tree
-from ledger.errors import IntegrityError
-from ledger.model import EventDraft
 from ledger.note import Signer
+from ledger.records import EventDraft
 from ledger.store import EventStore
-from ledger.tree import stored_entry_hash
+from ledger.stored_tree import stored_entry_hash
+from vocabulary.errors import IntegrityError
 
 Draft = Callable[..., EventDraft]
 

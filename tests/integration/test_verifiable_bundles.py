@@ -35,23 +35,23 @@ from ledger.bundle import (
 )
 from ledger.chain import envelope_bytes, next_entry_hash
 from ledger.checkpoint import consistency_document, sign_tree, verify_proof
-from ledger.errors import (
+from ledger.merkle import root_from_leaves
+from ledger.note import Signer
+from ledger.records import EventDraft
+from ledger.store import EventStore
+from vocabulary.errors import (
     IntegrityError,
     InvalidInput,
     LimitExceeded,
     SignatureInvalid,
     StoreError,
 )
-from ledger.limits import (
+from vocabulary.limits import (
     actor_chars_max,
     payload_bytes_max,
     stream_name_chars_max,
     type_name_chars_max,
 )
-from ledger.merkle import root_from_leaves
-from ledger.model import EventDraft
-from ledger.note import Signer
-from ledger.store import EventStore
 
 Draft = Callable[..., EventDraft]
 
@@ -230,7 +230,7 @@ def test_export_names_a_database_failure_while_reading_and_writes_nothing(
 ) -> None:
     """The events table fails under the reader (the head, read first, still answers): the
     store's error, not the driver's traceback, and no bundle or partial directory."""
-    from ledger.errors import SchemaNotInitialised
+    from vocabulary.errors import SchemaNotInitialised
 
     fill(store, draft, 12)
     exports = tmp_path / "exports"

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 from tampering import triggers_bypassed
 
-from ledger import limits, merkle
+from ledger import merkle
 from ledger.bundle import export_bundle, import_bundle
 from ledger.checkpoint import (
     consistency_document,
@@ -23,10 +23,11 @@ from ledger.checkpoint import (
     verify_proof,
     write_key_files,
 )
-from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, NotFound
-from ledger.model import EventDraft
 from ledger.note import Signer
+from ledger.records import EventDraft
 from ledger.store import EventStore
+from vocabulary import limits
+from vocabulary.errors import IntegrityError, InvalidInput, LimitExceeded, NotFound
 
 Draft = Callable[..., EventDraft]
 

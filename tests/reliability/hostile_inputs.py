@@ -16,10 +16,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ledger import limits
-from ledger.catalogue import CATALOGUE
-from ledger.events import ArenaCommissioned, AuditNodeGraded, SubmissionHeld, WindowMeasured
 from machines import samples
+from vocabulary import limits
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.events import ArenaCommissioned, AuditNodeGraded, SubmissionHeld, WindowMeasured
 
 __all__ = [
     "TALLY",

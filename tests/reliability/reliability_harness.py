@@ -36,10 +36,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from ledger.errors import ConcurrencyConflict, LedgerError
 from ledger.log import configure_logging
-from ledger.model import ANY, NO_STREAM, EventDraft, ExpectedVersion
+from ledger.records import ANY, NO_STREAM, EventDraft, ExpectedVersion
 from ledger.store import EventStore
+from vocabulary.errors import ConcurrencyConflict, LedgerError
 
 __all__ = [
     "Audit",
@@ -691,7 +691,7 @@ def disk_full_scenario(url: str, method: str, make_full: Any, make_room: Any,
     integrity_check, and the refused batch, retried with its key, is recorded exactly once.
     """
     from ledger import migrate
-    from ledger.errors import StoreUnavailable
+    from vocabulary.errors import StoreUnavailable
 
     report = DiskFullReport(method)
     migrate.upgrade(url)

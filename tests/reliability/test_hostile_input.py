@@ -40,23 +40,24 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli.app import app
-from ledger import limits, migrate
+from ledger import migrate
 from ledger.bundle import EVENTS_FILE, MANIFEST_FILE, export_bundle, import_bundle
-from ledger.catalogue import CATALOGUE
 from ledger.chain import envelope_bytes, next_entry_hash
-from ledger.domain import ArenaLedger
-from ledger.errors import (
+from ledger.merkle import root_from_leaves
+from ledger.note import Signer
+from ledger.records import NO_STREAM, EventDraft
+from ledger.store import EventStore
+from machines import samples
+from services.arena_ledger import ArenaLedger
+from vocabulary import limits
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.errors import (
     ConcurrencyConflict,
     IdempotencyKeyReused,
     IntegrityError,
     InvalidInput,
     LedgerError,
 )
-from ledger.merkle import root_from_leaves
-from ledger.model import NO_STREAM, EventDraft
-from ledger.note import Signer
-from ledger.store import EventStore
-from machines import samples
 
 #: Function-scoped stores are shared by a test's examples on purpose: a refused input
 #: writes nothing, so every example starts from the same ledger.
@@ -249,7 +250,7 @@ def _arrival() -> dict[str, Any]:
 @fuzz
 @given(data=st.data())
 def test_intake_refuses_hostile_arrivals(arena: ArenaLedger, data: st.DataObject) -> None:
-    from ledger.events import SubmissionArrived
+    from vocabulary.events import SubmissionArrived
 
     kind = data.draw(st.sampled_from(["mutation", "not_an_object"]))
     arrival: Any

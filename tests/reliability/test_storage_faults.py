@@ -39,8 +39,8 @@ from sqlalchemy.engine import make_url
 
 import ledger.store
 from ledger import migrate
-from ledger.errors import StoreError, StoreUnavailable
 from ledger.store import EventStore, PreparedEvent
+from vocabulary.errors import StoreError, StoreUnavailable
 
 #: Size of the small disk the full-disk and read-only tests mount, in bytes.
 small_disk_bytes = 2 * 1024 * 1024

@@ -34,10 +34,10 @@ from test_machine_attempt import (  # same directory, prepend import mode
     samples_admitted,
 )
 
-from ledger.events import InfrastructureFault
 from machines import arena, samples, submission
 from machines import attempt as A
 from machines.arithmetic import Decision, compile_policy
+from vocabulary.events import InfrastructureFault
 
 LISTED = ["d" * 64]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import build
+from services import build_info as build
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,14 +50,14 @@ def test_compiled_modules_are_those_imported_from_extensions() -> None:
 def test_a_module_loaded_from_an_extension_counts_as_compiled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settle = importlib.import_module("ledger.settle")
+    settle = importlib.import_module("services.settlements")
     suffix = EXTENSION_SUFFIXES[0]
     monkeypatch.setattr(settle, "__file__", str(_ROOT / "ledger" / f"settle{suffix}"))
     chain = importlib.import_module("ledger.chain")
     monkeypatch.setattr(chain, "__file__", str(_ROOT / "ledger" / "chain.py"))
-    assert "ledger.settle" in build.compiled_modules()
+    assert "services.settlements" in build.compiled_modules()
     assert "ledger.chain" not in build.compiled_modules()
-    assert "ledger.settle" in build.build_name()
+    assert "services.settlements" in build.build_name()
 
 
 def test_throughput_is_events_over_wall_seconds_rounded_down() -> None:

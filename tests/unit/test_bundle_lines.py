@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ledger.bundle import _check_line, _export_line
 from ledger.chain import envelope_bytes
-from ledger.errors import IntegrityError
+from vocabulary.errors import IntegrityError
 
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 texts = st.text(min_size=1, max_size=24)

@@ -20,16 +20,16 @@ from upcast_widgets import (  # tests/, on sys.path through its conftest
     widget_v2_to_v3,
 )
 
-from ledger import limits
-from ledger.catalogue import (
+from vocabulary import limits
+from vocabulary.catalogue import (
     CATALOGUE,
     CatalogueError,
     check_stream_name,
     stream_category,
 )
-from ledger.codec import canonical_bytes, digest, loads
-from ledger.errors import CanonicalFormError, LimitExceeded, SchemaError, UnknownEventType
-from ledger.events import ALL_EVENTS_V1, Event
+from vocabulary.codec import canonical_bytes, digest, loads
+from vocabulary.errors import CanonicalFormError, LimitExceeded, SchemaError, UnknownEventType
+from vocabulary.events import ALL_EVENTS_V1, Event
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 _GOLDEN_NAME = re.compile(r"^(?P<type>[A-Za-z]+)\.v(?P<version>[1-9][0-9]*)\.json$")

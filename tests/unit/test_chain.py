@@ -18,7 +18,7 @@ from ledger.chain import (
     envelope_bytes,
     next_entry_hash,
 )
-from ledger.codec import canonical_bytes, loads
+from vocabulary.codec import canonical_bytes, loads
 
 MAX_INT = 2**53 - 1
 _chars = st.one_of(

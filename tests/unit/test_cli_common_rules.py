@@ -42,7 +42,7 @@ from cli.common import (
     print_as_of,
 )
 from cli.render import render_explain
-from ledger.errors import InvalidInput
+from vocabulary.errors import InvalidInput
 
 
 class _ClosedPipe(io.StringIO):

@@ -18,7 +18,7 @@ import typer
 from sqlalchemy.exc import OperationalError
 
 from cli.common import handle_errors, output_width, piped_width, state
-from ledger.errors import InvalidInput, open_input, read_input, require_file
+from vocabulary.errors import InvalidInput, open_input, read_input, require_file
 
 
 def _exit_code_of(raised: BaseException) -> int:
@@ -176,7 +176,7 @@ def test_visible_writes_out_what_a_terminal_would_act_on(text: str, shown: str) 
 
 def test_options_named_renames_only_the_fields_it_maps() -> None:
     from cli.common import options_named
-    from ledger.errors import NotFound, SchemaError
+    from vocabulary.errors import NotFound, SchemaError
 
     with pytest.raises(SchemaError) as raised, options_named(reason="--reason"):
         raise SchemaError("SubmissionHeld v1: $.payload.reason: too long",
@@ -209,10 +209,10 @@ def test_starting_the_cli_imports_neither_alembic_nor_psycopg_nor_the_bundle_cod
     import sys
 
     probe = (
-        "import sys, cli.app, ledger.store as s; "
+        "import sys, cli.app, ledger.database as s; "
         "print(sorted(m for m in ('alembic', 'psycopg', 'ledger.bundle', 'ledger.checkpoint',"
-        " 'ledger.migrate') if m in sys.modules)); print(s._database_errors()[1:]); "
-        "import psycopg; print(psycopg.Error in s._database_errors())"
+        " 'ledger.migrate') if m in sys.modules)); print(s.database_errors()[1:]); "
+        "import psycopg; print(psycopg.Error in s.database_errors())"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=120)

@@ -1,4 +1,4 @@
-"""Unit tests of ``cli.reader.read_drafts``: the JSON Lines that ``arena-ledger append`` reads.
+"""Unit tests of ``services.draft_lines.read_drafts``: the JSON Lines that ``arena-ledger append`` reads.
 
 Each error names its line (``context["line"]``) and the place in it (``path``); the line
 limit holds at exactly ``line_bytes_max`` bytes, newline included.
@@ -12,9 +12,15 @@ from typing import Any
 import orjson
 import pytest
 
-from cli.reader import line_bytes_max, read_drafts
-from ledger.errors import CanonicalFormError, InvalidInput, LedgerError, LimitExceeded, SchemaError
-from ledger.model import ANY, NO_STREAM
+from ledger.records import ANY, NO_STREAM
+from services.draft_lines import line_bytes_max, read_drafts
+from vocabulary.errors import (
+    CanonicalFormError,
+    InvalidInput,
+    LedgerError,
+    LimitExceeded,
+    SchemaError,
+)
 
 
 def _line(**fields: Any) -> bytes:

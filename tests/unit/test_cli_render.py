@@ -1,9 +1,9 @@
 """Unit tests of the CLI's human forms: ``explain`` (``cli.render``), ``evaluate``'s stages
-(``cli.evaluate``), ``replay``'s report and progress bar (``cli.settlement``) and how a table
+(``cli.evaluate``), ``replay``'s report and progress bar (``cli.settlement_commands``) and how a table
 fits a narrow terminal (``cli.common.new_table``).
 
 The explain documents are the real ones (``machines.attempt.explain`` of folded attempts and
-``ledger.domain.submission_row``), so a renamed key fails here, not in front of a user.
+``services.arena_ledger.submission_row``), so a renamed key fails here, not in front of a user.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from cli.common import console, decision_text, new_table, shown
 from cli.demo import _narrate
 from cli.evaluate import _printer
 from cli.render import _d, render_explain
-from cli.settlement import _progress, _render_replay
-from ledger.domain import submission_row
-from ledger.events import InfrastructureFault
-from ledger.replay import Divergence, ReplayReport
+from cli.settlement_commands import _progress, _render_replay
 from machines import samples
 from machines.arithmetic import Decision
 from machines.attempt import AttemptState, explain
 from machines.projection import LedgerFold
 from machines.reasons import describe
 from machines.scenario import Scenario
+from services.arena_ledger import submission_row
+from services.replay import Divergence, ReplayReport
+from vocabulary.events import InfrastructureFault
 
 
 @pytest.fixture(autouse=True)
@@ -410,7 +410,7 @@ def test_no_help_text_holds_square_brackets_that_rich_would_take_for_markup() ->
 
 
 def _recorded(position: int, stream: str, version: int = 1) -> Any:
-    from ledger.model import RecordedEvent
+    from ledger.records import RecordedEvent
 
     return RecordedEvent(position, stream, version, "CreditGranted", 1, b"{}",
                          "2026-12-02T07:00:00.000000Z", "cli", f"{position:064x}")

@@ -14,8 +14,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from ledger import limits
-from ledger.codec import (
+from vocabulary import limits
+from vocabulary.codec import (
     canonical_bytes,
     canonical_decimal,
     digest,
@@ -26,8 +26,8 @@ from ledger.codec import (
     normalise,
     plain_canonical_bytes,
 )
-from ledger.errors import CanonicalFormError, InvalidInput, LedgerError, LimitExceeded
-from ledger.fields import DecimalStr
+from vocabulary.errors import CanonicalFormError, InvalidInput, LedgerError, LimitExceeded
+from vocabulary.fields import DecimalStr
 
 MAX_INT = 2**53 - 1
 

@@ -1,4 +1,4 @@
-"""``ledger.collector.CollectorPaused``: the cyclic collector off for a fold, then as it was."""
+"""``services.gc_pause.CollectorPaused``: the cyclic collector off for a fold, then as it was."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ledger.collector import CollectorPaused
+from services.gc_pause import CollectorPaused
 
 
 @pytest.fixture(autouse=True)

@@ -41,7 +41,7 @@ from engine_bridge.deltas import (
     load_file_delta,
     registered,
 )
-from ledger.errors import InvalidInput
+from vocabulary.errors import InvalidInput
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402

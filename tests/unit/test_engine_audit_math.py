@@ -23,7 +23,7 @@ from engine_bridge.hooks import (
     run_audit,
     tallies_to_payloads,
 )
-from ledger.errors import CanonicalFormError, EngineFault
+from vocabulary.errors import CanonicalFormError, EngineFault
 
 BAR, BAND = Decimal("0.99999"), Decimal("0.03")
 
@@ -168,8 +168,8 @@ def test_audit_spec_refuses_float_bar() -> None:
 
 
 def test_run_audit_through_the_fake_engine_boots_one_audit_lane() -> None:
+    from engine_bridge.prompt_slice import load_replay_slice
     from engine_bridge.protocol import FakeEngine
-    from engine_bridge.replay import load_replay_slice
 
     tally = NodeTally("model.layers.0.mlp", 0, calls=32, near_misses=32, min_score=0.999)
     engine = FakeEngine(tallies=[tally])

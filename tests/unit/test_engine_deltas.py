@@ -15,8 +15,8 @@ from engine_bridge.deltas import (
     registered,
     registered_by_digest,
 )
-from engine_bridge.limits import SLOW_DELTA_REPEATS_MAX, WINDOWS_MAX
-from ledger.errors import InvalidInput, NotFound
+from engine_bridge.limits import slow_delta_repeats_max, windows_max
+from vocabulary.errors import InvalidInput, NotFound
 
 #: Changing a registered delta's description of itself must be a deliberate act.
 PINNED_DIGESTS = {
@@ -76,8 +76,8 @@ def test_bounds_and_unknown_names_are_refused() -> None:
 
 
 @pytest.mark.parametrize(("name", "key", "limit"), [
-    ("slow", "repeats", SLOW_DELTA_REPEATS_MAX), ("engine_kill", "window", WINDOWS_MAX),
-    ("pod_restart", "window", WINDOWS_MAX)])
+    ("slow", "repeats", slow_delta_repeats_max), ("engine_kill", "window", windows_max),
+    ("pod_restart", "window", windows_max)])
 def test_whole_number_parameters_are_bounded_inclusively(name: str, key: str,
                                                          limit: int) -> None:
     assert registered(name, **{key: "1"}).param_int(key) == 1

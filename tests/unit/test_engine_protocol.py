@@ -9,7 +9,8 @@ import pytest
 
 from engine_bridge.decimals import canonical_decimal, floor_decimal, is_canonical_decimal
 from engine_bridge.deltas import registered
-from engine_bridge.limits import DETAIL_CHARS_MAX
+from engine_bridge.limits import detail_chars_max
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import (
     Engine,
     FakeEngine,
@@ -20,8 +21,7 @@ from engine_bridge.protocol import (
     infrastructure_fault_payload,
     wrap_unexpected,
 )
-from engine_bridge.replay import load_replay_slice
-from ledger.errors import CanonicalFormError, EngineFault, InvalidInput
+from vocabulary.errors import CanonicalFormError, EngineFault, InvalidInput
 
 DOMAIN_FAULT_CODES = {
     "engine_killed", "pod_service_restart", "adapter_start_failed", "adapter_request_failed",
@@ -47,17 +47,17 @@ def test_infrastructure_fault_payload_is_bounded() -> None:
     payload = infrastructure_fault_payload(fault)
     assert set(payload) == {"code", "stage", "detail"}
     assert payload["code"] == "adapter_timeout" and payload["stage"] == "audit"
-    assert len(payload["detail"]) == DETAIL_CHARS_MAX
+    assert len(payload["detail"]) == detail_chars_max
 
 
 def test_a_fault_detail_at_its_bound_is_kept_whole_and_one_more_is_cut() -> None:
-    exact = "y" * DETAIL_CHARS_MAX
+    exact = "y" * detail_chars_max
     whole = infrastructure_fault_payload(engine_fault(FaultCode.WORK_MISMATCH, exact,
                                                       stage="speed"))
     assert whole["detail"] == exact
     over = infrastructure_fault_payload(engine_fault(FaultCode.WORK_MISMATCH, exact + "z",
                                                      stage="speed"))
-    assert over["detail"] == "y" * (DETAIL_CHARS_MAX - 3) + "..."
+    assert over["detail"] == "y" * (detail_chars_max - 3) + "..."
 
 
 def test_wrap_unexpected_keeps_ledger_errors_and_wraps_others() -> None:
@@ -111,7 +111,8 @@ def test_floor_decimal_never_rounds_up_and_refuses_nan() -> None:
 def test_port_modules_import_without_torch() -> None:
     code = ("import sys; import engine_bridge, engine_bridge.protocol, engine_bridge.speed, "
             "engine_bridge.quality, engine_bridge.hooks, engine_bridge.deltas, "
-            "engine_bridge.replay, engine_bridge.subprocess_lane, engine_bridge.sglang_adapter; "
+            "engine_bridge.prompt_slice, engine_bridge.subprocess_lane, "
+            "engine_bridge.sglang_adapter; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'sglang' not in sys.modules")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -119,12 +120,39 @@ def test_port_modules_import_without_torch() -> None:
     assert result.returncode == 0, result.stderr
 
 
+#: What the port imports with the base dependencies alone: no ``engine`` or ``sglang`` extra.
+PORT_MODULES = (
+    "engine_bridge", "engine_bridge.protocol", "engine_bridge.speed", "engine_bridge.quality",
+    "engine_bridge.hooks", "engine_bridge.grading", "engine_bridge.deltas",
+    "engine_bridge.prompt_slice", "engine_bridge.reference_spec", "engine_bridge.subprocess_lane",
+    "engine_bridge.sglang_adapter", "services.evaluation",
+)
+
+
+@pytest.mark.parametrize("module", PORT_MODULES)
+def test_port_modules_import_without_the_engine_extra(module: str) -> None:
+    # A None entry in sys.modules makes that import fail, as if the package were absent.
+    blocked = ("numpy", "torch", "transformers", "safetensors", "sglang")
+    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
+            f"import {module}")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_blocked_import_really_fails_in_the_port_check() -> None:
+    code = "import sys; sys.modules['numpy'] = None; import engine_bridge.reference_model"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode != 0 and "numpy" in result.stderr
+
+
 def test_the_engine_doc_states_the_real_fault_detail_bound() -> None:
-    # Every place docs/engine.md gives the detail's bound names DETAIL_CHARS_MAX's value.
+    # Every place docs/engine.md gives the detail's bound names detail_chars_max's value.
     import re
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
     stated = re.findall(r"detail[^.|]*?\b(?:at most|cut at)\s+([\d,]+)\s+characters", doc)
     assert len(stated) >= 2, stated
-    assert {int(n.replace(",", "")) for n in stated} == {DETAIL_CHARS_MAX}
+    assert {int(n.replace(",", "")) for n in stated} == {detail_chars_max}

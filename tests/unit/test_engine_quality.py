@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from engine_bridge.deltas import registered
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import FakeEngine, TokenScores
 from engine_bridge.quality import QualityPolicy, assess_quality, grade_quality
-from engine_bridge.replay import load_replay_slice
-from ledger.errors import EngineFault
+from vocabulary.errors import EngineFault
 
 
 def _scores(ids: list[int], lps: list[float]) -> TokenScores:

@@ -7,17 +7,17 @@ from importlib import resources
 import pytest
 
 from engine_bridge.limits import (
-    REPLAY_MAX_NEW_TOKENS_MAX,
-    REPLAY_PROMPT_TOKENS_MAX,
-    REPLAY_REQUESTS_MAX,
+    replay_max_new_tokens_max,
+    replay_prompt_tokens_max,
+    replay_requests_max,
 )
-from engine_bridge.replay import (
+from engine_bridge.prompt_slice import (
     ReplaySlice,
     generate_replay_slice,
     load_replay_slice,
     replay_slice_bytes,
 )
-from ledger.errors import LimitExceeded, SchemaError
+from vocabulary.errors import LimitExceeded, SchemaError
 
 SEALED_DIGEST = "634408f52edcca280c7ae233e7eb00e15e87a1bf2782cf21bda3676074f49913"
 
@@ -56,8 +56,8 @@ def _slice(requests: int = 1, prompt_tokens: int = 1, max_new_tokens: int = 1,
 
 @pytest.mark.parametrize("field", ["requests", "prompt_tokens", "max_new_tokens"])
 def test_every_bound_of_the_slice_is_inclusive(field: str) -> None:
-    limit = {"requests": REPLAY_REQUESTS_MAX, "prompt_tokens": REPLAY_PROMPT_TOKENS_MAX,
-             "max_new_tokens": REPLAY_MAX_NEW_TOKENS_MAX}[field]
+    limit = {"requests": replay_requests_max, "prompt_tokens": replay_prompt_tokens_max,
+             "max_new_tokens": replay_max_new_tokens_max}[field]
     _slice(**{field: 1}).check()
     _slice(**{field: limit}).check()
     for outside in (0, limit + 1):

@@ -24,8 +24,8 @@ from engine_bridge.deltas import DeltaSpec, registered
 from engine_bridge.hooks import AuditSpec, NodeTally, classify, run_audit, tallies_to_payloads
 from engine_bridge.protocol import FakeEngine, FakeLane, WindowRun
 from engine_bridge.speed import iter_windows, window_payload
-from ledger.catalogue import CATALOGUE
-from ledger.errors import CanonicalFormError, EngineFault
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.errors import CanonicalFormError, EngineFault
 
 # --- audit: classification is exact decimal arithmetic ---------------------------------
 

@@ -12,7 +12,7 @@ from engine_bridge.sglang_adapter import (
     validate_engine_config,
     validate_engine_env,
 )
-from ledger.errors import CanonicalFormError, InvalidInput
+from vocabulary.errors import CanonicalFormError, InvalidInput
 
 
 def test_allowed_keys_pass_and_decimal_strings_become_floats() -> None:
@@ -87,8 +87,8 @@ def test_sglang_engine_boots_a_lane_on_a_gpu_host(tmp_path) -> None:  # type: ig
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("SGLang lanes need a CUDA device")
+    from engine_bridge.prompt_slice import load_replay_slice
     from engine_bridge.reference_model import write_reference_model
-    from engine_bridge.replay import load_replay_slice
 
     model = write_reference_model(tmp_path / "model")
     engine = SGLangEngine(str(model), {"dtype": "float32", "mem_fraction_static": "0.3"})

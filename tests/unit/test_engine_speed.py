@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from engine_bridge.deltas import DeltaSpec, registered
+from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import FakeEngine, FaultCode, RequestTiming, WindowRun
-from engine_bridge.replay import load_replay_slice
 from engine_bridge.speed import (
     iter_windows,
     lane_roles,
@@ -16,8 +16,8 @@ from engine_bridge.speed import (
     run_windows,
     window_payload,
 )
-from ledger.catalogue import CATALOGUE
-from ledger.errors import EngineFault, LimitExceeded
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.errors import EngineFault, LimitExceeded
 
 REPLAY = load_replay_slice()
 CANDIDATE = registered("fast_mlp")

@@ -4,8 +4,8 @@ The bounds come from ../shared/DOMAIN.md (identities §3, the sealed policy §6,
 looks 1..5) and from the field limits docs/events.md documents (names, targets, notes,
 details). Each value is validated as an appender's payload (``CATALOGUE.validate``): the
 last value inside a bound is accepted, the first outside is refused with a SchemaError
-naming the field's JSON path, so moving a bound by one in ledger/events.py or
-ledger/fields.py fails here.
+naming the field's JSON path, so moving a bound by one in vocabulary/events.py or
+vocabulary/fields.py fails here.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from ledger.catalogue import CATALOGUE
-from ledger.errors import InvalidInput, SchemaError
-from ledger.events import Policy
 from machines import samples
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.errors import InvalidInput, SchemaError
+from vocabulary.events import Policy
 
 
 def _commission() -> dict[str, Any]:
@@ -204,7 +204,7 @@ def test_a_model_built_in_process_holds_the_integer_range_too(field: str, low: i
     integers within [low, 2**53 - 1] itself, not only the codec."""
     from pydantic import ValidationError
 
-    from ledger.events import WindowMeasured
+    from vocabulary.events import WindowMeasured
 
     document = _window()
     for value in (low, _INT_MAX):

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
 
-from ledger.events import (
+from machines import samples
+from machines.arithmetic import Decision
+from machines.intake import Admission, Rejection, admissions_per_epoch_max, epoch_blocks
+from machines.projection import LedgerFold
+from machines.scenario import Scenario
+from vocabulary.events import (
     CreditGranted,
     CreditSpent,
     Event,
@@ -26,11 +31,6 @@ from ledger.events import (
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines import samples
-from machines.arithmetic import Decision
-from machines.intake import Admission, Rejection, admissions_per_epoch_max, epoch_blocks
-from machines.projection import LedgerFold
-from machines.scenario import Scenario
 
 FEE = 1_000_000_000
 SLOW = ((FEE, 1_040_000_000),) * 4

@@ -31,7 +31,12 @@ from test_machine_projection import (  # same directory, prepend import mode
 )
 from test_settlement_incremental import POLICY  # same directory, prepend import mode
 
-from ledger.events import (
+from machines import samples
+from machines.intake import Admission, Rejection, admissions_per_epoch_max, epoch_blocks
+from machines.projection import LedgerFold
+from machines.refusal import Refusal
+from machines.scenario import Scenario
+from vocabulary.events import (
     ArenaRetired,
     CreditSpent,
     Event,
@@ -40,11 +45,6 @@ from ledger.events import (
     SubmissionAdmitted,
     SubmissionRejected,
 )
-from machines import samples
-from machines.intake import Admission, Rejection, admissions_per_epoch_max, epoch_blocks
-from machines.projection import LedgerFold
-from machines.refusal import Refusal
-from machines.scenario import Scenario
 
 FOLDS: dict[str, Callable[[], LedgerFold]] = {
     "in_memory": LedgerFold,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli.docs import render_cli_md, render_events_md
-from ledger.catalogue import CATALOGUE
+from vocabulary.catalogue import CATALOGUE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from ledger.events import ArenaRetired
 from machines import arena, samples, submission
 from machines.intake import (
     Admission,
@@ -17,6 +16,7 @@ from machines.intake import (
     epoch_of,
     intake,
 )
+from vocabulary.events import ArenaRetired
 
 FEE = 1_000_000_000
 BLOCK = 3_600  # epoch 10

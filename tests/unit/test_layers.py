@@ -1,10 +1,10 @@
-"""Enforces the layer rules of STYLE.md by reading every import statement (no imports run).
+"""Enforces the layer rules of docs/concepts.md by reading every import statement (none runs).
 
-- ``machines/`` imports only the event schemas (``ledger.events``, ``ledger.fields``,
-  ``ledger.codec``, ``ledger.errors``), itself and the standard library; no pydantic except
-  through ``ledger.events``; no clock, randomness, logging, threads or database modules.
-- ``ledger/`` never imports ``machines``, ``engine_bridge`` or ``cli`` at module level
-  (inside a function is fine: the dependency is then the caller's choice).
+- Every import between the project's packages, at module level, inside a function or under
+  ``TYPE_CHECKING``, follows one table (``MAY_IMPORT``), and neither the packages nor the
+  modules inside one package import each other in a cycle.
+- ``machines/`` imports only the event vocabulary, itself and the standard library; no pydantic
+  except through ``vocabulary.events``; no clock, randomness, logging, threads or database.
 - SQLAlchemy (and the database drivers) only in the store modules and ``migrations/``;
   Alembic only in ``ledger/migrate.py`` and ``migrations/``.
 - torch, sglang and transformers only inside ``engine_bridge/``, and never at module level of
@@ -21,10 +21,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("ledger", "machines", "engine_bridge", "cli", "migrations")
+PACKAGES = ("vocabulary", "ledger", "machines", "engine_bridge", "services", "cli", "migrations")
 
-MACHINES_MAY_IMPORT = ("ledger.events", "ledger.fields", "ledger.codec", "ledger.errors",
-                       "machines")
+#: Which of our packages each package may import (itself always). Alembic loads
+#: ``migrations`` by path, so no package imports it.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "vocabulary": frozenset(),
+    "machines": frozenset({"vocabulary"}),
+    "ledger": frozenset({"vocabulary"}),
+    "engine_bridge": frozenset({"vocabulary"}),
+    "migrations": frozenset({"vocabulary", "ledger"}),
+    "services": frozenset({"vocabulary", "ledger", "machines", "engine_bridge"}),
+    "cli": frozenset({"vocabulary", "ledger", "machines", "services"}),
+}
+
+MACHINES_MAY_IMPORT = ("vocabulary", "machines")
 #: Standard-library modules that would give a machine a clock, randomness, logging, threads,
 #: the environment or I/O; machines get all of that inside events instead.
 MACHINES_MAY_NOT_IMPORT_STDLIB = (
@@ -35,10 +46,11 @@ MACHINES_MAY_NOT_IMPORT_STDLIB = (
 #: Where SQLAlchemy may appear, listed explicitly (checked to exist so the list stays true).
 SQLALCHEMY_MODULES = {
     "ledger/store.py",
+    "ledger/database.py",  # the database handle and how its failures are named
     "ledger/verify.py",
-    "ledger/schema.py",
+    "ledger/tables.py",
     "ledger/migrate.py",
-    "ledger/tree.py",  # the Merkle tree's storage half: reads nodes via the store connection
+    "ledger/stored_tree.py",  # the Merkle tree's storage half: reads nodes via the store connection
     "ledger/archive.py",  # the fold's scratch archive: a private temporary SQLite file
     "ledger/sqlite_rows.py",  # multi-row INSERTs, shared by the store and the archive
 }
@@ -46,7 +58,6 @@ SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}
 ENGINE_LIBRARIES = ("torch", "sglang", "transformers")
 ENGINE_ENTRY_MODULES = {"engine_bridge/__init__.py", "engine_bridge/protocol.py"}
-OUTER_LAYERS = ("machines", "engine_bridge", "cli")
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,7 @@ def test_the_scanner_classifies_imports() -> None:
         "import os, sqlalchemy.orm\n"
         "from typing import TYPE_CHECKING\n"
         "from . import sibling\n"
-        "from ..codec import dumps\n"
+        "from ..chain import entry_hash\n"
         "if TYPE_CHECKING:\n"
         "    from machines.arena import ArenaState\n"
         "class K:\n"
@@ -183,7 +194,7 @@ def test_the_scanner_classifies_imports() -> None:
              imports_in_source("ledger/sub/mod.py", source)}
     assert ("os", True, False) in found and ("sqlalchemy.orm", True, False) in found
     assert ("ledger.sub.sibling", True, False) in found
-    assert ("ledger.codec.dumps", True, False) in found
+    assert ("ledger.chain.entry_hash", True, False) in found
     assert ("machines.arena", True, True) in found
     assert ("torch", True, False) in found  # a class body runs at import
     assert ("sglang", False, False) in found
@@ -212,16 +223,14 @@ def _machines_violations() -> list[str]:
             if top in MACHINES_MAY_NOT_IMPORT_STDLIB:
                 problems.append(f"{imp}: machines get time, randomness and I/O from events")
             continue
-        if top == "ledger" and imp.module in ("ledger",):
-            continue  # the `from ledger import x` line itself; x is checked separately
         if not _within(imp.module, MACHINES_MAY_IMPORT) and not _is_symbol_of_allowed(imp):
             problems.append(str(imp))
     return problems
 
 
 def _is_symbol_of_allowed(imp: Import) -> bool:
-    # `from ledger.events import Event` is recorded as both ledger.events and
-    # ledger.events.Event; the second is a name in an allowed module, not a new module.
+    # `from vocabulary.events import Event` is recorded as both vocabulary.events and
+    # vocabulary.events.Event; the second is a name in an allowed module, not a new module.
     parent = imp.module.rsplit(".", 1)[0]
     return _within(parent, MACHINES_MAY_IMPORT)
 
@@ -235,12 +244,78 @@ def test_machines_never_import_pydantic_directly() -> None:
     assert offenders == []
 
 
-def test_ledger_never_imports_outer_layers_at_module_level() -> None:
+def _ours(imp: Import) -> str | None:
+    """Returns the project module ``imp`` names (a module, not a name inside one), or None."""
+    if _top(imp.module) not in PACKAGES:
+        return None
+    for candidate in (imp.module, imp.module.rsplit(".", 1)[0]):
+        parts = candidate.split(".")
+        if (ROOT.joinpath(*parts).with_suffix(".py").is_file()
+                or (ROOT.joinpath(*parts) / "__init__.py").is_file()):
+            return candidate
+    return None
+
+
+def _edges() -> dict[str, set[str]]:
+    """Returns module -> the project modules it imports, every kind of import counted."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in _project_files(package):
+            relative = _rel(path)
+            name = relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            targets = graph.setdefault(name, set())
+            for imp in imports_in_source(relative, path.read_text(encoding="utf-8")):
+                target = _ours(imp)
+                if target is not None and target != name and target != _top(name):
+                    targets.add(target)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """Returns one cycle of ``graph`` as a path that ends where it starts, or []."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"a2"}, "a2": set(), "b": {"b"}}) == ["b", "b"]
+
+
+def test_every_import_between_packages_follows_the_table() -> None:
+    assert set(MAY_IMPORT) == set(PACKAGES)
     offenders = [
-        str(i) for i in _imports("ledger")
-        if i.module_level and not i.type_only and _within(i.module, OUTER_LAYERS)
+        f"{module} imports {target}"
+        for module, targets in sorted(_edges().items()) for target in sorted(targets)
+        if _top(target) != _top(module) and _top(target) not in MAY_IMPORT[_top(module)]
     ]
     assert offenders == []
+
+
+def test_the_table_itself_has_no_cycle() -> None:
+    assert _cycle({p: set(allowed) for p, allowed in MAY_IMPORT.items()}) == []
+
+
+def test_no_two_modules_import_each_other_even_through_others() -> None:
+    assert _cycle(_edges()) == []
 
 
 def test_sqlalchemy_and_drivers_live_only_in_the_store_and_migrations() -> None:

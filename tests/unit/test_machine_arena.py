@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from ledger.codec import digest
-from ledger.events import ArenaCommissioned
 from machines import samples
 from machines.arena import commission_digest, policy_digest
 from machines.scenario import Scenario
 from machines.table import evolve
+from vocabulary.codec import digest
+from vocabulary.events import ArenaCommissioned
 
 #: A commission as an appender writes it: the sealed policy names only what it sets, so
 #: its defaults (sla_blocks, reward_margin, the audit near-miss bounds, …) are not spelled.

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from ledger.events import FAULT_CODES, Event, InfrastructureFault, Policy
 from machines import arena, samples, submission
 from machines import attempt as A
 from machines.arithmetic import Decision, compile_policy
 from machines.refusal import Refusal
+from vocabulary.events import FAULT_CODES, Event, InfrastructureFault, Policy
 
 BILLION = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS
@@ -360,7 +360,7 @@ def _claim_context(plan: str, listed: list[str]) -> tuple[Any, A.ClaimContext]:
 
 
 def samples_admitted() -> Event:
-    from ledger.events import SubmissionAdmitted
+    from vocabulary.events import SubmissionAdmitted
 
     return SubmissionAdmitted.model_validate(
         {"block": 1, "fee": {"kind": "waived", "ref": "", "amount_rao": 0}}
@@ -392,7 +392,7 @@ def test_claim_checks_submission_and_commission() -> None:
     assert refusal is not None and refusal.code == "submission_unknown"
     # A submission under qualification takes no second attempt; its own claim, seen again
     # once the submission moved on (QualificationStarted names it), still holds.
-    from ledger.events import QualificationStarted
+    from vocabulary.events import QualificationStarted
 
     qualifying = submission.apply(context.submission, QualificationStarted(
         attempt_id=claim.attempt_id))

@@ -6,7 +6,7 @@
 - ``AttemptState.looks`` and ``ln_r1``, now derived from the windows, must equal the looks
   the reference took.
 - ``submission_id_of`` spells canonical JSON directly for plain arrivals; it must equal
-  ``ledger.codec.digest`` for any arrival.
+  ``vocabulary.codec.digest`` for any arrival.
 - ``Table.moves`` must be exactly the compiled ``rules``.
 - ``LedgerFold``'s plain dict writes (the replay) must build what its journaled writes
   (``decide_batch``) build.
@@ -24,15 +24,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ledger.codec import digest, fixed6
-from ledger.events import (
-    AttemptDecided,
-    HoldReleased,
-    InfrastructureFault,
-    SubmissionArrived,
-    SubmissionHeld,
-    SubmissionResolved,
-)
 from machines import arena, attempt, payment, projection, samples, submission
 from machines.arithmetic import (
     CONTEXT,
@@ -52,6 +43,15 @@ from machines.projection import LedgerFold
 from machines.refusal import Refusal
 from machines.scenario import Scenario
 from machines.table import Table
+from vocabulary.codec import digest, fixed6
+from vocabulary.events import (
+    AttemptDecided,
+    HoldReleased,
+    InfrastructureFault,
+    SubmissionArrived,
+    SubmissionHeld,
+    SubmissionResolved,
+)
 
 BILLION = 1_000_000_000
 

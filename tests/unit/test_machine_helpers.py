@@ -9,12 +9,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ledger.codec import digest, fixed6
-from ledger.events import SubmissionArrived
 from machines import samples, submission
 from machines.arithmetic import fixed
 from machines.submission import SubmissionState
 from machines.table import build, evolve
+from vocabulary.codec import digest, fixed6
+from vocabulary.events import SubmissionArrived
 
 hotkeys = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=64)
 counts = st.integers(0, 2**53 - 1)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
 
-from ledger.events import (
+from machines import samples
+from machines import scenario as scenario_module
+from machines.arithmetic import Decision
+from machines.attempt import AttemptState, AttemptSummary
+from machines.intake import Admission, Rejection
+from machines.projection import LedgerFold
+from machines.scenario import Scenario, ScenarioRefused
+from vocabulary.events import (
     ControlRegistered,
     CreditGranted,
     CreditSpent,
@@ -21,13 +28,6 @@ from ledger.events import (
     SubmissionRejected,
     SubmissionResolved,
 )
-from machines import samples
-from machines import scenario as scenario_module
-from machines.arithmetic import Decision
-from machines.attempt import AttemptState, AttemptSummary
-from machines.intake import Admission, Rejection
-from machines.projection import LedgerFold
-from machines.scenario import Scenario, ScenarioRefused
 
 BILLION = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS

@@ -15,7 +15,13 @@ from archive_double import MemoryArchive  # same directory, prepend import mode
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ledger.events import (
+from machines import attempt, samples, submission
+from machines.arithmetic import CONTEXT, Decision, compile_policy, ln, look, ratio
+from machines.intake import Admission
+from machines.projection import LedgerFold, Record
+from machines.refusal import Refusal
+from machines.table import Guard, Table
+from vocabulary.events import (
     FAULT_CODES,
     ArenaRetired,
     ControlRegistered,
@@ -34,12 +40,6 @@ from ledger.events import (
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines import attempt, samples, submission
-from machines.arithmetic import CONTEXT, Decision, compile_policy, ln, look, ratio
-from machines.intake import Admission
-from machines.projection import LedgerFold, Record
-from machines.refusal import Refusal
-from machines.table import Guard, Table
 
 ARENA = "a1"
 HOTKEYS = ("5A", "5B")

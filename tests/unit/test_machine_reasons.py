@@ -7,7 +7,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ledger.events import (
+from machines import arena, samples
+from machines.arithmetic import Decision
+from machines.reasons import REASONS, codes_of_kind, describe, duplicate_reason
+from machines.refusal import Refusal
+from machines.scenario import Scenario
+from vocabulary.events import (
     FAULT_CODES,
     ArenaRetired,
     ControlRegistered,
@@ -24,11 +29,6 @@ from ledger.events import (
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines import arena, samples
-from machines.arithmetic import Decision
-from machines.reasons import REASONS, codes_of_kind, describe, duplicate_reason
-from machines.refusal import Refusal
-from machines.scenario import Scenario
 
 BILLION = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS

@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from ledger.events import (
+from machines import samples
+from machines import submission as S
+from machines.arithmetic import Decision
+from machines.refusal import Refusal
+from vocabulary.events import (
     Event,
     HoldReleased,
     QualificationStarted,
@@ -17,10 +21,6 @@ from ledger.events import (
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines import samples
-from machines import submission as S
-from machines.arithmetic import Decision
-from machines.refusal import Refusal
 
 ARRIVAL_BLOCK = 1_000
 

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from ledger.events import (
+from machines import arena, attempt, payment, samples, submission
+from machines.arithmetic import Decision
+from machines.reasons import REASONS
+from machines.refusal import Refusal
+from machines.table import Guard, Table
+from vocabulary.events import (
     ALL_EVENTS_V1,
     ArenaRetired,
     ControlRegistered,
@@ -29,11 +34,6 @@ from ledger.events import (
     SubmissionRequeued,
     SubmissionResolved,
 )
-from machines import arena, attempt, payment, samples, submission
-from machines.arithmetic import Decision
-from machines.reasons import REASONS
-from machines.refusal import Refusal
-from machines.table import Guard, Table
 
 TABLES: dict[str, Table[Any, Any]] = {
     "submission": submission.TABLE,

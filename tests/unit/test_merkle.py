@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import merkle
-from ledger.errors import InvalidInput, NotFound
 from ledger.merkle import (
     EMPTY_ROOT,
     TREE_SIZE_MAX,
@@ -26,6 +25,7 @@ from ledger.merkle import (
     verify_consistency,
     verify_inclusion,
 )
+from vocabulary.errors import InvalidInput, NotFound
 
 # --------------------------------------------------------------------------------------
 # Reference vectors from Certificate Transparency, as published in

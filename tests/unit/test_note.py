@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
 from ledger.merkle import TREE_SIZE_MAX
 from ledger.note import (
     NOTE_BYTES_MAX,
@@ -25,6 +24,7 @@ from ledger.note import (
     sign_note,
     verify_checkpoint,
 )
+from vocabulary.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
 
 # --------------------------------------------------------------------------------------
 # Vectors from golang.org/x/mod/sumdb/note (github.com/golang/mod, sumdb/note/note_test.go

@@ -29,7 +29,6 @@ from test_note import (  # Go's sumdb/note vectors (same directory, prepend impo
     TEXT,
 )
 
-from ledger.errors import IntegrityError, InvalidInput, SignatureInvalid
 from ledger.note import (
     Checkpoint,
     Signer,
@@ -39,6 +38,7 @@ from ledger.note import (
     sign_note,
     verify_checkpoint,
 )
+from vocabulary.errors import IntegrityError, InvalidInput, SignatureInvalid
 
 PETER_KEY_B64 = PETER_VERIFIER_KEY.rsplit("+", 1)[1]
 

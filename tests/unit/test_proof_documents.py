@@ -40,9 +40,9 @@ from ledger.checkpoint import (
     verify_proof,
     write_key_files,
 )
-from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
-from ledger.model import RecordedEvent
 from ledger.note import Checkpoint, Signer, sign_checkpoint
+from ledger.records import RecordedEvent
+from vocabulary.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
 
 RECORDED_AT = "2026-11-29T12:00:00.000000Z"
 

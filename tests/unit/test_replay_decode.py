@@ -20,14 +20,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import ledger.replay as replay_module
-from ledger.catalogue import CATALOGUE
+import services.replay as replay_module
 from ledger.chain import chain_rows
-from ledger.codec import canonical_bytes, loads
-from ledger.errors import CanonicalFormError, LedgerError, SchemaError
-from ledger.events import ControlRegistered
-from ledger.replay import decoder, parse_payload, replay_rows
 from machines import samples
+from services.replay import decoder, parse_payload, replay_rows
+from vocabulary.catalogue import CATALOGUE
+from vocabulary.codec import canonical_bytes, loads
+from vocabulary.errors import CanonicalFormError, LedgerError, SchemaError
+from vocabulary.events import ControlRegistered
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 

@@ -11,10 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.codec import canonical_bytes
-from ledger.errors import InvalidInput
-from ledger.events import EmissionPolicySet, SettlementComputed
-from machines.settlement import (
+from machines.settlement_rules import (
     BLOCKING_STATUSES,
     ArenaInput,
     Claim,
@@ -37,6 +34,9 @@ from machines.settlement import (
     speedup_to_ppm,
     summarize_fees,
 )
+from vocabulary.codec import canonical_bytes
+from vocabulary.errors import InvalidInput
+from vocabulary.events import EmissionPolicySet, SettlementComputed
 
 
 def hexid(name: str) -> str:

@@ -19,27 +19,27 @@ from hypothesis import strategies as st
 from log_events import LogEvents, captured
 from test_machine_properties import PRELUDE, _World, op  # same directory, prepend import mode
 
-from ledger.domain import CONTROL_HOTKEY
-from ledger.errors import LedgerError
-from ledger.events import (
-    CreditSpent,
-    EmissionPolicySet,
-    IncumbentAdvanced,
-    InfrastructureFault,
-    SettlementComputed,
-    SubmissionAdmitted,
-)
-from ledger.settle import SettlementTracker, compute, fee_summary, settlement_input
 from machines import samples
 from machines.projection import LedgerFold
 from machines.scenario import Scenario
-from machines.settlement import (
+from machines.settlement_rules import (
     SUBMISSION_STATUSES,
     ArenaInput,
     RewardScan,
     SubmissionInput,
     assess_rewards,
     settlement_payload,
+)
+from services.arena_ledger import CONTROL_HOTKEY
+from services.settlements import SettlementTracker, compute, fee_summary, settlement_input
+from vocabulary.errors import LedgerError
+from vocabulary.events import (
+    CreditSpent,
+    EmissionPolicySet,
+    IncumbentAdvanced,
+    InfrastructureFault,
+    SettlementComputed,
+    SubmissionAdmitted,
 )
 
 SPEEDUPS = ("0.990000", "1.000000", "1.010000", "1.015000", "1.020000", "1.030000", "1.050000")

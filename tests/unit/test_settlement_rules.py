@@ -1,4 +1,4 @@
-"""Holds ``machines.settlement`` to rules a mutation review of it found untested.
+"""Holds ``machines.settlement_rules`` to rules a mutation review of it found untested.
 
 Each test pins one behaviour DOMAIN §3/§7, docs/settlement.md or the module's docstrings
 promise and tests/unit/test_settlement.py lets slip: input refusals (a non-bool
@@ -11,7 +11,7 @@ the recorded speedup string in ``best_before``, claims and fee rows sorted as do
 ``RewardScan`` turning stale exactly when a change reaches its dropped prefix (and
 refusing bounds it cannot walk with). Expected values are worked by hand from those rules,
 never read back from the code. One test pins a bug the review found: a non-string text
-field raised TypeError instead of the documented InvalidInput (ledger.fields' predicates
+field raised TypeError instead of the documented InvalidInput (vocabulary.fields' predicates
 now answer False for a non-string).
 """
 
@@ -22,9 +22,7 @@ from collections.abc import Callable
 import pytest
 from test_settlement import hexid  # same directory, prepend import mode
 
-from ledger.errors import InvalidInput
-from ledger.fields import is_arena_id, is_digest, is_hotkey, is_local_id, require_hotkey
-from machines.settlement import (
+from machines.settlement_rules import (
     ArenaInput,
     CreditRecord,
     EmissionPolicy,
@@ -44,6 +42,8 @@ from machines.settlement import (
     speedup_to_ppm,
     summarize_fees,
 )
+from vocabulary.errors import InvalidInput
+from vocabulary.fields import is_arena_id, is_digest, is_hotkey, is_local_id, require_hotkey
 
 INCUMBENT = hexid("incumbent")
 POLICY = EmissionPolicy(half_life_blocks=1000, burn_hotkey="burn", validator_hotkey="val")
@@ -147,7 +147,7 @@ def test_an_arena_listing_something_else_than_a_submission_input_is_refused() ->
 def test_a_text_field_that_is_not_a_string_is_refused_as_invalid_input(
     build: Callable[[], object],
 ) -> None:
-    # docs/settlement.md, Inputs: bad input raises ledger.errors.InvalidInput when the
+    # docs/settlement.md, Inputs: bad input raises vocabulary.errors.InvalidInput when the
     # dataclass is built; Refusals: a field of the wrong type is `settlement_input_invalid`.
     # (A non-string reward_margin is refused that way already.)
     with pytest.raises(InvalidInput) as info:

@@ -1,4 +1,4 @@
-"""Holds ``ledger.settle`` to rules a mutation review of it found untested.
+"""Holds ``services.settlements`` to rules a mutation review of it found untested.
 
 Each test pins one behaviour the module's docstrings or DOMAIN §7 promise and the other
 tests let slip: credit rows forgotten on a rebuild, a refused note among real changes, the
@@ -22,16 +22,16 @@ from test_settlement_incremental import (  # same directory, prepend import mode
     _full,
 )
 
-from ledger.events import (
+from machines import samples
+from machines.projection import LedgerFold
+from machines.scenario import Scenario
+from services.settlements import SettlementTracker, check_recorded
+from vocabulary.events import (
     QualificationStarted,
     SettlementComputed,
     SubmissionExpired,
     SubmissionHeld,
 )
-from ledger.settle import SettlementTracker, check_recorded
-from machines import samples
-from machines.projection import LedgerFold
-from machines.scenario import Scenario
 
 
 @pytest.mark.parametrize("archived", [False, True])

@@ -1,4 +1,4 @@
-"""Holds a pickled fold (what ``ledger.snapshot`` writes) to the fold it was taken from.
+"""Holds a pickled fold (what ``services.fold_cache`` writes) to the fold it was taken from.
 
 A snapshot may be taken at any position: mid-attempt, with a submission held, a payment
 consumed but not yet admitted, a requeue pending. Whatever the cut, the fold restored from

@@ -22,9 +22,15 @@ from typing import Any
 
 import pytest
 
-from ledger.codec import digest
-from ledger.errors import CanonicalFormError
-from ledger.events import (
+from machines import arena as A
+from machines import payment as P
+from machines import samples
+from machines import submission as S
+from machines.refusal import Refusal
+from machines.scenario import Scenario
+from vocabulary.codec import digest
+from vocabulary.errors import CanonicalFormError
+from vocabulary.events import (
     ArenaCommissioned,
     ArenaRetired,
     ControlRegistered,
@@ -40,12 +46,6 @@ from ledger.events import (
     SubmissionArrived,
     SubmissionResolved,
 )
-from machines import arena as A
-from machines import payment as P
-from machines import samples
-from machines import submission as S
-from machines.refusal import Refusal
-from machines.scenario import Scenario
 
 ARRIVAL_BLOCK = 1_000
 SID = samples.hex64("submission-1")
@@ -126,7 +126,7 @@ def test_a_hold_disposition_spends_none_of_the_retry_budget() -> None:
 @pytest.mark.parametrize("field", ["block", "event_index", "event_subindex"])
 def test_an_arrival_integer_past_the_json_range_gets_the_codecs_refusal(field: str) -> None:
     # submission_id_of spells canonical JSON itself only for JSON-safe integers; anything
-    # else goes through ledger.codec.digest, which refuses integers past ±(2**53 − 1).
+    # else goes through vocabulary.codec.digest, which refuses integers past ±(2**53 − 1).
     numbers = {"block": 7, "event_index": 0, "event_subindex": 0, field: 2**53}
     arrival = samples.arrived().arrival.model_construct(**numbers)
     event = SubmissionArrived.model_construct(

@@ -36,13 +36,6 @@ import pytest
 from test_machine_reasons import BILLION, SLOW  # same directory, prepend import mode
 from test_machine_tables import TABLES, example_events
 
-from ledger.events import (
-    FAULT_CODES,
-    ControlRegistered,
-    InfrastructureFault,
-    SubmissionExpired,
-    SubmissionHeld,
-)
 from machines import samples
 from machines.control import ControlRow, control_rows
 from machines.reasons import KINDS, REASONS, codes_of_kind, describe, duplicate_reason
@@ -50,6 +43,13 @@ from machines.refusal import Refusal
 from machines.scenario import Scenario
 from machines.submission import SubmissionState
 from machines.table import Guard, Table, build
+from vocabulary.events import (
+    FAULT_CODES,
+    ControlRegistered,
+    InfrastructureFault,
+    SubmissionExpired,
+    SubmissionHeld,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "machines.md"
 WORKED = samples.WORKED_EXAMPLE_COSTS

@@ -24,7 +24,6 @@ from typing import Any
 
 import orjson
 import pytest
-import test_snapshots as shots  # same directory, prepend import mode
 from test_snapshots import CUT, _fresh, _header, _Recorded, _restored, _take, _write
 from typer.testing import CliRunner
 
@@ -35,11 +34,6 @@ from ledger.snapshot import SNAPSHOT_MAGIC, SnapshotCache, store_key
 from ledger.store import EventStore
 from machines.projection import LedgerFold
 
-# The fixtures of test_snapshots.py, shared (pytest finds them by these names).
-events = shots.events
-every = shots.every
-snapshot_dir = shots.snapshot_dir
-url = shots.url
 
 
 @pytest.fixture
@@ -70,11 +64,11 @@ def _with_header(path: Path, header: bytes) -> None:
 
 
 def _position_a_string(path: Path) -> None:
-    shots._rewrite_body(path, _body(path), position=str(CUT))
+    _rewrite_body(path, _body(path), position=str(CUT))
 
 
 def _entry_hash_missing(path: Path) -> None:
-    shots._rewrite_body(path, _body(path), entry_hash=None)
+    _rewrite_body(path, _body(path), entry_hash=None)
 
 
 def _header_a_list(path: Path) -> None:
@@ -91,29 +85,29 @@ def _torn_in_the_header(path: Path) -> None:
 
 def _header_too_long(path: Path) -> None:
     """A consistent header, but longer than any header written (~400 bytes; 4 KiB read)."""
-    shots._rewrite_body(path, _body(path), padding="x" * 5_000)
+    _rewrite_body(path, _body(path), padding="x" * 5_000)
 
 
 def _body_size_misstated(path: Path) -> None:
     """The digest is right, the size is not: the header is not the body's."""
     header = _header(path)
-    shots._rewrite_body(path, _body(path), body_bytes=header["body_bytes"] + 1)
+    _rewrite_body(path, _body(path), body_bytes=header["body_bytes"] + 1)
 
 
 def _archiving_fold(path: Path) -> None:
     """A fold at the right position whose finished submissions would live in an archive."""
     fold, policy = pickle.loads(_body(path))
     fold.archive = {"not": "restorable"}
-    shots._rewrite_body(path, pickle.dumps((fold, policy)))
+    _rewrite_body(path, pickle.dumps((fold, policy)))
 
 
 def _policy_not_a_policy(path: Path) -> None:
     fold, _ = pickle.loads(_body(path))
-    shots._rewrite_body(path, pickle.dumps((fold, {"half_life_blocks": 1})))
+    _rewrite_body(path, pickle.dumps((fold, {"half_life_blocks": 1})))
 
 
 def _not_a_pickle(path: Path) -> None:
-    shots._rewrite_body(path, b"\x80\x05 this is no pickle")
+    _rewrite_body(path, b"\x80\x05 this is no pickle")
 
 
 def _a_directory(path: Path) -> None:
@@ -262,7 +256,7 @@ def test_a_snapshot_of_another_history_or_past_the_view_is_ignored_as_informatio
         "info", "snapshot_ignored", {"path": str(cache.path), "reason": outcome[9:]}
     )
     assert answers == _fresh(url, as_of=CUT - 1)
-    shots._rewrite_body(cache.path, _body(cache.path), entry_hash="0" * 64)
+    _rewrite_body(cache.path, _body(cache.path), entry_hash="0" * 64)
     recorded.lines.clear()
     [(answers, position, outcome)] = _restored(url, snapshot_dir)
     assert position == 0 and f"the ledger's entry hash at position {CUT} is " in outcome

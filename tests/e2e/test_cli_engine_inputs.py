@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_cli_evaluate import ARENA, queued  # same directory
+from evaluate_queue import ARENA, queued  # same directory
 
 SHAPE = "String should match pattern "
 

@@ -269,7 +269,7 @@ def test_a_full_temporary_file_is_named_not_a_driver_traceback() -> None:
 def test_a_replay_whose_archive_fills_up_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_settlement_ledger import build_settled, open_ledger  # same directory
+    from settled_ledger import build_settled, open_ledger  # same directory
 
     from ledger.replay import replay_store
     from ledger.store import EventStore

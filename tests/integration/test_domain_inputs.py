@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_domain_enforcement import Desk  # same directory, prepend import mode
+from desk import Desk  # same directory, prepend import mode
 
 from ledger import migrate
 from ledger.domain import ArenaLedger, submission_id

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_domain_enforcement import ARENA, FEE, SLOWER, WORKED, Desk, open_desk
+from desk import ARENA, FEE, SLOWER, WORKED, Desk, open_desk
 
 from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput, NotFound, Refused

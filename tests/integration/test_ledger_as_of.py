@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_settlement_ledger import (  # same directory, prepend import mode
+from settled_ledger import (  # same directory, prepend import mode
     ARENA_A,
     ARENA_B,
     FEES_A,

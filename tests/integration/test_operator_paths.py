@@ -5,27 +5,22 @@ spare_store, draft, store_url) and fresh_pg_database."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_ledger import (
+    Draft,
+    fill,
+)
 from sqlalchemy import text
 from tampering import triggers_bypassed
 
 from ledger.bundle import CHECKPOINT_FILE, export_bundle, verify_bundle
 from ledger.checkpoint import sign_tree
 from ledger.errors import IntegrityError
-from ledger.model import EventDraft
 from ledger.note import Checkpoint, Signer, sign_checkpoint
 from ledger.store import EventStore
-
-Draft = Callable[..., EventDraft]
-
-
-def fill(store: EventStore, draft: Draft, count: int) -> None:
-    streams = ("arena-b", "credit-b", "submission-" + "cd" * 32, "settlement")
-    store.append([draft(streams[n % 4], n) for n in range(1, count + 1)])
 
 
 @pytest.fixture(scope="module")

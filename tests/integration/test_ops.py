@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_ledger import fill  # same directory, prepend import mode
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from tampering import triggers_bypassed
-from test_operator_paths import fill  # same directory, prepend import mode
 
 from ledger import migrate, ops
 from ledger.checkpoint import sign_tree

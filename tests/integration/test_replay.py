@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-from tampering import triggers_bypassed
-from test_settlement_ledger import (  # the shared builder (same directory, prepend import mode)
+from replay_forgery import (
+    HEAD,
+    forge_weights,
+    replay,
+)
+from settled_ledger import (  # the shared builder (same directory, prepend import mode)
     ALICE,
     ARENA_A,
-    BOB,
     BURN,
     CAROL,
     FEE_A,
@@ -32,6 +34,8 @@ from test_settlement_ledger import (  # the shared builder (same directory, prep
     intake,
     open_ledger,
 )
+from sqlalchemy import text
+from tampering import triggers_bypassed
 
 from ledger.bundle import export_bundle, read_bundle_events
 from ledger.catalogue import CATALOGUE
@@ -41,12 +45,10 @@ from ledger.domain import ArenaLedger
 from ledger.errors import InvalidInput, LedgerError, LimitExceeded, Refused
 from ledger.events import ArenaRetired, AttemptDecided, ControlRegistered, SubmissionResolved
 from ledger.model import EventDraft
-from ledger.replay import ReplayReport, replay_bundle, replay_events, replay_rows, replay_store
+from ledger.replay import replay_bundle, replay_events, replay_rows, replay_store
 from ledger.store import EventStore
 from machines import samples
 from machines.settlement import RULES_VERSION, settlement_digest, settlement_payload
-
-HEAD = 92  # build_settled: settlements at 81, 91 and 92
 
 
 @pytest.fixture
@@ -57,14 +59,6 @@ def settled(store_url: str) -> Iterator[tuple[ArenaLedger, Settled]]:
         yield ledger, build_settled(ledger)
     finally:
         ledger.close()
-
-
-def replay(url: str, *, as_of: int | None = None, expect: str | None = None) -> ReplayReport:
-    """Replays the store at ``url`` the way `arena-ledger replay [--as-of N]` reads it."""
-    with EventStore(url) as store:
-        head = store.head().position
-        to = head if as_of is None else min(as_of, head)
-        return replay_events(store.read_all(1, to_position=to), expect=expect)
 
 
 def _digests(built: Settled) -> list[str]:
@@ -144,20 +138,6 @@ def test_an_expected_digest_that_is_no_sha256_is_refused_before_anything_is_read
     assert "64 hex characters" in caught.value.message
 
 
-# --- forgeries caught at their position -----------------------------------------------------
-
-
-def _forge_weights(payload: dict[str, Any], digest: str) -> dict[str, Any]:
-    forged = copy.deepcopy(payload)
-    forged["weights_ppm"][ALICE] += 1
-    forged["weights_ppm"][BOB] -= 1
-    if digest == "recomputed":  # a self-consistent forgery: the digest covers the forged weights
-        document = {k: v for k, v in forged.items() if k != "settlement_digest"}
-        document["rules_version"] = RULES_VERSION
-        forged["settlement_digest"] = settlement_digest(document)
-    return forged
-
-
 @pytest.mark.parametrize("digest", ["kept", "recomputed"])
 def test_a_settlement_forged_around_the_guard_is_caught_at_its_position(
     settled: tuple[ArenaLedger, Settled], store_url: str, digest: str
@@ -165,7 +145,7 @@ def test_a_settlement_forged_around_the_guard_is_caught_at_its_position(
     ledger, built = settled
     honest = settlement_payload(ledger.weights(4_000))
     assert honest["as_of_position"] == HEAD
-    forged = _forge_weights(honest, digest)
+    forged = forge_weights(honest, digest)
     with EventStore(store_url) as unguarded:
         written = unguarded.append([EventDraft("settlement", "SettlementComputed", forged)])
     assert written.positions == (HEAD + 1,)

@@ -9,7 +9,6 @@ one (arenas, payments, credits, holds, requeues, expiries), on both backends.
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import pickle
 import shutil
@@ -21,37 +20,24 @@ from typing import Any
 
 import orjson
 import pytest
+from snapshot_ledger import (
+    CUT,
+    EVENTS,
+    generated_events,
+    write_events,
+)
 from typer.testing import CliRunner
 
 from ledger import migrate, snapshot
 from ledger.domain import ArenaLedger, DomainGuard
 from ledger.errors import Refused, StoreUnavailable
-from ledger.model import EventDraft
 from ledger.snapshot import SNAPSHOT_MAGIC, SnapshotCache, code_fingerprint, store_key
 from ledger.store import EventStore
 from machines.projection import LedgerFold
 from machines.settlement import settlement_payload
 
-_ROOT = Path(__file__).resolve().parents[2]
-#: Events generated; the first CUT are written before the snapshot, the rest after it.
-EVENTS, CUT = 2_400, 2_000
 #: The threshold the tests write snapshots at (the default, 10,000, is past these ledgers).
 EVERY = 300
-
-
-def _generated(seed: int = 5, events: int = EVENTS) -> list[tuple[str, Any]]:
-    if str(_ROOT) not in sys.path:
-        sys.path.append(str(_ROOT))
-    generate = importlib.import_module("bench.fold").generate
-    return [(stream, event) for _, stream, _, event in generate(events, seed, 32, 150_000)]
-
-
-def _write(url: str, events: list[tuple[str, Any]]) -> None:
-    """Appends ``events`` without the domain guard (the benchmark's way), in batches."""
-    with EventStore(url) as store:
-        for start in range(0, len(events), 1_000):
-            chunk = events[start : start + 1_000]
-            store.append([EventDraft.of(stream, event) for stream, event in chunk], actor="t")
 
 
 def _answers(ledger: ArenaLedger) -> dict[str, Any]:
@@ -76,14 +62,14 @@ def _fresh(url: str, as_of: int | None = None) -> dict[str, Any]:
 
 @pytest.fixture
 def events() -> list[tuple[str, Any]]:
-    return _generated()
+    return generated_events()
 
 
 @pytest.fixture
 def url(store_url: str, events: list[tuple[str, Any]]) -> str:
     """A migrated store holding the first CUT generated events."""
     migrate.upgrade(store_url)
-    _write(store_url, events[:CUT])
+    write_events(store_url, events[:CUT])
     return store_url
 
 
@@ -121,7 +107,7 @@ def test_a_restored_fold_answers_as_a_fold_from_nothing_after_more_events(
     url: str, events: list[tuple[str, Any]], snapshot_dir: Path, every: int
 ) -> None:
     _take(url, snapshot_dir)
-    _write(url, events[CUT:])
+    write_events(url, events[CUT:])
     [(answers, position, outcome)] = _restored(url, snapshot_dir)
     assert (position, outcome) == (CUT, f"restored at position {CUT}")
     assert answers["snapshot"]["position"] == EVENTS
@@ -151,12 +137,12 @@ def test_closing_writes_the_head_once_enough_events_were_folded_past_the_snapsho
     url: str, events: list[tuple[str, Any]], snapshot_dir: Path, every: int
 ) -> None:
     cache = _take(url, snapshot_dir)
-    _write(url, events[CUT : CUT + every - 1])
+    write_events(url, events[CUT : CUT + every - 1])
     with ArenaLedger(url, snapshot_dir=snapshot_dir) as ledger:
         ledger.fold  # noqa: B018
     assert ledger.guard.snapshot_position == CUT  # one event short: not written again
     assert _header(cache.path)["position"] == CUT
-    _write(url, events[CUT + every - 1 : CUT + every])
+    write_events(url, events[CUT + every - 1 : CUT + every])
     with ArenaLedger(url, snapshot_dir=snapshot_dir) as ledger:
         ledger.fold  # noqa: B018
     assert ledger.guard.snapshot_position == CUT + every
@@ -321,16 +307,16 @@ def test_a_snapshot_of_another_ledger_at_the_same_url_is_ignored(
     """The store was recreated with other events: its entry hash at the snapshot's position
     differs, though the position exists (and past a shorter ledger's head, it does not)."""
     migrate.upgrade(store_url)
-    _write(store_url, _generated(seed=5)[:CUT])
+    write_events(store_url, generated_events(seed=5)[:CUT])
     _take(store_url, snapshot_dir)
     _recreate(store_url, backend)
-    _write(store_url, _generated(seed=6)[:CUT])
+    write_events(store_url, generated_events(seed=6)[:CUT])
     [(answers, position, outcome)] = _restored(store_url, snapshot_dir)
     assert position == 0
     assert f"the ledger's entry hash at position {CUT} is " in outcome, outcome
     assert answers == _fresh(store_url)
     _recreate(store_url, backend)
-    _write(store_url, _generated(seed=5)[: CUT - 1])
+    write_events(store_url, generated_events(seed=5)[: CUT - 1])
     [(answers, position, outcome)] = _restored(store_url, snapshot_dir)
     assert position == 0
     assert outcome == f"ignored: taken at position {CUT}, past the head or view ({CUT - 1})"
@@ -355,7 +341,7 @@ def test_a_view_as_of_a_position_restores_only_a_snapshot_at_or_before_it_and_wr
     url: str, events: list[tuple[str, Any]], snapshot_dir: Path, every: int
 ) -> None:
     cache = _take(url, snapshot_dir)
-    _write(url, events[CUT:])
+    write_events(url, events[CUT:])
     [(answers, position, outcome)] = _restored(url, snapshot_dir, as_of=CUT - 1)
     assert position == 0 and "past the head or view" in outcome
     assert answers == _fresh(url, as_of=CUT - 1)
@@ -493,7 +479,7 @@ def file_url(tmp_path: Path, events: list[tuple[str, Any]]) -> str:
     second backend)."""
     migrated = f"sqlite:///{tmp_path / 'ledger.db'}"
     migrate.upgrade(migrated)
-    _write(migrated, events[:CUT])
+    write_events(migrated, events[:CUT])
     return migrated
 
 
@@ -699,7 +685,7 @@ def test_a_snapshot_of_another_history_or_past_the_view_is_ignored_as_informatio
     """Expected after a restore or with ``--as-of``: logged as info, not as a warning."""
     cache = _take(url, snapshot_dir)
     assert cache.path is not None
-    _write(url, events[CUT:])
+    write_events(url, events[CUT:])
     recorded.lines.clear()
     [(answers, position, outcome)] = _restored(url, snapshot_dir, as_of=CUT - 1)
     assert position == 0 and "past the head or view" in outcome, outcome
@@ -838,7 +824,7 @@ def test_a_failed_rename_keeps_the_old_snapshot_and_leaves_no_temporary_file(
     cache = _take(file_url, snapshot_dir)
     assert cache.path is not None
     written = cache.path.read_bytes()
-    _write(file_url, events[CUT : CUT + every])
+    write_events(file_url, events[CUT : CUT + every])
 
     def no_room(source: Any, destination: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -874,7 +860,7 @@ def test_closing_after_an_interrupted_later_catch_up_writes_nothing(
         file_url, snapshot_dir=snapshot_dir
     ) as ledger:
         assert ledger.fold.position == CUT
-        _write(file_url, events[CUT:])
+        write_events(file_url, events[CUT:])
         monkeypatch.setattr(LedgerFold, "apply", interrupted)
         ledger.fold  # noqa: B018
     assert ledger.guard.fold.position == CUT + every + 49

@@ -26,7 +26,7 @@ def test_a_checkpoint_of_exactly_the_bound_size_is_included(store: EventStore, d
 def test_intake_records_the_intake_block_it_is_given(store_url: str) -> None:
     """docs/cli.md `intake --block`: "Intake block (default: the arrival block)" -> the
     SubmissionAdmitted / SubmissionRejected block is the one given, not the arrival's."""
-    from test_domain_enforcement import Desk  # tests/integration, on sys.path
+    from desk import Desk  # tests/integration, on sys.path
 
     from ledger import migrate
     from ledger.domain import ArenaLedger
@@ -48,7 +48,7 @@ def test_intake_records_the_intake_block_it_is_given(store_url: str) -> None:
 
 
 def _desk(store_url: str):
-    from test_domain_enforcement import open_desk  # tests/integration, on sys.path
+    from desk import open_desk  # tests/integration, on sys.path
 
     return open_desk(store_url)
 

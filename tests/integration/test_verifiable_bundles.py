@@ -11,13 +11,22 @@ import errno
 import hashlib
 import os
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from bundle_files import (
+    copy_bundle,
+    flip,
+    lines_of,
+    parsed_line,
+    restate_digest,
+    rewrite_lines,
+    write_lines,
+    write_manifest,
+)
 from sqlalchemy import text
 
 import ledger.bundle as bundle_module
@@ -35,7 +44,6 @@ from ledger.bundle import (
     read_manifest,
     verify_bundle,
 )
-from ledger.chain import envelope_bytes, next_entry_hash
 from ledger.checkpoint import consistency_document, sign_tree, verify_proof
 from ledger.errors import (
     IntegrityError,
@@ -114,30 +122,6 @@ def assert_empty(store: EventStore) -> None:
     with store.engine.connect() as conn:
         for table in ("events", "merkle_nodes", "checkpoints"):
             assert conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one() == 0, table
-
-
-def copy_bundle(source: Path, tmp_path: Path, name: str = "copy") -> Path:
-    return Path(shutil.copytree(source, tmp_path / name))
-
-
-def lines_of(bundle: Path) -> list[bytes]:
-    return (bundle / EVENTS_FILE).read_bytes().splitlines(keepends=True)
-
-
-def parsed_line(bundle: Path, number: int) -> tuple[str, int]:
-    """Returns the stream and version of line ``number`` (from 1) of a bundle."""
-    line = orjson.loads(lines_of(bundle)[number - 1])
-    return str(line["stream"]), int(line["version"])
-
-
-def write_lines(bundle: Path, lines: list[bytes]) -> None:
-    (bundle / EVENTS_FILE).write_bytes(b"".join(lines))
-
-
-def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
-    """Writes ``manifest`` as export spells it: verification refuses any other spelling."""
-    raw = orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-    (bundle / MANIFEST_FILE).write_bytes(raw)
 
 
 # --------------------------------------------------------------------------------- export
@@ -386,15 +370,10 @@ def test_import_under_the_head_lock_refuses_events_the_head_row_does_not_count(
     assert rows(target) == before
 
 
-def _flip(line: bytes, marker: bytes) -> bytes:
-    at = line.index(marker) + len(marker) + 3
-    return line[:at] + bytes([line[at] ^ 0x01]) + line[at + 1 :]
-
-
 TAMPERING: dict[str, tuple[Callable[[list[bytes]], list[bytes]], str]] = {
-    "payload byte": (lambda ls: [*ls[:4], _flip(ls[4], b'"payload_b64":"'), *ls[5:]], "line 5"),
-    "entry hash byte": (lambda ls: [*ls[:6], _flip(ls[6], b'"entry_hash":"'), *ls[7:]], "line 7"),
-    "actor byte": (lambda ls: [*ls[:2], _flip(ls[2], b'"actor":"'), *ls[3:]], "line 3"),
+    "payload byte": (lambda ls: [*ls[:4], flip(ls[4], b'"payload_b64":"'), *ls[5:]], "line 5"),
+    "entry hash byte": (lambda ls: [*ls[:6], flip(ls[6], b'"entry_hash":"'), *ls[7:]], "line 7"),
+    "actor byte": (lambda ls: [*ls[:2], flip(ls[2], b'"actor":"'), *ls[3:]], "line 3"),
     "json syntax": (lambda ls: [*ls[:8], b"[" + ls[8][1:], *ls[9:]], "line 9"),
     "lines swapped": (lambda ls: [ls[0], ls[2], ls[1], *ls[3:]], "line 2"),
     "line dropped": (lambda ls: [*ls[:3], *ls[4:]], "line 4"),
@@ -487,14 +466,6 @@ def test_a_malformed_line_is_refused_with_what_is_wrong_with_it(
         verify_bundle(bad, signer.verifier())
     assert caught.value.message.startswith(f"{EVENTS_FILE} line 3: {problem}")
     assert caught.value.context == {"line": 3, "reason": "bad_line"}
-
-
-def restate_digest(bundle: Path) -> None:
-    """Restates events.jsonl's SHA-256 and size in the manifest (neither is signed)."""
-    data = (bundle / EVENTS_FILE).read_bytes()
-    manifest = orjson.loads((bundle / MANIFEST_FILE).read_bytes())
-    manifest.update(events_sha256=hashlib.sha256(data).hexdigest(), events_bytes=len(data))
-    write_manifest(bundle, manifest)
 
 
 def _escape_first_actor_character(line: bytes) -> bytes:
@@ -633,29 +604,6 @@ def test_a_line_that_is_not_an_object_is_named(
         verify_bundle(bad, signer.verifier())
 
 
-def _rewrite(bundle: Path, change: Callable[[list[dict[str, Any]]], None]) -> None:
-    """Edits the parsed lines, then recomputes every entry hash and the manifest totals.
-
-    This is what a forger with no access to the signing key can do.
-    """
-    lines = [orjson.loads(line) for line in lines_of(bundle)]
-    change(lines)
-    previous = bytes(32)
-    for line in lines:
-        envelope = envelope_bytes(line["position"], line["stream"], line["version"], line["type"],
-                                  line["schema_version"], base64.b64decode(line["payload_b64"]),
-                                  line["recorded_at"], line["actor"])
-        previous = next_entry_hash(previous, envelope)
-        line["entry_hash"] = previous.hex()
-    data = b"".join(orjson.dumps(line, option=orjson.OPT_SORT_KEYS) + b"\n" for line in lines)
-    (bundle / EVENTS_FILE).write_bytes(data)
-    manifest = orjson.loads((bundle / MANIFEST_FILE).read_bytes())
-    manifest.update(head_hash=previous.hex(), events_sha256=hashlib.sha256(data).hexdigest(),
-                    events_bytes=len(data), merkle_root=root_from_leaves(
-                        [bytes.fromhex(line["entry_hash"]) for line in lines]).hex())
-    write_manifest(bundle, manifest)
-
-
 def _rewrite_payload(lines: list[dict[str, Any]]) -> None:
     lines[2]["payload_b64"] = base64.b64encode(b'{"block":3,"reason":"rewritten"}').decode()
 
@@ -664,7 +612,7 @@ def test_a_consistently_rewritten_bundle_fails_on_the_signed_checkpoint(
     target: EventStore, exported: Path, signer: Signer, tmp_path: Path
 ) -> None:
     forged = copy_bundle(exported, tmp_path)
-    _rewrite(forged, _rewrite_payload)
+    rewrite_lines(forged, _rewrite_payload)
     with pytest.raises(IntegrityError, match="does not match the manifest") as caught:
         import_bundle(target, forged, signer.verifier())
     assert caught.value.context["reason"] == "checkpoint_mismatch"
@@ -890,7 +838,7 @@ def test_a_file_changed_between_the_passes_is_refused(
     def then_change(scan: Any, manifest: Any) -> None:
         original(scan, manifest)
         lines = lines_of(moving)
-        write_lines(moving, [*lines[:7], _flip(lines[7], b'"actor":"'), *lines[8:]])
+        write_lines(moving, [*lines[:7], flip(lines[7], b'"actor":"'), *lines[8:]])
 
     monkeypatch.setattr(bundle_module, "_check_totals", then_change)
     with pytest.raises(IntegrityError, match="line 8"):
@@ -921,7 +869,7 @@ def test_the_parallel_pass_agrees_and_falls_back_to_name_the_bad_line(
     assert verify_bundle(tmp_path / "b", signer.verifier()) == sequential
     gap = copy_bundle(tmp_path / "b", tmp_path, "gap")
     lines = lines_of(tmp_path / "b")
-    write_lines(tmp_path / "b", [*lines[:13], _flip(lines[13], b'"actor":"'), *lines[14:]])
+    write_lines(tmp_path / "b", [*lines[:13], flip(lines[13], b'"actor":"'), *lines[14:]])
     with pytest.raises(IntegrityError, match="line 14"):  # inside a worker's chunk
         verify_bundle(tmp_path / "b", signer.verifier())
 
@@ -932,7 +880,7 @@ def test_the_parallel_pass_agrees_and_falls_back_to_name_the_bad_line(
             if line["stream"] == parsed[8]["stream"]:
                 line["version"] += 1
 
-    _rewrite(gap, skip_a_version)
+    rewrite_lines(gap, skip_a_version)
     with pytest.raises(bundle_module._Suspect):
         bundle_module._scan_parallel(gap, 2)
     stream, version = parsed_line(gap, 9)
@@ -961,7 +909,7 @@ def test_the_parallel_pass_checks_versions_inside_a_chunk(
                 line["version"] += 1
 
     gap = copy_bundle(tmp_path / "b", tmp_path, "gap")
-    _rewrite(gap, skip_a_version)
+    rewrite_lines(gap, skip_a_version)
     with pytest.raises(bundle_module._Suspect):
         bundle_module._scan_parallel(gap, 2)
     with pytest.raises(IntegrityError, match=r"line 6: stream .* jumps from version"):
@@ -1209,7 +1157,7 @@ def test_a_stream_that_starts_past_version_one_is_named(
             if line["stream"] == lines[0]["stream"]:
                 line["version"] += 1
 
-    _rewrite(forged, start_at_two)
+    rewrite_lines(forged, start_at_two)
     stream = orjson.loads(lines_of(forged)[0])["stream"]
     with pytest.raises(IntegrityError) as caught:
         verify_bundle(forged, None, allow_unsigned=True)
@@ -1374,7 +1322,7 @@ def test_import_refuses_a_stream_name_the_catalogue_refuses(
             if line["stream"] == "arena-b":
                 line["stream"] = "arena-B"
 
-    _rewrite(forged, upper_case_stream)
+    rewrite_lines(forged, upper_case_stream)
     first = next(n for n, line in enumerate(lines_of(forged), 1)
                  if orjson.loads(line)["stream"] == "arena-B")
     assert verify_bundle(forged, None, allow_unsigned=True).events == 12
@@ -1399,7 +1347,7 @@ def test_import_names_the_line_of_a_payload_not_in_canonical_form(
     def respaced(lines: list[dict[str, Any]]) -> None:
         lines[4]["payload_b64"] = base64.b64encode(spaced).decode()
 
-    _rewrite(forged, respaced)
+    rewrite_lines(forged, respaced)
     with pytest.raises(IntegrityError) as caught:
         import_bundle(target, forged, None, allow_unsigned=True)
     assert caught.value.message == f"{EVENTS_FILE} line 5: payload is not in canonical form"

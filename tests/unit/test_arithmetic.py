@@ -6,7 +6,7 @@ import decimal
 from decimal import Decimal
 
 import pytest
-from test_machine_fast_paths import _machine, _reference
+from fast_path_reference import machine_looks, reference_looks
 
 from machines import samples
 from machines.arithmetic import (
@@ -241,14 +241,14 @@ def test_futility_at_a_ratio_tie_follows_the_half_even_r1() -> None:
     # R1 rounds (half-even) to exactly 1 + f: not above it, so the attempt goes on.
     params = compile_policy(low)
     assert not futile(params, ratio(TIE_STOCK + 1, TIE_STOCK))
-    assert _machine(params, [(TIE_STOCK, TIE_STOCK + 1)])[0][0] is None
+    assert machine_looks(params, [(TIE_STOCK, TIE_STOCK + 1)])[0][0] is None
     high = samples.policy(
         windows=2, z={"2": "2"}, futility_margin="0.000000000174622982740402221679687"
     )
     # R1 rounds (half-even) up to ...688, one unit above 1 + f = ...687: futility.
     params = compile_policy(high)
     assert futile(params, ratio(TIE_STOCK + 3, TIE_STOCK))
-    speed = _machine(params, [(TIE_STOCK, TIE_STOCK + 3)])[0][0]
+    speed = machine_looks(params, [(TIE_STOCK, TIE_STOCK + 3)])[0][0]
     assert speed == SpeedResult("FAIL", "futility", None, None, 1)
 
 
@@ -286,8 +286,8 @@ def _last_look_without_a_line(candidate_last: int) -> SpeedResult | None:
     # S = sqrt(2e9 / (1e9 + candidate_last)).
     params = compile_policy(samples.policy(z={"3": "2"}))
     costs = [(BILLION, BILLION)] * 3 + [(BILLION, candidate_last)]
-    after = _machine(params, costs)
-    assert after == _reference(params, costs)  # the fast path agrees with the Decimal look
+    after = machine_looks(params, costs)
+    assert after == reference_looks(params, costs)  # the fast path agrees with the Decimal look
     assert after[2][0] is None  # look 3: S = 1, L > 0: continue
     return after[3][0]
 

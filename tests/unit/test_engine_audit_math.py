@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from test_engine_speed import REPLAY
 
 from engine_bridge.decimals import floor_decimal, is_canonical_decimal, parse_decimal
 from engine_bridge.deltas import registered
@@ -25,6 +24,7 @@ from engine_bridge.hooks import (
     tallies_to_payloads,
 )
 from engine_bridge.protocol import FakeEngine
+from engine_bridge.replay import load_replay_slice
 from ledger.catalogue import CATALOGUE
 from ledger.errors import CanonicalFormError, EngineFault
 
@@ -250,7 +250,7 @@ def test_payload_bar_is_spelled_canonically_whatever_the_policy_spelling() -> No
     assert payload["bar"] == "0.99"
     assert CATALOGUE.validate("AuditNodeGraded", 1, payload, stream="attempt-x")
     engine = FakeEngine(tallies=[NodeTally("model.layers.0.mlp", 0, calls=1, min_score=1.0)])
-    [through_lane] = run_audit(engine, registered("faithful"), REPLAY, bar="0.984000")
+    [through_lane] = run_audit(engine, registered("faithful"), load_replay_slice(), bar="0.984000")
     assert through_lane["bar"] == "0.984"
 
 

@@ -15,10 +15,10 @@ import pytest
 from archive_double import (
     MemoryArchive,  # same directory, prepend import mode  # same directory, prepend import mode
 )
-from test_machine_projection import (  # same directory, prepend import mode
-    _admitted,
-    _admitted_alone,
-    _arrived,
+from fold_scenarios import (  # same directory, prepend import mode
+    admitted_alone,
+    admitted_with_fee,
+    arrived_alone,
 )
 
 from ledger.events import (
@@ -339,9 +339,9 @@ def test_a_payment_consumed_ahead_of_its_admission_is_owed_by_nobody_after_it(
     sc: Scenario,
 ) -> None:
     state = sc.commission()
-    sid = _arrived(sc, payment_ref="pay-1")
+    sid = arrived_alone(sc, payment_ref="pay-1")
     sc.append("payment-pay-1", _consumed(sid))  # the fee first: an order intake allows
-    sc.append(f"submission-{sid}", _admitted("payment", "pay-1"))
+    sc.append(f"submission-{sid}", admitted_with_fee("payment", "pay-1"))
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
     claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
     assert _refusal(sc, "attempt-att-1", claim) is None  # not fee_unpaid: it was paid
@@ -351,14 +351,14 @@ def test_a_credit_spent_ahead_of_its_admission_is_owed_by_nobody_after_it(sc: Sc
     state = sc.commission()
     sc.credit("cr-1", "5Miner")
     sc.credit("cr-2", "5Miner")
-    sid = _arrived(sc, hotkey="5Miner")
+    sid = arrived_alone(sc, hotkey="5Miner")
     sc.append("credit-cr-1", CreditSpent(submission_id=sid))
-    sc.append(f"submission-{sid}", _admitted("credit", "cr-1"))
+    sc.append(f"submission-{sid}", admitted_with_fee("credit", "cr-1"))
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
     assert sc.fold.snapshot()["unspent"] == {"5Miner": {"cr-2": FEE}}
     claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
     assert _refusal(sc, "attempt-att-1", claim) is None
-    later = _arrived(sc, hotkey="5Miner", content="later")
+    later = arrived_alone(sc, hotkey="5Miner", content="later")
     assert sc.fold.intake(later) == Admission("credit", "cr-2", FEE)
 
 
@@ -367,7 +367,7 @@ def test_a_credit_spent_ahead_of_the_intake_refuses_a_rejection(sc: Scenario) ->
     # for a submission never evaluated. A rejected submission must have paid nothing.
     sc.commission()
     sc.credit("cr-1", "5Miner")
-    sid = _arrived(sc, hotkey="5Miner")
+    sid = arrived_alone(sc, hotkey="5Miner")
     sc.append("credit-cr-1", CreditSpent(submission_id=sid))
     sc.append("arena-mlp-arena", ArenaRetired(block=500, reason="done"))
     assert sc.fold.intake(sid) == Rejection("arena_retired")
@@ -420,10 +420,10 @@ def test_admissions_count_in_the_epoch_of_the_arrival_not_of_the_admission(
     waived = SubmissionAdmitted.model_validate(
         {"block": 2 * epoch_blocks, "fee": {"kind": "waived", "ref": "", "amount_rao": 0}})
     for index in range(admissions_per_epoch_max):
-        sid = _arrived(sc, hotkey="5Miner", content=f"c{index}", block=100 + index)
+        sid = arrived_alone(sc, hotkey="5Miner", content=f"c{index}", block=100 + index)
         sc.append(f"submission-{sid}", waived)
     assert sc.fold.snapshot()["admissions"] == {("5Miner", 0): admissions_per_epoch_max}
-    last = _arrived(sc, hotkey="5Miner", content="last", block=200)
+    last = arrived_alone(sc, hotkey="5Miner", content="last", block=200)
     assert sc.fold.intake(last) == Rejection("hotkey_epoch_admission_limit")
     refusal = _refusal(sc, f"submission-{last}", waived)
     assert refusal is not None and refusal.code == "intake_mismatch"
@@ -456,7 +456,7 @@ def test_a_spent_credit_spent_again_is_refused_as_terminal_whoever_names_it(
     sc.commission()
     sc.credit("cr-1", "5Miner")
     owner = sc.arrive(hotkey="5Miner")
-    other = _arrived(sc, hotkey="5Other", content="other")
+    other = arrived_alone(sc, hotkey="5Other", content="other")
     for sid in (owner, other):
         refusal = _refusal(sc, "credit-cr-1", CreditSpent(submission_id=sid))
         assert refusal is not None and (refusal.state, refusal.code) == ("SPENT", "terminal_state")
@@ -503,9 +503,9 @@ def test_a_payment_consumed_by_an_archived_submission_refuses_a_second_admission
     first = sc.arrive(payment_ref="pay-1", paid_rao=FEE)
     sc.evaluate(first, "att-1", SLOW)
     assert sc.fold.held_payment_refs() == []
-    again = _arrived(sc, payment_ref="pay-1", content="again", block=1_001)
+    again = arrived_alone(sc, payment_ref="pay-1", content="again", block=1_001)
     assert sc.fold.intake(again, FEE) == Rejection("eval_cost_payment_used")
-    refusal = _refusal(sc, f"submission-{again}", _admitted("payment", "pay-1"))
+    refusal = _refusal(sc, f"submission-{again}", admitted_with_fee("payment", "pay-1"))
     assert refusal is not None and refusal.code == "intake_mismatch"
     used = SubmissionRejected(block=1_001, reason="eval_cost_payment_used")
     assert _refusal(sc, f"submission-{again}", used) is None
@@ -518,8 +518,8 @@ def test_a_credit_admission_of_an_arrival_that_names_a_payment_is_refused_with_i
     # intake, asked without one, finds the payment invalid.
     sc.commission()
     sc.credit("cr-1", "5Miner")
-    sid = _arrived(sc, hotkey="5Miner", payment_ref="pay-1")
-    refusal = _refusal(sc, f"submission-{sid}", _admitted("credit", "cr-1"))
+    sid = arrived_alone(sc, hotkey="5Miner", payment_ref="pay-1")
+    refusal = _refusal(sc, f"submission-{sid}", admitted_with_fee("credit", "cr-1"))
     assert refusal is not None and refusal.code == "intake_mismatch"
     assert refusal.detail == "intake gives Rejection(reason='eval_cost_payment_invalid')"
 
@@ -543,17 +543,17 @@ def test_an_admission_decided_alone_leaves_its_payment_unowed_and_free(sc: Scena
     # decide journals the debt an admission opens and rolls it back: left behind, it would
     # refuse the payment to a submission the ledger never saw it admit.
     sc.commission()
-    first = _arrived(sc, payment_ref="pay-1", content="first")
-    assert _refusal(sc, f"submission-{first}", _admitted("payment", "pay-1")) is None
+    first = arrived_alone(sc, payment_ref="pay-1", content="first")
+    assert _refusal(sc, f"submission-{first}", admitted_with_fee("payment", "pay-1")) is None
     assert sc.fold.snapshot()["owed"] == {"payments": {}, "credits": {}}
-    other = _arrived(sc, payment_ref="pay-1", content="other")
+    other = arrived_alone(sc, payment_ref="pay-1", content="other")
     assert sc.fold.intake(other, FEE) == Admission("payment", "pay-1", FEE)
 
 
 def test_a_submission_admitted_with_a_credit_not_yet_spent_is_not_claimed(sc: Scenario) -> None:
     state = sc.commission()
     sc.credit("cr-1", "5Miner")
-    sid = _admitted_alone(sc, "credit", "cr-1", hotkey="5Miner")
+    sid = admitted_alone(sc, "credit", "cr-1", hotkey="5Miner")
     claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
     refusal = _refusal(sc, "attempt-att-1", claim)
     assert refusal is not None and (refusal.code, refusal.detail) == ("fee_unpaid", sid[:16])

@@ -10,6 +10,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from note_vectors import (
+    PETER_VERIFIER_KEY,
+)
 
 from ledger.errors import IntegrityError, InvalidInput, LimitExceeded, SignatureInvalid
 from ledger.merkle import TREE_SIZE_MAX
@@ -34,8 +37,6 @@ from ledger.note import (
 # --------------------------------------------------------------------------------------
 
 PETER_SIGNER_KEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
-PETER_VERIFIER_KEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
-ENOCH_VERIFIER_KEY = "EnochRoot+af0cfe78+ATtqJ7zOtqQtYqOo0CpvDXNlMhV3HeJDpjrASKGLWdop"
 TEXT = (
     "If you think cryptography is the answer to your problem,\n"
     "then you don't know what your problem is.\n"

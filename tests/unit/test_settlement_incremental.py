@@ -19,7 +19,7 @@ from archive_double import (
 from hypothesis import given
 from hypothesis import strategies as st
 from log_events import LogEvents, captured
-from test_machine_properties import PRELUDE, _World, op  # same directory, prepend import mode
+from machine_world import PRELUDE, World, op  # same directory, prepend import mode
 
 from ledger.domain import CONTROL_HOTKEY
 from ledger.errors import LedgerError
@@ -216,7 +216,7 @@ def test_the_tracker_equals_a_full_recomputation_at_every_point(
     # None: the fold keeps everything; else it archives finished submissions, and the
     # trackers take them as they leave and keep ``keep_walked`` behind each scan's walk.
     fold = LedgerFold(archive=None if keep_walked is None else MemoryArchive())
-    world = _World(fold)
+    world = World(fold)
     incremental = SettlementTracker(fold)
     rebuilding = SettlementTracker(fold)
     if keep_walked is not None:

@@ -82,7 +82,7 @@ FEES_TOTAL = {"consumed_rao": 8_000_000_000, "released_rao": 1_000_000_000,
               "net_rao": 7_000_000_000, "credits_spent_rao": 1_000_000_000}
 
 
-# --- the builder (shared with test_replay.py and the e2e test) ----------------------------
+# --- the builder --------------------------------------------------------------------------
 
 
 class FixedClock:

@@ -1,4 +1,4 @@
-"""Replays the settled ledger of test_settlement_ledger.py and catches forgeries where they are.
+"""Replays the settled ledger of settled_ledger.py and catches forgeries where they are.
 
 Replay is a second validator's check of a first one: chain, fold and re-derivation of every
 AttemptDecided, SubmissionResolved and SettlementComputed, from nothing. Forged events are

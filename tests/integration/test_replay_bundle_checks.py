@@ -33,7 +33,7 @@ from ledger.errors import IntegrityError, LimitExceeded
 from ledger.note import Signer
 from ledger.replay import replay_bundle
 
-#: Positions the settled ledger holds (test_settlement_ledger.build_settled).
+#: Positions the settled ledger holds (settled_ledger.build_settled).
 HEAD = 92
 
 

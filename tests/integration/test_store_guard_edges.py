@@ -1,5 +1,5 @@
-"""Store and guard rules a mutation review found unpinned (expectations from docstrings,
-docs/cli.md and DOMAIN.md; each test fails on its mutant)."""
+"""Checks store and guard rules at their edges; expectations come from the docstrings,
+docs/cli.md and DOMAIN.md."""
 from __future__ import annotations
 
 from ledger import ops

@@ -169,8 +169,8 @@ def test_a_forked_ledger_fails_the_consistency_proof_against_the_older_checkpoin
 def test_a_proof_reads_its_nodes_in_a_fixed_number_of_queries(
     store: EventStore, draft: Draft
 ) -> None:
-    # A node per round trip made PostgreSQL proofs cost ~0.5 ms per level; the tree now
-    # names the nodes a proof needs up front and reads them in two queries.
+    # A round trip per node would make a proof's cost grow with its depth; the tree names
+    # the nodes a proof needs up front and reads them in two queries.
     from sqlalchemy import event
 
     _fill(store, draft, 1, 300)

@@ -436,8 +436,8 @@ def _recorded(position: int, stream: str, version: int = 1) -> Any:
 def test_the_events_listing_streams_in_chunks_aligned_to_the_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Printed a chunk at a time (one rich table of a whole ledger was built in memory before
-    # its first line: 53 s and 500 MB for 100,000 events). The header comes once, the
+    # Printed a chunk at a time, so a large ledger's first line comes without building one
+    # rich table of the whole ledger in memory. The header comes once, the
     # position column fits the last position, a longer stream later is shown whole.
     import cli.app
 

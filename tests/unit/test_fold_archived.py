@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from archive_double import (
-    MemoryArchive,  # same directory, prepend import mode  # same directory, prepend import mode
+    MemoryArchive,  # same directory, prepend import mode
 )
 from fold_scenarios import (  # same directory, prepend import mode
     admitted_alone,

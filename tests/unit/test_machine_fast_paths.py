@@ -1,8 +1,8 @@
 """Checks the fold's fast paths against the straightforward computations they replace.
 
 - Looks decided from a float estimate of S (``quick_*``) must give, digit for digit, what
-  the Decimal look of DOMAIN §6 gives: the reference below is the per-window computation
-  the attempt machine used to run (``ln``/``exp`` at precision 34 at every look).
+  the Decimal look of DOMAIN §6 gives: the reference (fast_path_reference.py) is the plain
+  per-window computation (``ln``/``exp`` at precision 34 at every look).
 - ``AttemptState.looks`` and ``ln_r1``, now derived from the windows, must equal the looks
   the reference took.
 - ``submission_id_of`` spells canonical JSON directly for plain arrivals; it must equal

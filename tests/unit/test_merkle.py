@@ -532,7 +532,7 @@ def test_every_proof_of_a_tree_verifies(size: int) -> None:
         assert verify_consistency(size1, size, tree.root(size1), root, proof)
 
 
-# -- found unpinned by a mutation review: RFC 9162's "sn is 0: fail", types and bounds ---------
+# -- RFC 9162's "sn is 0: fail", argument types and bounds ------------------------------------
 
 EIGHT = [bytes([i]) for i in range(8)]
 

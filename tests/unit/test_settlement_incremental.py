@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from archive_double import (
-    MemoryArchive,  # same directory, prepend import mode  # same directory, prepend import mode
+    MemoryArchive,  # same directory, prepend import mode
 )
 from hypothesis import given
 from hypothesis import strategies as st

@@ -667,8 +667,8 @@ def test_a_postgres_restore_refuses_what_is_not_a_ledger_archive(
 def test_a_postgres_backup_of_a_newer_releases_ledger_is_refused_before_restoring(
     built: tuple[str, dict[str, str]], tmp_path: Path, fresh_pg_database: str,
 ) -> None:
-    # The archive's own alembic_version row is read first: nothing reaches the target (it
-    # used to be restored whole, then refused, leaving a database to drop by hand).
+    # The archive's own alembic_version row is read first, so nothing reaches the target: a
+    # restore refused only afterwards would leave a database to drop by hand.
     url, _ = built
     with EventStore(url) as store, store.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0009_from_a_newer'")

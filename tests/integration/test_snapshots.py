@@ -60,6 +60,11 @@ def _fresh(url: str, as_of: int | None = None) -> dict[str, Any]:
         return _answers(ledger)
 
 
+#: compiled_check.py also runs this suite on the optional mypyc build, whose fold allows no
+#: function or method to be replaced: the tests that interrupt the fold that way skip there.
+FOLD_COMPILED = hasattr(LedgerFold, "__mypyc_attrs__")
+
+
 @pytest.fixture
 def events() -> list[tuple[str, Any]]:
     return generated_events()
@@ -649,6 +654,7 @@ def test_a_fifo_at_the_snapshot_path_is_ignored_not_waited_on(
     assert loader.outcome == f"ignored: file {cache.path} is not a regular file"
 
 
+@pytest.mark.skipif(FOLD_COMPILED, reason="the compiled fold's functions cannot be replaced")
 def test_a_decision_cut_short_while_it_undid_its_writes_is_never_written(
     file_url: str, events: list[tuple[str, Any]], snapshot_dir: Path, every: int,
     monkeypatch: pytest.MonkeyPatch,
@@ -842,6 +848,7 @@ def test_a_failed_rename_keeps_the_old_snapshot_and_leaves_no_temporary_file(
     assert sorted(path.name for path in snapshot_dir.iterdir()) == [cache.path.name]
 
 
+@pytest.mark.skipif(FOLD_COMPILED, reason="the compiled fold's functions cannot be replaced")
 def test_closing_after_an_interrupted_later_catch_up_writes_nothing(
     file_url: str, events: list[tuple[str, Any]], snapshot_dir: Path, every: int,
     monkeypatch: pytest.MonkeyPatch,

@@ -149,8 +149,8 @@ class _PgDatabases:
     at the end. Before each use a database is emptied (other sessions to it terminated, the
     ``public`` schema dropped and recreated), which leaves it exactly as a fresh database for
     the ledger: no tables, no functions, no ``alembic_version``. Why not one CREATE/DROP per
-    test: PostgreSQL 15 forces a checkpoint on every ``DROP DATABASE`` (0.3-1.5 s on a busy
-    host), which alone would take the suite far past its time budget.
+    test: PostgreSQL 15 forces a checkpoint on every ``DROP DATABASE``, slow on a busy host,
+    which alone would take the suite far past its time budget.
     ``ARENA_LEDGER_PG_DB_PER_TEST=1`` restores one database per test for a paranoid run.
     """
 

@@ -1,7 +1,7 @@
-"""Loads the settled ledger's builder from tests/integration/test_settlement_ledger.py.
+"""Loads the settled ledger's builder from tests/integration/settled_ledger.py.
 
 tests/ is not a package, so the e2e tests that replay that hand-computed ledger through the
-CLI load its module by path, once per process, under one name.
+CLI load that helper module by path, once per process, under one name.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from types import ModuleType
 
 
 def settlement_scenario() -> ModuleType:
-    """Returns the integration test module that builds the settled ledger."""
+    """Returns the integration helper module that builds the settled ledger."""
     name = "settlement_scenario"
     if name not in sys.modules:
-        path = Path(__file__).parents[1] / "integration" / "test_settlement_ledger.py"
+        path = Path(__file__).parents[1] / "integration" / "settled_ledger.py"
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

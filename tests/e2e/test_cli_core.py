@@ -102,8 +102,8 @@ def test_repeating_a_keyed_append_returns_the_original_positions(session: Sessio
 
 
 def test_drafts_and_payloads_are_read_from_a_pipe_and_a_device_is_named(cli: Any) -> None:
-    """`append <(jq …)` hands the command a named pipe: it is read like a file (it used to
-    be refused as "does not exist"). A device that reads empty is named for what it holds."""
+    """`append <(jq …)` hands the command a named pipe: it is read like a file, never refused
+    as "does not exist". A device that reads empty is named for what it holds."""
     cli("init")
     fifo = cli.root / "drafts.pipe"
     os.mkfifo(fifo)
@@ -332,9 +332,9 @@ def test_init_on_postgresql_hides_the_password(cli: Any, pg_database: str) -> No
 def test_a_missing_sqlite_file_is_named_and_never_created_except_by_init(
     cli: Any, tmp_path: Any
 ) -> None:
-    """SQLite creates a file it is asked to open: a mistyped --db used to leave an empty
-    database behind, even for a read. Reads, db current/check/downgrade and writes now
-    refuse without creating it; init (db upgrade) is what creates a ledger."""
+    """SQLite creates a file it is asked to open, so a mistyped --db could leave an empty
+    database behind, even for a read. Reads, db current/check/downgrade and writes refuse
+    without creating it; init (db upgrade) is what creates a ledger."""
     path = tmp_path / "typo.db"
     other = type(cli)(cli.root, f"sqlite:///{path}")
     refusals = [("head",), ("events",), ("verify",), ("replay",), ("stats",),
@@ -366,8 +366,8 @@ def test_an_unsupported_driver_is_refused_by_name(cli: Any, tmp_path: Any) -> No
 
 
 def test_an_in_memory_sqlite_url_is_refused_by_name(cli: Any, tmp_path: Any) -> None:
-    """`init` on an in-memory URL used to succeed into a database that vanished, then say
-    "run `arena-ledger init`": every command now refuses the URL itself."""
+    """An in-memory URL is refused by every command, `init` included: a ledger there would
+    vanish with the process, and the next command would say "run `arena-ledger init`"."""
     for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:",
                 "sqlite:///file:ledger?mode=memory&uri=true"):
         for args in (("init",), ("head",), ("db", "upgrade")):

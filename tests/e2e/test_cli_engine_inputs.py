@@ -1,9 +1,9 @@
 """Holds ``evaluate``, ``run-controls`` and ``demo`` to the rule for bad input, as typed.
 
 Each refusal is one ``error[…]`` line naming the option the person typed (not the event
-field it feeds), exit 1, and the ledger's head where it was: ``run-controls`` used to grant
-a control run's credit and admit its submission before its claim refused ``--validator``,
-and ``demo --workdir`` naming a file printed a traceback. None of these boots the engine.
+field it feeds), exit 1, and the ledger's head where it was: ``run-controls`` grants no
+credit and admits no submission when its claim refuses ``--validator``, and ``demo
+--workdir`` naming a file is one error line, not a traceback. None of these boots the engine.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_cli_evaluate import ARENA, queued  # same directory
+from evaluate_queue import ARENA, queued  # same directory
 
 SHAPE = "String should match pattern "
 

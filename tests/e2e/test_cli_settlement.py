@@ -2,7 +2,7 @@
 
 The ledger before its emission policy (79 events: two arenas, seven submissions, a held
 one, a credit-paid one, a refund) is written in-process by the builder of
-tests/integration/test_settlement_ledger.py, whose docstring works every number out by
+tests/integration/settled_ledger.py, whose docstring works every number out by
 hand; from there on every step is the real command line in a subprocess, with the database
 named by ``ARENA_LEDGER_DB`` only.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_runner import (  # same directory, prepend import mode
+from runner_bench import (  # same directory, prepend import mode
     ARENA,
     BLOCK,
     FAST_MLP,
@@ -22,7 +22,9 @@ from test_runner import (  # same directory, prepend import mode
     STOCK_NS,
     WORKED,
     Bench,
+    Crash,
     clean_tallies,
+    crash_controls_in_window_3,
 )
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta
@@ -34,23 +36,6 @@ from services.arena_ledger import ArenaLedger
 from services.evaluation import control_run_id, evaluate, run_controls
 from vocabulary.errors import InvalidInput
 from vocabulary.events import AuditNodeGraded
-
-
-class Crash(BaseException):
-    """Stands for the validator process dying."""
-
-
-def crash_controls_in_window_3(ledger: ArenaLedger) -> None:
-    """Runs the arena's controls at block 1,200 on an engine whose validator dies in window 3
-    (the process is gone: nothing records a fault)."""
-
-    def crashing(lane_id: str, delta: DeltaSpec | None, window: int) -> int:
-        if window == 3:
-            raise Crash("validator killed in window 3")
-        return STOCK_NS
-
-    with pytest.raises(Crash):
-        run_controls(ledger, FakeEngine(cost_ns=crashing), arena_id=ARENA, block=1_200)
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ The compiled build is opt-in (``ARENA_LEDGER_COMPILE=1``), so the plain test run
 imports it; this test keeps it honest in CI: it compiles the five modules into a scratch
 copy and runs the replay, fold, settlement, tracker and snapshot tests with that copy first
 on the path, so every one of those tests exercises the compiled code. The steps live in
-``compiled_check.py``; this test runs it (two minutes of one core, in its pytest-xdist
-worker while the other worker goes on) and checks what it wrote.
+``compiled_check.py``; this test runs it (on one core, in its pytest-xdist worker
+while the other worker goes on) and checks what it wrote.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_domain_enforcement import FEE, Desk, open_desk
+from desk import FEE, Desk, open_desk
 
 from ledger import migrate
 from ledger.records import NO_STREAM

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_domain_enforcement import Desk  # same directory, prepend import mode
+from desk import Desk  # same directory, prepend import mode
 
 from ledger import migrate
 from machines import samples
@@ -167,8 +167,8 @@ def test_an_operator_action_without_a_reason_is_refused_and_writes_nothing(
 def test_a_credit_id_is_granted_once_a_retry_is_recorded_and_other_terms_are_refused(
     ledger: ArenaLedger,
 ) -> None:
-    # A retried grant (a lost reply, a re-run script) used to be a concurrency conflict,
-    # exit 3 "re-read and retry", which no retry could ever pass.
+    # A retried grant (a lost reply, a re-run script) answers what is recorded: a
+    # concurrency conflict, exit 3 "re-read and retry", is one no retry could ever pass.
     first = ledger.grant_credit("c-dup", "5Hk", 7, "welcome")
     head = ledger.store.head()
     again = ledger.grant_credit("c-dup", "5Hk", 7, "welcome")

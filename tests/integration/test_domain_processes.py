@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_domain_enforcement import ARENA, FEE, SLOWER, WORKED, Desk, open_desk
+from desk import ARENA, FEE, SLOWER, WORKED, Desk, open_desk
 
 from machines import samples
 from services.arena_ledger import ArenaLedger
@@ -418,8 +418,8 @@ def test_explain_takes_a_unique_prefix_of_a_submission_id(
 def test_a_write_names_a_submission_by_its_whole_id_and_is_told_which_a_prefix_means(
     desk: Desk,
 ) -> None:
-    # A write acts on exactly what it names. A prefix copied from a table used to surface
-    # as "stream 'submission-…' does not carry a valid submission id" [path stream].
+    # A write acts on exactly what it names: a prefix copied from a table is refused at
+    # submission_id, naming the submission it stands for, not as a malformed stream name.
     desk.commission()
     sid = desk.ledger.intake(desk.arrival(content="d1", payment_ref="pay-1"),
                              payment_amount_rao=FEE).submission_id

@@ -3,7 +3,7 @@
 An auditor asks what a settlement saw, why a submission was pending then, what the fees
 were at a position. The view folds the events up to N only, so every query answers what
 those events say; it appends nothing. The ledger is the settlement scenario of
-tests/integration/test_settlement_ledger.py (hold at 25, policy at 80, settlements at 81,
+tests/integration/settled_ledger.py (hold at 25, policy at 80, settlements at 81,
 91 and 92, b1 released at 82 and failed by 90).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_settlement_ledger import (  # same directory, prepend import mode
+from settled_ledger import (  # same directory, prepend import mode
     ARENA_A,
     ARENA_B,
     FEES_A,

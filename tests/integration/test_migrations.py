@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,15 @@ from ledger import migrate
 from ledger.checkpoint import sign_tree
 from ledger.note import Signer
 from ledger.records import EventDraft
-from ledger.store import EventStore, make_engine
+from ledger.store import EventStore, make_engine, safe_url
 from ledger.tables import SCHEMA_REVISION, metadata
-from vocabulary.errors import InvalidInput, Refused, SchemaNotInitialised, StoreError
+from vocabulary.errors import (
+    InvalidInput,
+    Refused,
+    SchemaNotInitialised,
+    StoreError,
+    StoreUnavailable,
+)
 
 #: SHA-256 of each revision file as it shipped. Applied revisions are never edited
 #: (STYLE.md); add a revision here in the commit that ships it.
@@ -544,3 +552,175 @@ def test_only_an_upgrade_creates_a_missing_sqlite_file(tmp_path: Path) -> None:
         assert not missing.exists()
     migrate.upgrade(url)
     assert missing.is_file() and migrate.current(url) == migrate.heads()[0]
+
+
+# Migration edges (docs/operations.md): a ledger at a newer release's revision is refused and left
+# unchanged, URLs holding a percent sign migrate, a database that does not open is unavailable by
+# name, offline SQL needs no database, and an unknown revision is refused alike with or without
+# --sql.
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+NEWER = "0009_from_a_newer_release"
+
+
+def _tables_and_events(url: str) -> tuple[set[str], list[tuple[Any, ...]]]:
+    from sqlalchemy import inspect
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT position, entry_hash FROM events")).all()
+            return set(inspect(conn).get_table_names()), [tuple(r) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def test_a_ledger_at_a_newer_releases_revision_is_refused_and_nothing_changes(
+    store: EventStore, draft: Any
+) -> None:
+    # operations.md, Migrations 1: "a revision it does not ship was made by a newer
+    # release, so init, db upgrade, db check, db downgrade … exit 5 (unknown_revision) and
+    # change nothing".
+    store.append([draft("arena-a", n) for n in range(3)])
+    stamp(store.url, NEWER)
+    before = _tables_and_events(store.url)
+    actions = {
+        "upgrade": lambda: migrate.upgrade(store.url),
+        "downgrade": lambda: migrate.downgrade(store.url, "0001_initial"),
+        "downgrade base": lambda: migrate.downgrade(store.url, "base", discard_recorded=True),
+        "pending": lambda: migrate.pending(store.url),
+        "check": lambda: migrate.check(store.url),
+    }
+    for name, action in actions.items():
+        with pytest.raises(StoreError) as caught:
+            action()
+        assert type(caught.value) is StoreError, name
+        assert caught.value.context["reason"] == "unknown_revision", name
+        assert caught.value.context["revision"] == NEWER, name
+        assert caught.value.exit_code == 5, name
+        assert caught.value.message.startswith(
+            f"the ledger is at schema revision {NEWER!r}, which this release does not know"
+        ), name
+        assert migrate.current(store.url) == NEWER, name
+        assert _tables_and_events(store.url) == before, name
+
+
+def test_a_url_holding_a_percent_sign_migrates(
+    backend: str, store_url: str, tmp_path: Path
+) -> None:
+    if backend == "sqlite":
+        (tmp_path / "100%").mkdir()
+        url = f"sqlite:///{tmp_path / '100%' / 'ledger.db'}"
+    else:
+        url = f"{store_url}?application_name=arena%20ledger"
+    assert "CREATE TABLE events" in migrate.upgrade(url, sql=True)
+    assert migrate.current(url) is None
+    migrate.upgrade(url)
+    assert migrate.current(url) == migrate.heads()[0]
+    assert "DROP TABLE events" in migrate.downgrade(url, "base", sql=True)
+    migrate.downgrade(url, "base")
+    assert migrate.current(url) is None
+
+
+def test_a_database_that_does_not_open_is_unavailable_naming_it(
+    backend: str, tmp_path: Path
+) -> None:
+    if backend == "sqlite":
+        junk = tmp_path / "junk.db"
+        junk.write_bytes(b"this is not a SQLite database " * 200)
+        url = f"sqlite:///{junk}"
+    else:  # a server that does not answer (nothing listens on port 1)
+        url = "postgresql+psycopg://postgres@127.0.0.1:1/no_ledger"
+    for action in (lambda: migrate.current(url), lambda: migrate.upgrade(url)):
+        with pytest.raises(StoreUnavailable) as caught:
+            action()
+        assert f"cannot open the database {safe_url(url)}: " in caught.value.message
+        assert caught.value.exit_code == 5
+    if backend == "sqlite":
+        assert junk.read_bytes() == b"this is not a SQLite database " * 200
+
+
+def test_current_of_a_missing_file_that_must_exist_says_there_is_no_ledger(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "typo.db"
+    url = f"sqlite:///{missing}"
+    assert migrate.current(url) is None
+    with pytest.raises(SchemaNotInitialised, match="there is no ledger at"):
+        migrate.current(url, must_exist=True)
+    assert not missing.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_postgres_downgrade_counts_records_only_once_writers_are_locked_out(
+    store: EventStore, draft: Any
+) -> None:
+    # downgrade(): "PostgreSQL: the tables are locked against writers first", so no append
+    # lands between the count and the drop. A writer's open transaction makes it wait.
+    store.append([draft("arena-a", 1)])
+    outcome: dict[str, Exception] = {}
+
+    def downgrade() -> None:
+        try:
+            migrate.downgrade(store.url, "base")
+        except Exception as exc:  # reported to the test below
+            outcome["error"] = exc
+
+    engine = make_engine(store.url)
+    try:
+        with engine.connect() as writer:
+            writer.execute(text("LOCK TABLE events IN ROW EXCLUSIVE MODE"))  # as an INSERT
+            worker = threading.Thread(target=downgrade)
+            worker.start()
+            waiting = 0
+            deadline = time.monotonic() + 30
+            while not waiting and worker.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                waiting = writer.execute(
+                    text(
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted "
+                        "AND relation = 'events'::regclass"
+                    )
+                ).scalar_one()
+            assert waiting and worker.is_alive(), outcome
+            writer.rollback()
+        worker.join(timeout=60)
+    finally:
+        engine.dispose()
+    assert isinstance(outcome.get("error"), Refused)
+    assert migrate.current(store.url) == migrate.heads()[0]
+
+
+def test_the_sql_of_an_upgrade_or_downgrade_needs_no_database(backend: str, tmp_path: Path) -> None:
+    # operations.md: "The SQL is offline": it is written without opening the database.
+    if backend == "sqlite":
+        junk = tmp_path / "junk.db"
+        junk.write_bytes(b"this is not a SQLite database " * 200)
+        url = f"sqlite:///{junk}"
+    else:
+        url = "postgresql+psycopg://postgres@127.0.0.1:1/no_ledger"
+    assert "CREATE TABLE events" in migrate.upgrade(url, sql=True)
+    assert "DROP TABLE events" in migrate.downgrade(url, "base", sql=True)
+    if backend == "sqlite":
+        assert junk.read_bytes() == b"this is not a SQLite database " * 200
+
+
+@pytest.mark.parametrize("name", ["nope", ""])
+def test_an_unknown_revision_is_refused_alike_with_or_without_sql(
+    name: str, tmp_path: Path
+) -> None:
+    # require_revision(): "asked first, the answer is the same whatever the ledger holds".
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with pytest.raises(InvalidInput) as asked:
+        migrate.require_revision(name)
+    for sql in (True, False):
+        with pytest.raises(InvalidInput) as caught:
+            migrate.upgrade(url, name, sql=sql)
+        assert caught.value.message == asked.value.message
+        with pytest.raises(InvalidInput) as caught:
+            migrate.downgrade(url, name, sql=sql)
+        assert caught.value.message == asked.value.message
+    assert not (tmp_path / "ledger.db").exists()

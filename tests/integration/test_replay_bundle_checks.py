@@ -17,23 +17,23 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_settlement_ledger import build_settled, open_ledger  # same directory
-from test_verifiable_bundles import (
-    _flip,
-    _rewrite,
+from bundle_files import (
     copy_bundle,
+    flip,
     lines_of,
     parsed_line,
     restate_digest,
+    rewrite_lines,
     write_lines,
 )
+from settled_ledger import build_settled, open_ledger  # same directory
 
 from ledger.bundle import export_bundle, read_manifest, verify_bundle
 from ledger.note import Signer
 from services.replay import replay_bundle
 from vocabulary.errors import IntegrityError, LimitExceeded
 
-#: Positions the settled ledger holds (test_settlement_ledger.build_settled).
+#: Positions the settled ledger holds (settled_ledger.build_settled).
 HEAD = 92
 
 
@@ -65,7 +65,7 @@ TAMPERING: dict[str, tuple[Callable[[Lines], Lines], str]] = {
     "last line repeated": (lambda ls: [*ls, ls[-1]], "line 93: holds position 92"),
     "line appended": (lambda ls: [*ls, b"{}\n"], "line 93"),
     "a late payload byte": (
-        lambda ls: [*ls[:89], _flip(ls[89], b'"payload_b64":"'), *ls[90:]], "line 90"
+        lambda ls: [*ls[:89], flip(ls[89], b'"payload_b64":"'), *ls[90:]], "line 90"
     ),
     "a late line dropped": (lambda ls: [*ls[:60], *ls[61:]], "line 61: holds position 62"),
 }
@@ -110,7 +110,7 @@ def test_only_the_key_tells_a_consistent_rewrite_from_the_signed_bundle(
     def other_actor(lines: list[dict[str, object]]) -> None:
         lines[85]["actor"] = "someone-else"
 
-    _rewrite(forged, other_actor)
+    rewrite_lines(forged, other_actor)
     assert replay_bundle(forged).ok  # nothing in the bundle itself contradicts it
     with pytest.raises(IntegrityError, match="does not match the manifest") as caught:
         replay_bundle(forged, verifier=signer.verifier())
@@ -154,7 +154,7 @@ def test_a_stream_that_skips_a_version_fails_the_replay_as_it_fails_verification
     line 61 on, is refused by a replay without --key as verify-bundle and import refuse it,
     also when the replay stops before the gap."""
     forged = copy_bundle(published, tmp_path)
-    _rewrite(forged, _skip_a_version_from(60))
+    rewrite_lines(forged, _skip_a_version_from(60))
     stream, version = parsed_line(forged, 61)
     problem = re.escape(f"line 61: stream {stream!r} jumps from version {version - 2} to "
                         f"{version}")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_replay import HEAD, _forge_weights, replay  # same directory, prepend import mode
-from test_settlement_ledger import Settled, build_settled, open_ledger
+from replay_forgery import HEAD, forge_weights, replay  # same directory, prepend import mode
+from settled_ledger import Settled, build_settled, open_ledger
 
 from ledger.archive import DiskArchive
 from ledger.bundle import export_bundle, read_bundle_events, read_bundle_rows
@@ -127,7 +127,7 @@ def test_a_forged_settlement_is_caught_at_its_position_from_every_source(
 ) -> None:
     ledger, built = settled
     honest = settlement_payload(ledger.weights(4_000))
-    forged = _forge_weights(honest, digest)
+    forged = forge_weights(honest, digest)
     with EventStore(store_url) as unguarded:
         unguarded.append([EventDraft("settlement", "SettlementComputed", forged)])
     bundle = tmp_path / "bundle"

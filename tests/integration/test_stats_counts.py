@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_snapshots import CUT, EVENTS, _generated, _write  # same directory, prepend mode
+from snapshot_ledger import (  # same directory, prepend mode
+    CUT,
+    EVENTS,
+    generated_events,
+    write_events,
+)
 
 from ledger import migrate
 from ledger.store import EventStore
@@ -73,13 +78,13 @@ def _figures(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def events() -> list[tuple[str, Any]]:
-    return _generated(SEED)
+    return generated_events(SEED)
 
 
 @pytest.fixture
 def url(store_url: str, events: list[tuple[str, Any]]) -> str:
     migrate.upgrade(store_url)
-    _write(store_url, events[:CUT])
+    write_events(store_url, events[:CUT])
     return store_url
 
 
@@ -117,7 +122,7 @@ def test_stats_restored_from_a_snapshot_is_stats_folded_from_nothing(
     first = ops.stats(url, snapshot_dir=directory)
     assert loads == [0] and list(directory.iterdir())  # folded from nothing, then written
     assert first == ops.stats(url)
-    _write(url, events[CUT:])
+    write_events(url, events[CUT:])
 
     restored = ops.stats(url, snapshot_dir=directory)
 

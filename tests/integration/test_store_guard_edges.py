@@ -1,5 +1,5 @@
-"""Store and guard rules a mutation review found unpinned (expectations from docstrings,
-docs/cli.md and DOMAIN.md; each test fails on its mutant)."""
+"""Checks store and guard rules at their edges; expectations come from the docstrings,
+docs/cli.md and DOMAIN.md."""
 from __future__ import annotations
 
 from ledger.checkpoint import sign_tree
@@ -26,7 +26,7 @@ def test_a_checkpoint_of_exactly_the_bound_size_is_included(store: EventStore, d
 def test_intake_records_the_intake_block_it_is_given(store_url: str) -> None:
     """docs/cli.md `intake --block`: "Intake block (default: the arrival block)" -> the
     SubmissionAdmitted / SubmissionRejected block is the one given, not the arrival's."""
-    from test_domain_enforcement import Desk  # tests/integration, on sys.path
+    from desk import Desk  # tests/integration, on sys.path
 
     from ledger import migrate
     from machines import samples
@@ -48,7 +48,7 @@ def test_intake_records_the_intake_block_it_is_given(store_url: str) -> None:
 
 
 def _desk(store_url: str):
-    from test_domain_enforcement import open_desk  # tests/integration, on sys.path
+    from desk import open_desk  # tests/integration, on sys.path
 
     return open_desk(store_url)
 

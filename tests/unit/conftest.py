@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_note import ENOCH_VERIFIER_KEY, PETER_VERIFIER_KEY  # same directory
+from note_vectors import ENOCH_VERIFIER_KEY, PETER_VERIFIER_KEY  # same directory
 
 from ledger.note import Verifier
 

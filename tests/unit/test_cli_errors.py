@@ -17,7 +17,12 @@ import pytest
 import typer
 from sqlalchemy.exc import OperationalError
 
-from cli.common import handle_errors, output_width, piped_width, state
+from cli.common import (
+    handle_errors,
+    output_width,
+    piped_width,
+    state,
+)
 from vocabulary.errors import InvalidInput, open_input, read_input, require_file
 
 
@@ -217,3 +222,38 @@ def test_starting_the_cli_imports_neither_alembic_nor_psycopg_nor_the_bundle_cod
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=120)
     assert done.stdout.splitlines() == ["[]", "(<class 'sqlite3.Error'>,)", "True"], done
+
+
+# A reason is one line, written out as the message is: every control character spelled (also those
+# str.split takes for spaces), and one the message already gives is not repeated.
+
+
+@pytest.mark.parametrize(
+    ("raised", "line"),
+    [
+        # A reason over several lines is one line, and one the message gives is not repeated.
+        (
+            InvalidInput("the file failed", reason="disk\n  full"),
+            "error[invalid_input]: the file failed (reason: disk full)\n",
+        ),
+        (
+            InvalidInput("the file failed: disk full", reason="disk\nfull"),
+            "error[invalid_input]: the file failed: disk full\n",
+        ),
+        # Controls that str.split() takes for spaces are written out too, not made spaces.
+        (
+            InvalidInput("hotkey a\x1fb\x85c\rd unknown", reason="disk\x1efull"),
+            "error[invalid_input]: hotkey a\\x1fb\\x85c\\x0dd unknown (reason: disk\\x1efull)\n",
+        ),
+        # A terminal's control sequences in the reason are written out, as in the message.
+        (
+            InvalidInput("the file failed", reason="\x1b[2J\x1b[Hok\x9b"),
+            "error[invalid_input]: the file failed (reason: \\x1b[2J\\x1b[Hok\\x9b)\n",
+        ),
+    ],
+)
+def test_the_reason_is_printed_as_the_message_is(
+    raised: InvalidInput, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exit_code_of(raised) == 1
+    assert capsys.readouterr().err == line

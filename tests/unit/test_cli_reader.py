@@ -1,4 +1,4 @@
-"""Unit tests of ``services.draft_lines.read_drafts``: the JSON Lines that ``arena-ledger append`` reads.
+"""Unit tests of ``services.draft_lines.read_drafts``: the JSON Lines ``arena-ledger append`` reads.
 
 Each error names its line (``context["line"]``) and the place in it (``path``); the line
 limit holds at exactly ``line_bytes_max`` bytes, newline included.

@@ -1,6 +1,6 @@
 """Unit tests of the CLI's human forms: ``explain`` (``cli.render``), ``evaluate``'s stages
-(``cli.evaluate``), ``replay``'s report and progress bar (``cli.settlement_commands``) and how a table
-fits a narrow terminal (``cli.common.new_table``).
+(``cli.evaluate``), ``replay``'s report and progress bar (``cli.settlement_commands``) and how a
+table fits a narrow terminal (``cli.common.new_table``).
 
 The explain documents are the real ones (``machines.attempt.explain`` of folded attempts and
 ``services.arena_ledger.submission_row``), so a renamed key fails here, not in front of a user.
@@ -8,12 +8,29 @@ The explain documents are the real ones (``machines.attempt.explain`` of folded 
 
 from __future__ import annotations
 
+import io
+import json
 import sys
 from typing import Any
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
-from cli.common import console, decision_text, new_table, shown
+from cli import common
+from cli.common import (
+    as_of_option,
+    console,
+    decision_text,
+    emit_json,
+    emit_jsonl,
+    err_console,
+    handle_errors,
+    new_table,
+    output_width,
+    print_as_of,
+    shown,
+)
 from cli.demo import _narrate
 from cli.evaluate import _printer
 from cli.render import _d, render_explain
@@ -419,8 +436,8 @@ def _recorded(position: int, stream: str, version: int = 1) -> Any:
 def test_the_events_listing_streams_in_chunks_aligned_to_the_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Printed a chunk at a time (one rich table of a whole ledger was built in memory before
-    # its first line: 53 s and 500 MB for 100,000 events). The header comes once, the
+    # Printed a chunk at a time, so a large ledger's first line comes without building one
+    # rich table of the whole ledger in memory. The header comes once, the
     # position column fits the last position, a longer stream later is shown whole.
     import cli.app
 
@@ -462,3 +479,182 @@ def test_an_empty_events_listing_prints_its_header_and_zero() -> None:
     with console.capture() as captured:
         cli.app._print_events(iter(()), last_position=0)
     assert captured.get() == "pos  stream  ver  type  recorded_at  hash\n0 events\n"
+
+
+# Output rules of cli.common and cli.render (docs/cli.md): a reader that stops early ends a table
+# with exit 0; a written-out control character keeps the style around it; off a terminal a table
+# is wider than 80 columns so no row folds; data is never read as rich markup; --as-of takes 0 up
+# to 2**53 - 1 and says position 0 like any other; JSON is one document indented by 2 in the
+# document's key order, JSON Lines one object a line, streamed; the audit table shows each tally
+# under its own header.
+
+
+class _ClosedPipe(io.StringIO):
+    """A stdout whose reader has gone: every write is refused, and counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_table_to_a_reader_that_stopped_ends_with_exit_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipe = _ClosedPipe()
+    piped = common._Console(file=pipe, soft_wrap=True, markup=False, width=80)
+    monkeypatch.setattr(common.sys, "stderr", io.StringIO())  # handle_errors closes it
+
+    @handle_errors
+    def command() -> None:
+        piped.print("a row")
+
+    with pytest.raises(typer.Exit) as exited:
+        command()
+    assert exited.value.exit_code == 0
+    assert pipe.writes >= 1  # the table did reach the pipe
+
+
+def test_a_control_character_written_out_keeps_the_style_around_it() -> None:
+    from rich.text import Text
+
+    segments = list(console.render(Text.assemble(("r\x1b[2Jx", "bold"))))
+    (shown,) = [s for s in segments if "\\x1b" in s.text]
+    assert shown.text == "r\\x1b[2Jx"
+    assert shown.style is not None and shown.style.bold
+
+
+def test_off_a_terminal_a_table_keeps_each_row_on_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Pipe:
+        def isatty(self) -> bool:
+            return False
+
+    width = output_width(Pipe(), {})
+    assert width is not None
+    monkeypatch.setattr(console, "width", width)
+    hotkey = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"  # 48 characters, as SS58
+    table = new_table("hotkey", "coldkey", "reason")
+    table.add_row(hotkey, hotkey[::-1], "x" * 60)
+    with console.capture() as captured:
+        console.print(table)
+    rows = [line for line in captured.get().splitlines() if line.startswith("│")]
+    assert len(rows) == 1  # the one row, not folded over several lines
+    assert hotkey in rows[0] and hotkey[::-1] in rows[0] and "x" * 60 in rows[0]
+
+
+@pytest.mark.parametrize("printer", [console, err_console], ids=["stdout", "stderr"])
+def test_square_brackets_in_data_are_printed_as_typed(printer: Any) -> None:
+    with printer.capture() as captured:
+        printer.print("5[b]Mal[/]ory [bold]x[/bold]")
+    assert captured.get() == "5[b]Mal[/]ory [bold]x[/bold]\n"
+
+
+def _as_of_app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.command()
+    def query(as_of: int | None = as_of_option()) -> None:
+        print(f"as_of={as_of}")
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("value", "exit_code"),
+    [("0", 0), (str(2**53 - 1), 0), ("-1", 2), (str(2**53), 2)],
+)
+def test_as_of_takes_a_position_from_0_to_the_largest_json_integer(
+    value: str, exit_code: int
+) -> None:
+    done = CliRunner().invoke(_as_of_app(), ["--as-of", value])
+    assert done.exit_code == exit_code, done.output
+    if exit_code == 0:
+        assert done.output == f"as_of={value}\n"
+
+
+def test_as_of_position_0_is_said_like_any_other() -> None:
+    with console.capture() as captured:
+        print_as_of(None, 7)  # not asked: nothing
+        print_as_of(0, 0)
+        print_as_of(5, 3)
+    assert captured.get() == "as of position 0\nas of position 3\n"
+
+
+def test_json_output_is_one_document_indented_by_two_in_the_documents_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    emit_json({"submission_id": "dd97", "admitted": False, "fee": None})
+    assert capsys.readouterr().out == (
+        '{\n  "submission_id": "dd97",\n  "admitted": false,\n  "fee": null\n}\n'
+    )
+
+
+def test_json_lines_are_one_object_a_line_in_order_ended_by_a_line_feed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    values = [
+        {"stream": "credit-a", "position": 2, "payload": {"b": [1, 2], "a": None}},
+        {"z": "last", "a": "first"},
+    ]
+    emit_jsonl(values)
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and "\r" not in out
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 2
+    parsed = [json.loads(line) for line in lines]
+    assert parsed == values
+    assert [list(p) for p in parsed] == [["stream", "position", "payload"], ["z", "a"]]
+    assert list(parsed[0]["payload"]) == ["b", "a"]
+
+
+def test_json_lines_are_written_as_each_value_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(common.sys, "stdout", out)
+    seen: list[str] = []
+
+    def values() -> Any:
+        yield {"position": 1}
+        seen.append(out.getvalue())  # what was written before the second value was read
+        yield {"position": 2}
+
+    emit_jsonl(values())
+    assert seen == ['{"position":1}\n']
+    assert out.getvalue() == '{"position":1}\n{"position":2}\n'
+
+
+def test_the_audit_table_shows_each_tally_under_its_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(console, "width", 200)
+    tally = {
+        "calls": 64,
+        "violations": 1,
+        "near_misses": 2,
+        "uncomparable": 3,
+        "min_score": "0.97",
+        "outcome": "FAIL",
+    }
+    with console.capture() as captured:
+        render_explain("attempt", {"attempt_id": "att-1", "audit": {"lm_head": tally}})
+    lines = captured.get().splitlines()
+    start = lines.index("audit")
+
+    def cells(line: str) -> list[str]:
+        return [cell.strip() for cell in line.replace("┃", "│").strip("│").split("│")]
+
+    header = next(line for line in lines[start:] if line.startswith("┃ node"))
+    row = next(line for line in lines[start:] if line.startswith("│ lm_head"))
+    assert dict(zip(cells(header), cells(row), strict=True)) == {
+        "node": "lm_head",
+        "calls": "64",
+        "violations": "1",
+        "near misses": "2",
+        "uncomparable": "3",
+        "min score": "0.97",
+        "outcome": "FAIL",
+    }

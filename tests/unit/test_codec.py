@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from decimal import Decimal
+from decimal import Decimal, Inexact, localcontext
 from enum import StrEnum
 from typing import Any
 
@@ -469,3 +469,96 @@ def test_decimal_fields_and_the_codec_agree_on_any_string(text: str) -> None:
 @given(st.decimals(allow_nan=False, allow_infinity=False))
 def test_decimal_fields_accept_every_canonical_spelling(value: Decimal) -> None:
     assert _field_accepts(canonical_decimal(value))
+
+
+# Fixed-6 quantizing ignores the caller's decimal context; a str subclass is refused as a key and
+# rebuilt as a plain str as a value; loads reads a bytearray as strict UTF-8, as it reads bytes.
+# Expected bytes are written out here, never taken from the codec.
+
+
+# -- codec: fixed6 ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "spelled"),
+    [
+        ("1.0191285", "1.019128"),  # half-even: the 8 before the dropped 5 stays
+        ("1.0191295", "1.019130"),
+        ("123456.7890125", "123456.789012"),
+        ("-2.5000005", "-2.500000"),
+    ],
+)
+def test_fixed6_does_not_depend_on_the_callers_decimal_context(value: str, spelled: str) -> None:
+    # Two validators with different decimal contexts must spell one result the same way: a
+    # low precision or a trapped Inexact in the caller's context changes nothing.
+    with localcontext() as ctx:
+        ctx.prec = 3
+        ctx.traps[Inexact] = True
+        assert fixed6(Decimal(value)) == spelled
+
+
+# -- codec: str subclasses --------------------------------------------------------------------
+
+
+class _Text(str):
+    """A str subclass with nothing overridden."""
+
+
+def test_a_str_subclass_value_is_rebuilt_as_a_plain_str() -> None:
+    rebuilt = normalise({"k": _Text("v"), "l": [_Text("w")]})
+    assert rebuilt == {"k": "v", "l": ["w"]}
+    assert type(rebuilt["k"]) is str
+    assert type(rebuilt["l"][0]) is str
+    assert canonical_bytes({"k": _Text("v")}) == b'{"k":"v"}'
+
+
+class _Spelled(str):
+    """A str subclass whose ``__str__`` spells something else (as a ``(str, Enum)`` member's
+    spells its name, "Speed.FAST", not the "fast" it holds)."""
+
+    def __str__(self) -> str:
+        return "spelled otherwise"
+
+
+def test_a_str_subclass_with_its_own_str_encodes_as_the_string_it_holds() -> None:
+    # One value, one spelling (DOMAIN §2.4): a str subclass holding "fast" must hash like
+    # "fast", not like what its __str__ returns.
+    fast = _Spelled("fast")
+    assert str(fast) == "spelled otherwise"
+    assert canonical_bytes({"k": fast, "l": [fast]}) == b'{"k":"fast","l":["fast"]}'
+    rebuilt = normalise({"k": fast})
+    assert rebuilt == {"k": "fast"} and type(rebuilt["k"]) is str
+
+
+def test_a_str_subclass_key_is_refused_naming_the_key_and_its_path() -> None:
+    for call in (normalise, canonical_bytes):
+        with pytest.raises(CanonicalFormError) as caught:
+            call({"a": {_Text("k"): 1}})
+        assert caught.value.message == "object key 'k' at $.a is not a string"
+        assert caught.value.context["path"] == "$.a"
+
+
+# -- codec: loads and a bytearray -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # json.loads would read these from bytes of another encoding; the ledger reads UTF-8.
+        (b"\xef\xbb\xbf{}", "input is not valid JSON: Unexpected UTF-8 BOM (decode using "
+         "utf-8-sig) at column 1"),
+        (b'\xff\xfe{\x00"\x00a\x00"\x00:\x001\x00}\x00', "input is not valid UTF-8 (byte 0)"),
+        (b'{"a":"\xff"}', "input is not valid UTF-8 (byte 6)"),
+    ],
+)
+def test_loads_reads_a_bytearray_as_strict_utf8_like_bytes(data: bytes, message: str) -> None:
+    both: tuple[Any, ...] = (data, bytearray(data))  # loads takes a bytearray as bytes
+    for raw in both:
+        with pytest.raises(CanonicalFormError) as caught:
+            loads(raw)
+        assert caught.value.message == message
+
+
+def test_loads_accepts_a_bytearray_of_utf8_json() -> None:
+    raw: Any = bytearray('{"a":["é",1]}'.encode())
+    assert loads(raw) == {"a": ["é", 1]}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_bridge.decimals import is_canonical_decimal
+from engine_bridge.decimals import floor_decimal, is_canonical_decimal, parse_decimal
 from engine_bridge.deltas import registered
 from engine_bridge.hooks import (
     ANCHOR_MODULE,
@@ -23,6 +23,9 @@ from engine_bridge.hooks import (
     run_audit,
     tallies_to_payloads,
 )
+from engine_bridge.prompt_slice import load_replay_slice
+from engine_bridge.protocol import FakeEngine
+from vocabulary.catalogue import CATALOGUE
 from vocabulary.errors import CanonicalFormError, EngineFault
 
 BAR, BAND = Decimal("0.99999"), Decimal("0.03")
@@ -178,3 +181,126 @@ def test_run_audit_through_the_fake_engine_boots_one_audit_lane() -> None:
                          "violations": 0, "near_misses": 32, "uncomparable": 0,
                          "min_score": "0.998999", "bar": "0.99999"}]
     assert engine.booted == [("audit", None, "audit")] and engine.live == []
+
+
+# Audit arithmetic as DOMAIN §6, docs/engine.md and the bridge's docstrings (hooks.py,
+# decimals.py, quality.py) state it: a threshold is compared without a float-to-text round trip,
+# min_score is the smallest comparable score, an Inf or NaN is uncomparable, merging receipts adds
+# violations and keeps the lower min_score. Expected values are worked out in the comments.
+
+
+# --- audit: classification is exact decimal arithmetic ---------------------------------
+
+
+def test_a_float_just_below_a_decimal_bar_is_a_near_miss_not_ok() -> None:
+    # The float nearest 0.984 is 0.98399999999999998578…, below the bfloat16 bar "0.984":
+    # compared exactly as decimals it is a near miss (0.954 ≤ it < 0.984), although its
+    # shortest repr "0.984" equals the bar.
+    just_below, below_band = 0.984, 0.954
+    assert Decimal(just_below) < Decimal("0.984")
+    assert classify(just_below, Decimal("0.984"), Decimal("0.03")) == "near_miss"
+    # The float nearest 0.954 (= 0.984 − 0.03) is 0.95399999999999995914…, below the
+    # band's floor: a violation, not a near miss.
+    assert Decimal(below_band) < Decimal("0.954")
+    assert classify(below_band, Decimal("0.984"), Decimal("0.03")) == "violation"
+
+
+# --- audit: one node's tally ------------------------------------------------------------
+
+
+def test_min_score_is_the_smallest_comparable_score_not_the_first_or_last() -> None:
+    # Scores 0.25, 1.0, 0.75: the minimum is 0.25 (a violation: below 0.99999 − 0.03),
+    # 1.0 is clean and 0.75 another violation.
+    tally = NodeTally("model.layers.0.mlp", 0)
+    for score in (0.25, 1.0, 0.75):
+        tally.record(score, BAR, BAND)
+    payload = tally.to_payload("0.99999")
+    assert (payload["calls"], payload["violations"], payload["near_misses"]) == (3, 2, 0)
+    assert payload["min_score"] == "0.25"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_nan_or_inf_score_is_uncomparable_and_never_enters_min_score(bad: float) -> None:
+    # DOMAIN §6: NaN or Inf is uncomparable; docs/engine.md: uncomparable calls do not
+    # enter min_score. Calls: 0.5, bad, so calls 2, uncomparable 1, min_score "0.5".
+    tally = NodeTally("model.layers.0.mlp", 0)
+    tally.record(0.5, BAR, BAND)
+    tally.record(bad, BAR, BAND)
+    payload = tally.to_payload("0.99999")
+    assert (payload["calls"], payload["uncomparable"], payload["violations"]) == (2, 1, 1)
+    assert payload["min_score"] == "0.5"
+    only_bad = NodeTally("model.layers.0.mlp", 0)
+    only_bad.record(bad, BAR, BAND)
+    assert only_bad.to_payload("0.99999")["min_score"] == "0"
+
+
+def test_merging_two_receipts_adds_violations_and_keeps_the_lower_min_score() -> None:
+    # Two scheduler processes of one rank: violations 2 + 3 = 5; min(0.25, 0.75) = 0.25,
+    # whichever receipt is merged last.
+    node = "model.layers.0.mlp"
+    tally = NodeTally(node, 0, calls=4, violations=2, min_score=0.25)
+    tally.merge(NodeTally(node, 0, calls=5, violations=3, min_score=0.75))
+    assert (tally.calls, tally.violations, tally.min_score) == (9, 5, 0.25)
+
+
+def test_payload_bar_is_spelled_canonically_whatever_the_policy_spelling() -> None:
+    # docs/engine.md: payloads hold canonical decimal strings only; "0.99000" is 0.99.
+    [payload] = tallies_to_payloads([NodeTally("model.layers.0.mlp", 0, calls=1,
+                                               min_score=1.0)], "0.99000")
+    assert payload["bar"] == "0.99"
+    assert CATALOGUE.validate("AuditNodeGraded", 1, payload, stream="attempt-x")
+    engine = FakeEngine(tallies=[NodeTally("model.layers.0.mlp", 0, calls=1, min_score=1.0)])
+    [through_lane] = run_audit(engine, registered("faithful"), load_replay_slice(), bar="0.984000")
+    assert through_lane["bar"] == "0.984"
+
+
+# --- audit: the score itself (torch) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_inf_or_nan_in_the_stock_output_is_uncomparable(bad: float) -> None:
+    # DOMAIN §6 / docs/engine.md: NaN/Inf in *either* output is uncomparable (None), not a
+    # violation scoring 0.
+    torch = pytest.importorskip("torch")
+    from engine_bridge.hooks import score_outputs
+
+    stock = torch.tensor([bad, 1.0])
+    assert score_outputs(torch.ones(2), stock) is None
+
+
+def test_a_tiny_but_nonzero_stock_output_is_scored_by_the_formula() -> None:
+    # Only ‖r‖ = 0 is special. r = 2^-120 (a normal float32), c = 1.5 · 2^-120, both exact:
+    # ‖c − r‖ / ‖r‖ = 0.5, so the score is 1 − 0.5 = 0.5, not 0.
+    torch = pytest.importorskip("torch")
+    from engine_bridge.hooks import score_outputs
+
+    r = torch.tensor([2.0 ** -120], dtype=torch.float32)
+    assert score_outputs(r * 1.5, r) == 0.5
+
+
+def test_a_broadcastable_shape_mismatch_is_uncomparable() -> None:
+    # Shapes (1, 3) and (2, 3) broadcast in torch arithmetic, but they differ: uncomparable.
+    torch = pytest.importorskip("torch")
+    from engine_bridge.hooks import score_outputs
+
+    assert score_outputs(torch.ones(1, 3), torch.ones(2, 3)) is None
+    assert score_outputs(torch.ones(2, 3), torch.ones(1, 3)) is None
+
+
+# --- decimals ---------------------------------------------------------------------------
+
+
+def test_floor_decimal_refuses_infinity_with_the_projects_error() -> None:
+    # STYLE: faults raise from the LedgerError root; Decimal's InvalidOperation is not one.
+    for value in (float("inf"), float("-inf")):
+        with pytest.raises(CanonicalFormError):
+            floor_decimal(value, 6)
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity", "sNaN"])
+def test_a_non_finite_bar_is_refused(text: str) -> None:
+    # A NaN bar would make every comparison raise later, inside the audit lane.
+    with pytest.raises(CanonicalFormError):
+        parse_decimal(text, field="bar")
+    with pytest.raises(CanonicalFormError):
+        AuditSpec(registered("faithful"), bar=text)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from engine_bridge.deltas import DeltaSpec, registered
+from engine_bridge.hooks import AuditSpec
 from engine_bridge.prompt_slice import load_replay_slice
-from engine_bridge.protocol import FakeEngine, FaultCode, RequestTiming, WindowRun
+from engine_bridge.protocol import FakeEngine, FakeLane, FaultCode, RequestTiming, WindowRun
 from engine_bridge.speed import (
     iter_windows,
     lane_roles,
@@ -228,3 +230,119 @@ def test_each_lane_warms_up_once_per_orientation_by_default() -> None:
                            on_window=lambda payload: True)
     assert warmups == expected
     assert all("stock_decode_tps" not in payload for payload in payloads)
+
+
+# Speed windows (docs/engine.md, speed.py): a stock lane restart is pod_service_restart, a zero-
+# cost arm is evidence_unavailable, a candidate generating more tokens is work_mismatch, each arm
+# reports its own token count, a resumed attempt keeps its window's orientation, and odd window
+# counts split at half.
+
+
+# --- speed windows ----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _ScriptedLane(FakeLane):
+    """A fake lane whose measured run can be rewritten per window by the engine's script."""
+
+    def run_window(self, replay: Any, *, window: int = 0) -> WindowRun:
+        run = super().run_window(replay, window=window)
+        script = getattr(self.engine, "script", None)
+        return run if script is None or window == 0 else script(self, window, run)
+
+
+@dataclass(eq=False)
+class _ScriptedEngine(FakeEngine):
+    script: Any = None
+
+    def boot_lane(self, lane_id: str, delta: DeltaSpec | None = None, *,
+                  audit: AuditSpec | None = None, stage: str = "speed") -> FakeLane:
+        lane = super().boot_lane(lane_id, delta, audit=audit, stage=stage)
+        self.live.remove(lane)
+        scripted = _ScriptedLane(self, lane_id, delta, audit, stage)
+        self.live.append(scripted)
+        return scripted
+
+
+def _speed_fault(script: Any, windows: int = 2) -> tuple[list[int], EngineFault]:
+    engine = _ScriptedEngine(script=script)
+    seen: list[int] = []
+    with pytest.raises(EngineFault) as caught:
+        for payload in iter_windows(engine, CANDIDATE, REPLAY, windows=windows):
+            seen.append(payload["window"])
+    assert engine.live == []
+    return seen, caught.value
+
+
+def test_a_stock_lane_restart_is_pod_service_restart() -> None:
+    # speed.py: a lane's boot id must not change while it serves windows; stock's changes
+    # before window 2, so window 1 is kept and window 2 faults.
+    def script(lane: FakeLane, window: int, run: WindowRun) -> WindowRun:
+        if lane.delta is None and window == 2:
+            return WindowRun(run.cost_ns, run.output_token_ids, run.timings, "restarted")
+        return run
+
+    seen, fault = _speed_fault(script)
+    assert seen == [1]
+    assert (fault.context["fault_code"], fault.context["window"]) == ("pod_service_restart", 2)
+
+
+@pytest.mark.parametrize("zero_arm", ["candidate", "stock"])
+def test_one_arm_with_a_zero_cost_is_evidence_unavailable(zero_arm: str) -> None:
+    # speed.py: costs must be positive; one arm at 0 ns (the other at 1 s) is enough.
+    def script(lane: FakeLane, window: int, run: WindowRun) -> WindowRun:
+        arm = "stock" if lane.delta is None else "candidate"
+        cost = 0 if arm == zero_arm else run.cost_ns
+        return WindowRun(cost, run.output_token_ids, run.timings, run.boot_id)
+
+    seen, fault = _speed_fault(script)
+    assert seen == []
+    assert fault.context["fault_code"] == "evidence_unavailable"
+
+
+def test_a_candidate_that_generates_more_tokens_is_work_mismatch() -> None:
+    # DOMAIN §6: token counts must match between arms, in either direction. The candidate
+    # adds one token to its last request: 129 against stock's 128.
+    def script(lane: FakeLane, window: int, run: WindowRun) -> WindowRun:
+        if lane.delta is None:
+            return run
+        ids = (*run.output_token_ids[:-1], (*run.output_token_ids[-1], 0))
+        return WindowRun(run.cost_ns, ids, run.timings, run.boot_id)
+
+    seen, fault = _speed_fault(script)
+    assert seen == []
+    assert fault.context["fault_code"] == "work_mismatch"
+
+
+def test_window_payload_reports_each_arms_own_token_count() -> None:
+    # The payload's fields are per arm: stock 3 tokens, candidate 2 (the ledger, not this
+    # function, turns the mismatch into work_mismatch).
+    stock = WindowRun(10, ((1, 2, 3),), (), "s")
+    candidate = WindowRun(20, ((1, 2),), (), "c")
+    assert window_payload(1, 1, stock, candidate) == {
+        "window": 1, "orientation": 1, "stock_cost_ns": 10, "candidate_cost_ns": 20,
+        "stock_output_tokens": 3, "candidate_output_tokens": 2}
+
+
+def test_a_resumed_attempt_keeps_the_orientation_of_its_window() -> None:
+    # W = 4: orientation 1 is windows 1..2. Resuming at window 3 runs windows 3 and 4 in
+    # orientation 2, so the candidate boots on lane B and stock on lane A.
+    engine = FakeEngine()
+    payloads = list(iter_windows(engine, CANDIDATE, REPLAY, windows=4, first_window=3))
+    assert [(p["window"], p["orientation"]) for p in payloads] == [(3, 2), (4, 2)]
+    assert engine.booted == [("B", "fast_mlp", "speed"), ("A", None, "speed")]
+
+
+@pytest.mark.parametrize(("windows", "orientations"), [
+    (3, [1, 2, 2]),  # ⌊3/2⌋ = 1
+    (5, [1, 1, 2, 2, 2]),  # ⌊5/2⌋ = 2
+])
+def test_odd_window_counts_split_at_half_through_the_generator(
+    windows: int, orientations: list[int]
+) -> None:
+    engine = FakeEngine()
+    payloads = list(iter_windows(engine, CANDIDATE, REPLAY, windows=windows))
+    assert [p["orientation"] for p in payloads] == orientations
+    assert [p["window"] for p in payloads] == list(range(1, windows + 1))
+    assert engine.booted == [("A", "fast_mlp", "speed"), ("B", None, "speed"),
+                             ("B", "fast_mlp", "speed"), ("A", None, "speed")]

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from decimal import Context, Decimal
 from typing import Any
 
 import pytest
 
+from machines import arena as A
 from machines import samples
+from machines import submission as S
 from machines.arena import commission_digest, policy_digest
+from machines.refusal import Refusal
 from machines.scenario import Scenario
 from machines.table import evolve
 from vocabulary.codec import digest
-from vocabulary.events import ArenaCommissioned
+from vocabulary.events import (
+    ArenaCommissioned,
+    ArenaRetired,
+    ControlRegistered,
+    Event,
+    IncumbentAdvanced,
+)
 
 #: A commission as an appender writes it: the sealed policy names only what it sets, so
 #: its defaults (sla_blocks, reward_margin, the audit near-miss bounds, …) are not spelled.
@@ -124,3 +134,121 @@ def test_the_largest_pass_line_a_commission_takes_is_recorded_by_a_failing_look(
     assert (decision.verdict, decision.reason, decision.pass_line) == (
         "FAIL", "speed_threshold_not_met", f"{expected:f}")
     assert len(f"{expected:f}".partition(".")[0]) == 28
+
+
+# Commissions and the incumbent (DOMAIN §3, docs/machines.md): the commission digest is the
+# recorded payload's; a re-commission keeps every earlier commission by digest and carries its own
+# policy digest, fee and incumbent; IncumbentAdvanced and ArenaRetired record their block (and
+# reason); controls of one delta digest stay in registration order.
+
+
+def _steps(step: Any, state: Any, events: tuple[Event, ...]) -> Any:
+    """Applies ``events`` with a machine's ``step``, each accepted; returns the last state."""
+    for event in events:
+        result = step(state, event)
+        assert not isinstance(result, Refusal), str(result)
+        state = result
+    assert state is not None
+    return state
+
+
+# --- Arena -----------------------------------------------------------------------------
+
+
+def _fold(*events: Event) -> A.ArenaState:
+    return _steps(A.step, None, events)
+
+
+FIRST = samples.commissioned(block=100, incumbent="incumbent-0", fee_rao=1_000_000_000)
+
+
+SECOND = samples.commissioned(
+    block=200, incumbent="incumbent-1", fee_rao=0,
+    model={"name": "tiny-llama", "revision": "r2"},
+    sealed=samples.policy(window_noise="0.02"),
+)
+
+
+def test_the_recorded_payload_decides_the_commission_digest() -> None:
+    # DOMAIN §3: digest("arena-ledger.commission", the payload as recorded). A payload that
+    # spells a default the model was not given hashes as recorded, not as rebuilt.
+    document = samples.commission_document()
+    event = ArenaCommissioned.model_validate(document)
+    recorded: dict[str, Any] = copy.deepcopy(document)
+    recorded["policy"]["sla_blocks"] = 500_000
+    expected = digest("arena-ledger.commission", recorded)
+    assert expected != A.commission_digest(event)
+    assert A.commission_digest(event, recorded) == expected
+    opened = A.step(None, event, recorded)
+    assert isinstance(opened, A.ArenaState)
+    assert opened.commission_digest == expected
+    assert list(opened.commissions) == [expected]
+
+
+def test_a_recommission_keeps_every_earlier_commission_by_digest() -> None:
+    # Attempts stay bound to the commission they were claimed under (DOMAIN §3).
+    state = _fold(FIRST, SECOND)
+    first, second = A.commission_digest(FIRST), A.commission_digest(SECOND)
+    assert first != second
+    assert state.commission_digest == second
+    assert list(state.commissions) == [first, second]
+    assert state.commissions[first].event == FIRST
+    assert state.commissions[first].block == 100 and state.commissions[second].block == 200
+
+
+def test_each_commission_carries_its_own_policy_digest() -> None:
+    state = _fold(FIRST, SECOND)
+    first, second = A.commission_digest(FIRST), A.commission_digest(SECOND)
+    assert state.commissions[first].policy_digest == A.policy_digest(FIRST.policy)
+    assert state.commissions[second].policy_digest == A.policy_digest(SECOND.policy)
+    assert A.policy_digest(FIRST.policy) != A.policy_digest(SECOND.policy)
+
+
+def test_the_incumbent_starts_at_the_commission_and_moves_with_a_recommission() -> None:
+    # Re-commissioning with another incumbent starts a new reward group (docs/machines.md).
+    opened = _fold(FIRST)
+    assert (opened.incumbent_digest, opened.incumbent_block) == (samples.hex64("incumbent-0"), 100)
+    state = _fold(FIRST, SECOND)
+    assert (state.incumbent_digest, state.incumbent_block) == (samples.hex64("incumbent-1"), 200)
+
+
+def test_incumbent_advanced_records_its_digest_and_block() -> None:
+    advanced = IncumbentAdvanced(
+        incumbent_digest=samples.hex64("incumbent-2"), block=150, reason="a better kernel"
+    )
+    state = _fold(FIRST, advanced)
+    assert (state.status, state.incumbent_digest, state.incumbent_block) == (
+        A.ACTIVE, samples.hex64("incumbent-2"), 150,
+    )
+
+
+def test_retirement_records_its_block_and_reason() -> None:
+    state = _fold(FIRST, ArenaRetired(block=300, reason="model withdrawn"))
+    assert (state.status, state.retired, state.retired_block, state.retired_reason) == (
+        A.RETIRED, True, 300, "model withdrawn",
+    )
+
+
+def test_the_fee_is_the_current_commissions() -> None:
+    # Intake reads the arena fee (DOMAIN §5): after a re-commission at fee 0, an arrival
+    # naming no payment is admitted waived.
+    assert _fold(FIRST, SECOND).fee_rao == 0
+    sc = Scenario()
+    sc.commission(fee_rao=1_000_000_000)
+    sc.commission(fee_rao=0, block=200, model={"name": "tiny-llama", "revision": "r2"})
+    sub = sc.fold.submission(sc.arrive(block=1_000))
+    assert sub is not None
+    assert (sub.status, sub.fee) == (S.QUEUED, S.Fee("waived", "", 0))
+
+
+def test_controls_of_one_delta_digest_stay_in_registration_order() -> None:
+    # Every control of a digest is judged against its submissions, controls in registration
+    # order (docs/machines.md); the names are chosen so sorted order differs.
+    delta = "d" * 64
+    later = ControlRegistered(control_id="zz-first", kind="identity", delta_digest=delta,
+                              expected_verdict="PASS")
+    earlier = ControlRegistered(control_id="aa-second", kind="honest", delta_digest=delta,
+                                expected_verdict="PASS")
+    state = _fold(FIRST, later, earlier)
+    assert state.controls_by_delta == {delta: ("zz-first", "aa-second")}
+    assert list(state.controls) == ["zz-first", "aa-second"]

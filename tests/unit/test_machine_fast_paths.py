@@ -1,8 +1,8 @@
 """Checks the fold's fast paths against the straightforward computations they replace.
 
 - Looks decided from a float estimate of S (``quick_*``) must give, digit for digit, what
-  the Decimal look of DOMAIN §6 gives: the reference below is the per-window computation
-  the attempt machine used to run (``ln``/``exp`` at precision 34 at every look).
+  the Decimal look of DOMAIN §6 gives: the reference (fast_path_reference.py) is the plain
+  per-window computation (``ln``/``exp`` at precision 34 at every look).
 - ``AttemptState.looks`` and ``ln_r1``, now derived from the windows, must equal the looks
   the reference took.
 - ``submission_id_of`` spells canonical JSON directly for plain arrivals; it must equal
@@ -21,23 +21,21 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from fast_path_reference import (
+    machine_looks,
+    reference_looks,
+)
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from machines import arena, attempt, payment, projection, samples, submission
 from machines.arithmetic import (
     CONTEXT,
-    Look,
     PolicyParams,
-    SpeedResult,
     compile_policy,
-    futile,
-    ln,
-    look,
     quick_fixed,
     quick_outcome,
     quick_speedup,
-    ratio,
 )
 from machines.projection import LedgerFold
 from machines.refusal import Refusal
@@ -54,55 +52,6 @@ from vocabulary.events import (
 )
 
 BILLION = 1_000_000_000
-
-
-def _reference(
-    params: PolicyParams, costs: list[tuple[int, int]]
-) -> list[tuple[SpeedResult | None, tuple[Look, ...], Decimal | None]]:
-    """Returns (speed, looks, ln R1) after each window, computed the straightforward way."""
-    a = b = c = d = 0
-    r1: Decimal | None = None
-    ln_r1: Decimal | None = None
-    looks: list[Look] = []
-    speed: SpeedResult | None = None
-    after = []
-    n1 = params.orientation1_windows
-    for index, (stock, candidate) in enumerate(costs, start=1):
-        if speed is not None or index > params.windows:
-            break
-        if index <= n1:
-            a, b = a + stock, b + candidate
-        else:
-            c, d = c + stock, d + candidate
-        if index == n1:
-            r1 = ratio(b, a)
-            if futile(params, r1):
-                speed = SpeedResult.futility(params)
-        elif index > n1:
-            assert r1 is not None
-            ln_r1 = ln(r1)
-            seen = look(params, index, r1, ln_r1, ratio(d, c))
-            looks.append(seen)
-            if seen.outcome != "continue":
-                speed = SpeedResult.of_look(seen)
-        after.append((speed, tuple(looks), ln_r1))
-    return after
-
-
-def _machine(
-    params: PolicyParams, costs: list[tuple[int, int]]
-) -> list[tuple[SpeedResult | None, tuple[Look, ...], Decimal | None]]:
-    state = attempt.claim(samples.claimed("a" * 64, "c" * 64), params)
-    after = []
-    for index, (stock, candidate) in enumerate(costs, start=1):
-        if state.speed is not None or index > params.windows:
-            break
-        event = samples.window(index, params.orientation(index), stock, candidate)
-        result = attempt.step(state, event)
-        assert not isinstance(result, Refusal), str(result)
-        state = result
-        after.append((state.speed, state.looks, state.ln_r1))
-    return after
 
 
 def _policy(windows: int, z: str, noise: str, gain: str, futility: str | None) -> PolicyParams:
@@ -132,7 +81,7 @@ def test_quick_looks_equal_the_decimal_looks(
     costs: list[tuple[int, int]],
 ) -> None:
     params = _policy(windows, z, noise, gain, futility)
-    assert _machine(params, costs) == _reference(params, costs)
+    assert machine_looks(params, costs) == reference_looks(params, costs)
 
 
 def _costs_for(target: float, windows: int) -> list[tuple[int, int]]:
@@ -163,7 +112,7 @@ def test_looks_next_to_a_threshold_still_equal_the_decimal_looks(
     assert quick is not None and quick.gate is not None
     threshold = quick.gate if which == "gate" else quick.slower
     costs = _costs_for(threshold * (1 + offset), windows)
-    assert _machine(params, costs) == _reference(params, costs)
+    assert machine_looks(params, costs) == reference_looks(params, costs)
 
 
 def test_an_estimate_too_close_to_call_is_left_to_the_decimal_look() -> None:
@@ -189,9 +138,9 @@ def test_a_rounding_tie_of_the_speedup_takes_the_decimal_path() -> None:
     assert quick_fixed(1.0000005 - 1e-9) == "1.000000"
     params = _policy(2, "-1", "0.01", "0", None)  # z < 0: S = 1.0000005 passes at look 2
     costs = [(100_000_100_000_025, 10**14), (1, 1)]
-    reference = _reference(params, costs)
+    reference = reference_looks(params, costs)
     assert reference[-1][0] is not None and reference[-1][0].verdict == "PASS"
-    assert _machine(params, costs) == reference
+    assert machine_looks(params, costs) == reference
 
 
 @given(st.floats(min_value=1e-6, max_value=1e3))
@@ -215,7 +164,7 @@ def test_an_extreme_pass_line_has_no_quick_line() -> None:
     params = _policy(2, "2300", "0.02", "0", None)  # L = exp(2300 · 0.02) − 1 ≈ 1e20
     assert params.quick[2] is None
     costs = [(BILLION, BILLION // 2), (BILLION, BILLION // 2)]
-    assert _machine(params, costs) == _reference(params, costs)
+    assert machine_looks(params, costs) == reference_looks(params, costs)
 
 
 _TEXT = st.text(min_size=1, max_size=12)

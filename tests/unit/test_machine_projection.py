@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 from archive_double import MemoryArchive  # same directory, prepend import mode
+from fold_scenarios import (
+    BILLION,
+    FEE,
+    admitted_alone,
+)
 
 from machines import samples
 from machines import scenario as scenario_module
@@ -29,11 +34,9 @@ from vocabulary.events import (
     SubmissionResolved,
 )
 
-BILLION = 1_000_000_000
 WORKED = samples.WORKED_EXAMPLE_COSTS
 SLOW = ((BILLION, 1_040_000_000),) * 4
 FLAT = ((BILLION, 998_000_000),) * 4  # 0.2 % faster: not enough
-FEE = BILLION
 
 
 def _archived_fold(*, detail: bool = False) -> LedgerFold:
@@ -275,32 +278,12 @@ def test_a_credit_this_submission_already_spent_comes_before_the_hotkeys_other_c
     assert sc.fold.submission(sid).status == "QUEUED"  # type: ignore[union-attr]
 
 
-def _arrived(sc: Scenario, **fields: object) -> str:
-    """Records an arrival alone (no intake outcome yet); returns its submission id."""
-    event = samples.arrived(**fields)  # type: ignore[arg-type]
-    sc.append(f"submission-{event.submission_id}", event)
-    return event.submission_id
-
-
-def _admitted(kind: str, ref: str) -> SubmissionAdmitted:
-    """Returns a SubmissionAdmitted at block 1,000 with a fee of ``FEE`` by ``kind`` and ``ref``."""
-    fee = {"kind": kind, "ref": ref, "amount_rao": FEE}
-    return SubmissionAdmitted.model_validate({"block": 1_000, "fee": fee})
-
-
-def _admitted_alone(sc: Scenario, kind: str, ref: str, **arrival: object) -> str:
-    """Records an arrival and its admission, without the fee event that should come with it."""
-    sid = _arrived(sc, **arrival)
-    sc.append(f"submission-{sid}", _admitted(kind, ref))
-    return sid
-
-
 def test_an_admission_whose_fee_event_is_still_to_come_holds_its_payment_or_credit() -> None:
     # One payment admitted two submissions when their PaymentConsumed never came: intake
     # counted a payment as used only once consumed. It is used once an admission names it.
     sc = Scenario()
     sc.commission()
-    first = _admitted_alone(sc, "payment", "pay-1", payment_ref="pay-1", content="a")
+    first = admitted_alone(sc, "payment", "pay-1", payment_ref="pay-1", content="a")
     again = samples.arrived(payment_ref="pay-1", content="b")
     sc.append("submission-" + again.submission_id, again)
     assert sc.fold.intake(again.submission_id, FEE) == Rejection("eval_cost_payment_used")
@@ -321,7 +304,7 @@ def test_an_admission_whose_fee_event_is_still_to_come_holds_its_payment_or_cred
     # A credit named by an admission is not offered again before its CreditSpent.
     sc.credit("cr-1", "5Miner")
     sc.credit("cr-2", "5Miner")
-    owner = _admitted_alone(sc, "credit", "cr-1", hotkey="5Miner", content="c")
+    owner = admitted_alone(sc, "credit", "cr-1", hotkey="5Miner", content="c")
     later = samples.arrived(hotkey="5Miner", content="d")
     sc.append("submission-" + later.submission_id, later)
     assert sc.fold.intake(later.submission_id) == Admission("credit", "cr-2", FEE)
@@ -339,7 +322,7 @@ def test_an_admission_whose_fee_never_came_is_not_evaluated() -> None:
     # reward while the fees showed nothing paid.
     sc = Scenario()
     state = sc.commission()
-    sid = _admitted_alone(sc, "payment", "pay-1", payment_ref="pay-1")
+    sid = admitted_alone(sc, "payment", "pay-1", payment_ref="pay-1")
     claim = samples.claimed(sid, state.commission_digest, attempt_id="att-1")
     assert _code(sc, "attempt-att-1", claim) == "fee_unpaid"
     sc.append("payment-pay-1", PaymentConsumed(payment_ref="pay-1", submission_id=sid,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from machines import arena, samples
 from machines.arithmetic import Decision
-from machines.reasons import REASONS, codes_of_kind, describe, duplicate_reason
+from machines.reasons import KINDS, REASONS, codes_of_kind, describe, duplicate_reason
 from machines.refusal import Refusal
 from machines.scenario import Scenario
 from vocabulary.events import (
@@ -408,3 +410,46 @@ def test_describe_handles_parametrised_duplicates() -> None:
     assert set(codes_of_kind("fault")) == set(FAULT_CODES)
     for entry in REASONS.values():
         assert entry.meaning and entry.cause and entry.next_step
+
+
+# Reason codes are listed in the order docs/machines.md lists them, a kind that is not one has
+# none, and describe reads its parameters only after duplicate_of.
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "machines.md"
+
+
+# --- machines.reasons ----------------------------------------------------------------------
+
+
+def _documented_codes() -> list[tuple[str, str]]:
+    """Returns (code, kind) of every row of docs/machines.md's reason table, in its order."""
+    text = DOC.read_text(encoding="utf-8").split("## Reason codes", 1)[1]
+    return re.findall(r"^\| `([a-z_]+)` \| ([a-z]+) \|", text, flags=re.MULTILINE)
+
+
+def test_reasons_and_codes_of_kind_are_in_the_order_docs_list_them() -> None:
+    documented = _documented_codes()
+    assert list(REASONS) == [code for code, _ in documented]
+    for kind in KINDS:
+        assert codes_of_kind(kind) == tuple(code for code, k in documented if k == kind)
+    assert codes_of_kind("fault") == tuple(FAULT_CODES)  # DOMAIN §4's closed list, in order
+
+
+def test_a_kind_that_is_not_one_has_no_codes() -> None:
+    assert sum(len(codes_of_kind(kind)) for kind in KINDS) == len(REASONS)
+    for kind in ("", "re", "refusals", "Fault"):
+        assert codes_of_kind(kind) == ()
+
+
+def test_describe_reads_parameters_only_after_duplicate_of() -> None:
+    assert describe(duplicate_reason("ab" * 32, "futility")) is REASONS["duplicate_of"]
+    for text in (
+        "duplicate_ofx",
+        "duplicate_of_futility",
+        "not_duplicate_of:abababababababab:x",
+        "futility:abababababababab",
+        "candidate_slower:",
+        ":duplicate_of",
+    ):
+        assert describe(text) is None, text

@@ -10,11 +10,14 @@ from machines import samples
 from machines import submission as S
 from machines.arithmetic import Decision
 from machines.refusal import Refusal
+from vocabulary.codec import digest
+from vocabulary.errors import CanonicalFormError
 from vocabulary.events import (
     Event,
     HoldReleased,
     QualificationStarted,
     SubmissionAdmitted,
+    SubmissionArrived,
     SubmissionExpired,
     SubmissionHeld,
     SubmissionRejected,
@@ -240,3 +243,88 @@ def test_fold_matches_step_by_step() -> None:
         SubmissionHeld(reason="late", block=9),  # refused: terminal, so ignored by fold
     ]
     assert S.fold(events) == _ok(None, *events[:4])
+
+
+# sla_due is false for a terminal submission and defaults to 500,000 blocks (DOMAIN §5); a
+# NO_DECISION with disposition HOLD spends none of the retry budget (only REQUEUE resolutions
+# count); an arrival whose integers lie outside canonical JSON's ±(2**53 − 1) gets the codec's
+# refusal, never a digest.
+
+
+def _queued_with_a_payment() -> S.SubmissionState:
+    admitted = SubmissionAdmitted.model_validate(
+        {"block": ARRIVAL_BLOCK, "fee": {"kind": "payment", "ref": "pay-1", "amount_rao": 5}}
+    )
+    return _ok(None, samples.arrived(block=ARRIVAL_BLOCK), admitted)
+
+
+def _attempt(
+    state: S.SubmissionState, attempt: str, reason: str, disposition: str
+) -> S.SubmissionState:
+    resolved = SubmissionResolved(
+        attempt_id=attempt, verdict="NO_DECISION", reason=reason, disposition=disposition
+    )
+    return _ok(state, QualificationStarted(attempt_id=attempt), resolved)
+
+
+# --- Submission ------------------------------------------------------------------------
+
+
+def test_sla_due_is_false_for_a_terminal_submission_however_late() -> None:
+    # sla_due "tells whether a live submission may expire": a terminal one absorbs nothing
+    # (DOMAIN §5), so no block, however late, makes it due.
+    qualified = _ok(
+        _queued_with_a_payment(),
+        QualificationStarted(attempt_id="att-1"),
+        SubmissionResolved(attempt_id="att-1", verdict="PASS", reason="", disposition="COMPLETE"),
+    )
+    assert qualified.status == S.QUALIFIED
+    assert S.sla_due(qualified, ARRIVAL_BLOCK + 10**9, 10) is False
+    assert S.sla_due(_queued_with_a_payment(), ARRIVAL_BLOCK + 10**9, 10) is True
+
+
+def test_sla_due_defaults_to_500000_blocks_past_arrival() -> None:
+    # DOMAIN §5: sla_blocks defaults to 500,000 when the policy names none.
+    queued = _queued_with_a_payment()
+    assert S.sla_due(queued, ARRIVAL_BLOCK + 500_000) is True
+    assert S.sla_due(queued, ARRIVAL_BLOCK + 499_999) is False
+
+
+def test_a_hold_disposition_spends_none_of_the_retry_budget() -> None:
+    # Only NO_DECISION with disposition REQUEUE spends the budget (docs/machines.md): after a
+    # HOLD resolution and its release, three REQUEUE resolutions still re-queue.
+    held = _attempt(_queued_with_a_payment(), "att-1", "evidence_unavailable", "HOLD")
+    assert (held.status, held.hold_reason, held.requeues) == (
+        S.HELD, "evidence_unavailable", 0,
+    )
+    state = _ok(held, HoldReleased(reason="restored", block=2_000, operator="5Op"))
+    assert (state.status, state.requeues) == (S.QUEUED, 0)
+    for n in (1, 2, 3):
+        state = _attempt(state, f"att-{n + 1}", "adapter_start_failed", "REQUEUE")
+        assert (state.status, state.requeues, state.hold_reason) == (S.QUEUED, n, None)
+    state = _attempt(state, "att-5", "adapter_start_failed", "REQUEUE")
+    assert (state.status, state.hold_reason, state.attempts) == (
+        S.HELD, "retry_budget_exhausted", 5,
+    )
+
+
+@pytest.mark.parametrize("field", ["block", "event_index", "event_subindex"])
+def test_an_arrival_integer_past_the_json_range_gets_the_codecs_refusal(field: str) -> None:
+    # submission_id_of spells canonical JSON itself only for JSON-safe integers; anything
+    # else goes through vocabulary.codec.digest, which refuses integers past ±(2**53 − 1).
+    numbers = {"block": 7, "event_index": 0, "event_subindex": 0, field: 2**53}
+    arrival = samples.arrived().arrival.model_construct(**numbers)
+    event = SubmissionArrived.model_construct(
+        arena_id="mlp-arena", miner_hotkey="5Miner", content_hash="c" * 64, arrival=arrival,
+    )
+    with pytest.raises(CanonicalFormError):
+        S.submission_id_of(event)
+    # The largest safe integer is still digested, and equals the codec's digest.
+    safe = arrival.model_construct(**{**numbers, field: 2**53 - 1})
+    event = SubmissionArrived.model_construct(
+        arena_id="mlp-arena", miner_hotkey="5Miner", content_hash="c" * 64, arrival=safe,
+    )
+    assert S.submission_id_of(event) == digest("arena-ledger.arrival", {
+        "arena_id": "mlp-arena", **{**numbers, field: 2**53 - 1},
+        "miner_hotkey": "5Miner", "content_hash": "c" * 64,
+    })

@@ -11,7 +11,8 @@ from machines import arena, attempt, payment, samples, submission
 from machines.arithmetic import Decision
 from machines.reasons import REASONS
 from machines.refusal import Refusal
-from machines.table import Guard, Table
+from machines.submission import SubmissionState
+from machines.table import Guard, Table, build
 from vocabulary.events import (
     ALL_EVENTS_V1,
     ArenaRetired,
@@ -145,3 +146,94 @@ def test_domain_state_names() -> None:
     )
     assert {"REJECTED", "QUALIFIED", "FAILED", "EXPIRED"} == submission.TERMINALS
     assert attempt.STATES == ("CLAIMED", "SPEED", "AUDIT", "QUALITY", "DECIDED")
+
+
+# build fills only the fields it is not given from the defaults; a table's specific refusal code
+# wins over terminal_state, which wins over transition_not_allowed; event_types names every ruled
+# event type once, opening first; a guard without a label still draws one arrow per target, so its
+# targets stay reachable.
+
+
+# --- machines.table ------------------------------------------------------------------------
+
+
+def test_build_fills_only_the_fields_it_is_not_given_from_the_defaults() -> None:
+    fields: dict[str, Any] = dict(
+        submission_id="s",
+        arena_id="a",
+        hotkey="h",
+        content_hash="c",
+        delta_digest="d",
+        target="t",
+        arrival_key=(1, 2, 3, "h", "c"),
+        payment_ref=None,
+    )
+    given = {"status": "QUEUED", "attempts": 2, "reason": "futility"}
+    built = build(SubmissionState, **fields, **given)
+    assert built == SubmissionState(**fields, **given)
+    assert (built.status, built.attempts, built.reason, built.verdict) == (
+        "QUEUED",
+        2,
+        "futility",
+        None,
+    )
+
+
+def _toy_table(**extra: Any) -> Table[Any, Any]:
+    """Returns a two-state payment-like table: OPEN --PaymentReleased--> DONE (terminal)."""
+    fields: dict[str, Any] = dict(
+        machine="payment",
+        states=("OPEN", "DONE"),
+        initial="OPEN",
+        opening="PaymentConsumed",
+        terminals=frozenset({"DONE"}),
+        rules={("OPEN", "PaymentReleased"): "DONE"},
+        effects={"PaymentReleased": lambda state, event, target: _Stub(target)},
+    )
+    fields.update(extra)
+    return Table(**fields)
+
+
+def test_a_specific_refusal_wins_over_terminal_state_which_wins_over_not_allowed() -> None:
+    table = _toy_table(refusals={("DONE", "PaymentConsumed"): "stream_already_started"})
+    events = example_events()
+    consumed, released = events["PaymentConsumed"], events["PaymentReleased"]
+    codes = {}
+    for state, event in (
+        (_Stub("DONE"), consumed),
+        (_Stub("DONE"), released),
+        (_Stub("OPEN"), consumed),
+    ):
+        result = table.step(state, event, None)
+        assert isinstance(result, Refusal)
+        codes[state.status, event.event_type] = result.code
+    assert codes == {
+        ("DONE", "PaymentConsumed"): "stream_already_started",
+        ("DONE", "PaymentReleased"): "terminal_state",
+        ("OPEN", "PaymentConsumed"): "transition_not_allowed",
+    }
+    assert table.step(_Stub("OPEN"), released, None) == _Stub("DONE")
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_event_types_names_each_ruled_event_type_once_opening_first(name: str) -> None:
+    table = TABLES[name]
+    types = table.event_types()
+    assert types[0] == table.opening
+    assert len(types) == len(set(types))
+    assert set(types) == {table.opening} | {event_type for _, event_type in table.rules}
+    assert set(types) <= set(example_events())
+
+
+def test_a_guard_without_a_label_still_draws_one_arrow_per_target() -> None:
+    guard: Guard[Any, Any] = Guard(("B", "C"), lambda state, event, context: state)
+    table = _toy_table(
+        states=("OPEN", "B", "C"),
+        terminals=frozenset({"B", "C"}),
+        rules={("OPEN", "PaymentReleased"): guard},
+    )
+    assert [(e.source, e.event_type, e.target, e.label) for e in table.edges()] == [
+        ("OPEN", "PaymentReleased", "B", ""),
+        ("OPEN", "PaymentReleased", "C", ""),
+    ]
+    assert table.reachable() == frozenset(table.states)

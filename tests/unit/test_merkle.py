@@ -9,6 +9,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rfc9162 import (
+    assert_proofs_match_the_rfc,
+    rfc_leaf,
+    rfc_mth,
+    rfc_node,
+    rfc_path,
+    rfc_proof,
+)
 
 from ledger import merkle
 from ledger.merkle import (
@@ -524,7 +532,7 @@ def test_every_proof_of_a_tree_verifies(size: int) -> None:
         assert verify_consistency(size1, size, tree.root(size1), root, proof)
 
 
-# -- found unpinned by a mutation review: RFC 9162's "sn is 0: fail", types and bounds ---------
+# -- RFC 9162's "sn is 0: fail", argument types and bounds ------------------------------------
 
 EIGHT = [bytes([i]) for i in range(8)]
 
@@ -563,3 +571,182 @@ def test_nodes_for_append_refuses_to_grow_past_the_largest_tree_size() -> None:
     assert len(nodes_for_append(TREE_SIZE_MAX - 1, some, lambda level, index: some)) == 1
     with pytest.raises(InvalidInput, match="tree_size must be an integer"):
         nodes_for_append(TREE_SIZE_MAX, some, lambda level, index: some)
+
+
+# The verifiers take only 32-byte hashes and int sizes (a bool is neither a size nor an index);
+# proof builders and tree readers refuse out-of-range or mistyped arguments with an InvalidInput
+# naming the argument; ranges must be whole subtrees even two leaves wide; roots and proofs at
+# sizes around powers of two agree with RFC 9162's recursion (tests/rfc9162.py) wherever they are
+# computed.
+
+
+# Sizes around the powers of two, where the RFC's split point k moves.
+EDGE_SIZES = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65]
+
+
+def _data(size: int) -> list[bytes]:
+    return [hashlib.sha256(b"rule-%d" % i).digest() for i in range(size)]
+
+
+def _some(tag: bytes) -> bytes:
+    return hashlib.sha256(tag).digest()
+
+
+# ------------------------------------------------------------ verifiers: what a hash is
+
+
+def test_a_value_longer_than_32_bytes_is_not_a_hash_to_the_verifiers() -> None:
+    # A 33-byte "leaf hash" equal to a 33-byte "root" proved itself as a one-leaf tree when
+    # only a minimum length was checked.
+    long = _some(b"x") + b"\x00"
+    leaf = rfc_leaf(b"x")
+    assert verify_inclusion(0, 1, leaf, [], leaf)
+    assert not verify_inclusion(0, 1, long, [], long)
+    root = rfc_mth(_data(3))
+    assert verify_consistency(3, 3, root, root, [])
+    assert not verify_consistency(3, 3, root + b"\x00", root + b"\x00", [])
+    data = _data(2)
+    assert (
+        verify_inclusion(0, 2, rfc_leaf(data[0]), [rfc_leaf(data[1]) + b"\x00"], rfc_mth(data))
+        is False
+    )
+
+
+def test_a_leaf_hash_that_is_not_bytes_fails_inclusion_without_raising() -> None:
+    # The leaf is checked like the root: a str never reaches the hash function.
+    data = _data(2)
+    path, root = rfc_path(0, data), rfc_mth(data)
+    assert verify_inclusion(0, 2, rfc_leaf(data[0]), path, root)
+    assert verify_inclusion(0, 2, rfc_leaf(data[0]).hex(), path, root) is False  # type: ignore[arg-type]
+    assert verify_inclusion(0, 2, None, path, root) is False  # type: ignore[arg-type]
+
+
+def test_a_bool_is_neither_a_tree_size_nor_a_leaf_index_to_the_verifiers() -> None:
+    data = _data(2)
+    leaf = rfc_leaf(data[0])
+    assert verify_inclusion(0, 1, leaf, [], leaf)
+    assert verify_inclusion(0, True, leaf, [], leaf) is False  # type: ignore[arg-type]
+    root1, root2 = rfc_mth(data[:1]), rfc_mth(data)
+    assert verify_consistency(1, 2, root1, root2, rfc_proof(1, data))
+    assert verify_consistency(True, 2, root1, root2, rfc_proof(1, data)) is False  # type: ignore[arg-type]
+    assert verify_consistency(1, True, root1, root1, []) is False  # type: ignore[arg-type]
+    assert verify_consistency(True, True, root1, root1, []) is False  # type: ignore[arg-type]
+
+
+def test_the_last_leaf_of_the_largest_tree_verifies_and_one_size_more_does_not() -> None:
+    # A tree of 2**64 - 1 leaves has one perfect subtree per bit; the last leaf's path is the
+    # 63 subtree hashes to its left, smallest first. The verifier takes the uint64 maximum.
+    leaf = rfc_leaf(b"last")
+    path = [_some(b"subtree-%d" % level) for level in range(1, 64)]
+    root = leaf
+    for sibling in path:
+        root = rfc_node(sibling, root)
+    assert verify_inclusion(TREE_SIZE_MAX - 1, TREE_SIZE_MAX, leaf, path, root)
+    assert not verify_inclusion(TREE_SIZE_MAX, TREE_SIZE_MAX + 1, leaf, path, root)
+    assert not verify_inclusion(TREE_SIZE_MAX - 1, TREE_SIZE_MAX, leaf, path[:-1], root)
+
+
+# ------------------------------------------------ proof builders: bounds and what they name
+
+
+def test_the_reference_inclusion_path_refuses_the_index_one_past_the_last_leaf() -> None:
+    data = _data(5)
+    assert inclusion_proof_from_leaves(4, data) == rfc_path(4, data)
+    for size in (1, 5):
+        with pytest.raises(InvalidInput, match=f"leaf index {size} is outside a tree of {size}"):
+            inclusion_proof_from_leaves(size, data[:size])
+
+
+def test_builders_refuse_a_bool_index_or_size_instead_of_proving_for_leaf_or_size_one() -> None:
+    tree = _tree(_data(4))
+    get = tree.get_node
+    assert merkle.inclusion_proof(1, 4, get) == rfc_path(1, _data(4))
+    with pytest.raises(InvalidInput, match="leaf index True is outside a tree of 4 leaves"):
+        merkle.inclusion_proof(True, 4, get)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=re.escape("leaf index 1.0 is outside")):
+        merkle.inclusion_proof(1.0, 4, get)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=re.escape("old size True is outside 0..4")):
+        merkle.consistency_proof(True, 4, get)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=re.escape("size must be an integer in 0..")):
+        merkle.inclusion_proof(0, True, get)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=re.escape("size2 must be an integer in 0..")):
+        merkle.consistency_proof(1, True, get)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=re.escape("size2 must be an integer in 0..")):
+        merkle.consistency_proof(0, -1, get)
+
+
+@pytest.mark.parametrize("size", [-1, True, TREE_SIZE_MAX + 1])
+def test_root_names_the_size_it_refuses(size: Any) -> None:
+    # The error names the caller's argument ("size"), not the range_hash bound it feeds.
+    tree = _tree(_data(2))
+    with pytest.raises(InvalidInput, match=r"^size must be an integer in 0\.\.") as caught:
+        merkle.root(size, tree.get_node)
+    assert caught.value.context == {"size": size}
+
+
+def test_a_two_leaf_range_must_start_on_an_even_leaf() -> None:
+    # D[1:3] is not a subtree: the node (1, 0) covers D[0:2] and must not stand in for it.
+    tree = _tree(_data(4))
+    assert merkle.range_hash(2, 4, tree.get_node) == rfc_mth(_data(4)[2:4])
+    for start, end in [(1, 3), (3, 6)]:
+        refused = f"range [{start}, {end}) does not start on a multiple of 2"
+        with pytest.raises(InvalidInput, match=re.escape(refused)):
+            merkle.range_hash(start, end, tree.get_node)
+
+
+# ---------------------------------------------------------------- in-memory trees' surface
+
+
+def test_merkle_tree_has_no_node_at_a_negative_level_or_index() -> None:
+    tree = _tree(_data(4))
+    assert tree.get_node(2, 0) == rfc_mth(_data(4))
+    for level, index in [(-1, 0), (0, -1), (1, -1), (-3, 0)]:
+        with pytest.raises(NotFound, match=f"no complete Merkle node at level {level} index"):
+            tree.get_node(level, index)
+
+
+def test_merkle_tree_append_returns_the_new_leafs_index_and_checks_its_hash() -> None:
+    tree = MerkleTree()
+    assert tree.append(b"a") == 0
+    assert tree.append_leaf_hash(rfc_leaf(b"b")) == 1
+    assert tree.append(b"c") == 2
+    assert tree.root() == rfc_mth([b"a", b"b", b"c"])
+    for bad in (rfc_leaf(b"d")[:31], rfc_leaf(b"d") + b"\x00"):
+        with pytest.raises(InvalidInput, match="leaf_hash must be 32 bytes"):
+            tree.append_leaf_hash(bad)
+    assert tree.size == 3 and tree.root() == rfc_mth([b"a", b"b", b"c"])
+
+
+def test_compact_range_checks_its_leaf_hash_and_size() -> None:
+    compact = CompactRange()
+    compact.append_leaf_hash(rfc_leaf(b"a"))
+    for bad in (rfc_leaf(b"b")[:31], rfc_leaf(b"b") + b"\x00"):
+        with pytest.raises(InvalidInput, match="leaf_hash must be 32 bytes"):
+            compact.append_leaf_hash(bad)
+    assert compact.size == 1 and compact.root() == rfc_mth([b"a"])
+    tree = _tree(_data(3))
+    with pytest.raises(InvalidInput, match=r"size must be an integer in 0\.\."):
+        CompactRange.from_tree(-1, tree.get_node)
+
+
+# ------------------------------------------------- sizes around powers of two, everywhere
+
+
+@pytest.mark.parametrize("size", EDGE_SIZES)
+def test_roots_and_proofs_at_power_of_two_edges_match_the_rfc(size: int) -> None:
+    data = _data(size)
+    tree, compact = _tree(data), CompactRange()
+    compact.extend(data)
+    stored: dict[tuple[int, int], bytes] = {}
+
+    def get(level: int, index: int) -> bytes:
+        return stored[(level, index)]
+
+    for index, entry in enumerate(data):
+        for level, idx, value in nodes_for_append(index, rfc_leaf(entry), get):
+            stored[(level, idx)] = value
+    root = rfc_mth(data)
+    assert tree.root() == compact.root() == merkle.root(size, get) == root
+    if size == 0:
+        assert root == EMPTY_ROOT
+    assert_proofs_match_the_rfc(data, tree.inclusion_proof, tree.consistency_proof)

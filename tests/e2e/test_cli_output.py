@@ -1,9 +1,8 @@
-"""Pins output of the settlement and domain commands that a mutation review of
-cli/settlement_commands.py and cli/arena_commands.py found unchecked: a filter or --as-of a command could
-drop, a count or separator it could lose, an error it could raise in the wrong order or
-with the wrong exit code.
+"""Checks what the settlement and arena commands print (cli/settlement_commands.py and
+cli/arena_commands.py): each filter and --as-of is applied, counts and separators are kept,
+and errors come in the documented order with the documented exit code.
 
-The settled ledger of tests/integration/test_settlement_ledger.py (92 events: two arenas,
+The settled ledger of tests/integration/settled_ledger.py (92 events: two arenas,
 seven submissions, three settlements; its docstring works every number out by hand) is
 written once per module in-process; every read is then the installed ``arena-ledger``
 script in a subprocess (``conftest.Cli``). Tests that write work on a copy of it.

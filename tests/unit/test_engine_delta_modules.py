@@ -1,9 +1,8 @@
-"""Pins delta rules of engine_bridge.deltas and engine_bridge.delta_modules left loose.
+"""Checks the delta modules' math and loading (engine_bridge.deltas, delta_modules) in torch.
 
-Found by a hand-made mutation review of both modules: each test here fails on one small
-change that the other tests let through (the reference model's MLP is SiLU, so a delta
-that ignores the stock activation still passes there). They pin, from docs/engine.md and
-the modules' docstrings:
+The reference model's MLP is SiLU, so these tests give the stock module other activations: a
+delta that ignored the stock's own activation would still pass on the reference model. They
+pin, from docs/engine.md and the modules' docstrings:
 
 * a candidate computes the stock math with the stock's own activation, read from
   ``act_fn`` in the Hugging Face layout and from the activation's class (``GeluAndMul``)

@@ -45,7 +45,7 @@ def driver_errors() -> tuple[type[Exception], ...]:
     below SQLAlchemy, whose error translation therefore does not see a failure there.
     psycopg's errors are in the tuple once psycopg has been imported (SQLAlchemy imports it
     to open a PostgreSQL URL): no psycopg error can exist before, and a command on SQLite
-    need not pay its import (a tenth of a second). Called where an ``except`` matches, which
+    need not pay its import. Called where an ``except`` matches, which
     Python evaluates only when something was raised.
     """
     psycopg = sys.modules.get("psycopg")

@@ -1,4 +1,4 @@
-"""Spells measured values as canonical decimal strings (DOMAIN §2.4), never floats.
+"""Spells measured values as canonical decimal strings (docs/concepts.md), never floats.
 
 The canonical spelling itself is the ledger codec's (re-exported here); this module adds
 the bridge's rounding of measurements and the parsing of decimal-string settings.

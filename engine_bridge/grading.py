@@ -26,7 +26,7 @@ __all__ = [
     "classify",
 ]
 
-#: The float32 bar and band of DOMAIN §6.
+#: The float32 bar and band of policy paired-windows.v1 (docs/engine.md, eager audit).
 DEFAULT_BAR = "0.99999"
 DEFAULT_NEAR_MISS_BAND = "0.03"
 Verdict = Literal["ok", "near_miss", "violation", "uncomparable"]

@@ -18,7 +18,7 @@ __all__ = [
     "windows_min",
 ]
 
-#: Windows per attempt allowed by policy ``paired-windows.v1`` (DOMAIN §6).
+#: Windows per attempt allowed by policy ``paired-windows.v1`` (docs/events.md).
 windows_min = 2
 windows_max = 5
 

@@ -5,8 +5,8 @@ delta installed (or stock with the audit hook). It runs a window of the replay s
 scores teacher-forced token sequences, reports audit tallies, and shuts down. Lanes
 measure their own cost with an injectable monotonic clock (``Callable[[], int]``,
 nanoseconds; default :func:`time.perf_counter_ns`). Every failure the attempt must record
-is an :class:`~vocabulary.errors.EngineFault` whose ``fault_code`` is one of DOMAIN §4's
-InfrastructureFault codes. Nothing here imports torch.
+is an :class:`~vocabulary.errors.EngineFault` whose ``fault_code`` is one of the
+InfrastructureFault codes (docs/events.md). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ STAGE_QUALITY = "quality"
 
 
 class FaultCode(StrEnum):
-    """Lists the closed set of InfrastructureFault codes (DOMAIN §4)."""
+    """Lists the closed set of InfrastructureFault codes (docs/events.md)."""
 
     ENGINE_KILLED = "engine_killed"
     POD_SERVICE_RESTART = "pod_service_restart"

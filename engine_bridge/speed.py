@@ -59,7 +59,7 @@ OnWindow = Callable[[dict[str, Any]], bool]
 
 
 def orientation_of(window: int, windows: int) -> int:
-    """Returns 1 for windows 1..floor(W/2) and 2 for the rest (DOMAIN §6)."""
+    """Returns 1 for windows 1..floor(W/2) and 2 for the rest (docs/machines.md)."""
     if not windows_min <= windows <= windows_max:
         raise LimitExceeded(f"windows must be {windows_min}..{windows_max}, got {windows}",
                             windows=windows)

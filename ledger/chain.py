@@ -1,4 +1,4 @@
-"""Builds each event's canonical envelope and chains entry hashes (DOMAIN §2.6).
+"""Builds each event's canonical envelope and chains entry hashes (docs/concepts.md).
 
 entry_hash(n) = SHA-256(entry_hash(n-1) as 32 raw bytes ‖ canonical envelope bytes of n),
 with 32 zero bytes before position 1. The envelope is the canonical JSON object

@@ -1,7 +1,7 @@
 """Computes and verifies the RFC 9162 Merkle tree over the ledger's entry hashes.
 
 The ledger's log is the Merkle tree of RFC 9162 (Certificate Transparency v2) §2.1, whose
-leaves are the 32-byte entry hashes of the hash chain (DOMAIN §2.6):
+leaves are the 32-byte entry hashes of the hash chain (docs/concepts.md):
 
     leaf_hash(d)      = SHA-256(0x00 || d)
     node_hash(l, r)   = SHA-256(0x01 || l || r)

@@ -10,7 +10,7 @@ database, clock, randomness, logging or engine. Modules:
 - ``intake``, ``control``: intake rules and the control-outcome projection.
 - ``projection``: ``LedgerFold``, the whole-ledger fold and write-side ``decide``.
 - ``docs``, ``samples``: docs/machines.md rendering and deterministic example events.
-- ``settlement``: settlement-rules.v1 (DOMAIN §7).
+- ``settlement``: settlement-rules.v1 (docs/settlement.md).
 """
 
 __all__ = [

@@ -97,7 +97,7 @@ class ArenaState:
     commission: Commission
     commissions: Mapping[str, Commission]
     controls: Mapping[str, ControlRegistered]
-    #: delta digest → the controls registered with it, in registration order (DOMAIN §5:
+    #: delta digest → the controls registered with it, in registration order (docs/machines.md:
     #: every control of a digest is judged against every submission of that digest).
     controls_by_delta: Mapping[str, tuple[str, ...]]
     incumbent_digest: str

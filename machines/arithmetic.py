@@ -1,4 +1,4 @@
-"""Computes the decision arithmetic of policy ``paired-windows.v1`` (DOMAIN §6).
+"""Computes the decision arithmetic of policy ``paired-windows.v1`` (docs/machines.md).
 
 Every operation goes through one fixed ``decimal.Context`` (precision 34, ROUND_HALF_EVEN,
 traps on invalid operations, division by zero and overflow), called explicitly rather than
@@ -57,7 +57,7 @@ __all__ = [
 
 RULES_VERSION = "paired-windows.v1"
 
-#: The one arithmetic context of the machines (DOMAIN §6).
+#: The one arithmetic context of the machines (docs/machines.md, decision arithmetic).
 CONTEXT = Context(
     prec=34,
     rounding=ROUND_HALF_EVEN,
@@ -74,7 +74,7 @@ _ONE = Decimal(1)
 _TWO = Decimal(2)
 _FOUR = Decimal(4)
 
-#: Disposition of a NO_DECISION caused by each InfrastructureFault code (DOMAIN §5).
+#: Disposition of a NO_DECISION caused by each InfrastructureFault code (docs/machines.md).
 FAULT_DISPOSITIONS: Mapping[str, str] = {
     "engine_killed": "COMPLETE",
     "pod_service_restart": "COMPLETE",
@@ -129,7 +129,7 @@ class PolicyParams:
     quick: tuple[QuickLine | None, ...] = field(default=(), compare=False, repr=False)
 
     def orientation(self, window: int) -> int:
-        """Returns the orientation DOMAIN §6 prescribes for ``window`` (1-based)."""
+        """Returns the orientation paired-windows.v1 prescribes for ``window`` (1-based)."""
         return 1 if window <= self.orientation1_windows else 2
 
 

@@ -1,4 +1,4 @@
-"""Folds an ``attempt-<attempt_id>`` stream through the Attempt machine (DOMAIN §5, §6).
+"""Folds an ``attempt-<attempt_id>`` stream through the Attempt machine (docs/machines.md).
 
 ``CLAIMED`` → ``SPEED`` → ``AUDIT`` → ``QUALITY`` → ``DECIDED``, under the sealed policy of
 the commission the attempt was claimed under. The fold keeps every window, from which
@@ -13,14 +13,14 @@ pass line, the FAIL split and a 6-place rounding tie; otherwise by the Decimal l
 is never recorded (``_speed_of``, tested against the Decimal look in
 tests/unit/test_machine_fast_paths.py).
 
-Rules this module fixes where DOMAIN leaves the mechanism open (see docs/machines.md):
+Rules this module fixes beyond the transition table (see docs/machines.md):
 
 - A WindowMeasured whose output token counts differ is refused with
   ``output_tokens_differ``: a mismatch is never a speed signal, so the appender records
   ``work_mismatch_fault(window)`` (an InfrastructureFault ``work_mismatch``) instead.
 - After an InfrastructureFault only AttemptDecided is accepted (``fault_recorded``); the
-  fault decides NO_DECISION even if the evidence had already decided (DOMAIN: "in any
-  non-terminal state").
+  fault decides NO_DECISION even if the evidence had already decided (a fault counts
+  in any non-terminal state).
 - A speed FAIL under plan ``normal`` stays in ``SPEED`` with its decision derived; the
   next event must be AttemptDecided (or a fault). Under ``calibration_observation`` it
   moves to ``AUDIT``; quality never runs there.
@@ -172,7 +172,7 @@ class AttemptState:
 
     @property
     def looks(self) -> tuple[Look, ...]:
-        """Returns every look taken so far, each number at full precision (DOMAIN §6).
+        """Returns every look taken so far, each number at full precision (docs/machines.md).
 
         Why a property: a look follows from the windows alone (one after every
         orientation-2 window), and the fold decides looks from a float estimate of S
@@ -332,7 +332,7 @@ def _speed_of(
     The look is decided from a float estimate of S when that is clearly away from every
     threshold and from a rounding tie of its 6-place spelling (``quick_outcome``,
     ``quick_fixed``); otherwise from the Decimal look itself. Either way the result is the
-    one the Decimal arithmetic of DOMAIN §6 gives, digit for digit.
+    one the Decimal arithmetic of paired-windows.v1 gives, digit for digit.
     """
     stock1, candidate1, stock2, candidate2 = sums
     quick = params.quick[window] if params.quick else None
@@ -566,7 +566,7 @@ def _awaiting(state: AttemptState) -> str:
 
 _WINDOW = Guard((SPEED, AUDIT), _measure, "window in order")
 
-#: The Attempt machine of DOMAIN §5.
+#: The Attempt machine (docs/machines.md).
 TABLE: Table[AttemptState, None] = Table(
     machine="attempt",
     states=STATES,

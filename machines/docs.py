@@ -65,12 +65,12 @@ question alike (a property test holds them equal). The archive costs time: about
 the fold's speed on the benchmark ledger ([benchmarks.md](benchmarks.md#fold)).
 """
 
-_SUBMISSION_NOTES = f"""Rules fixed here where DOMAIN is silent:
+_SUBMISSION_NOTES = f"""Rules this machine fixes beyond its table:
 
 - **Retry budget.** A NO_DECISION with disposition REQUEUE sends the submission back to
   `QUEUED` at most {requeues_max} times; the {requeues_max + 1}th such
   resolution moves it to `HELD` with hold reason `retry_budget_exhausted`: a submission gets
-  {requeues_max + 1} qualification attempts in all (DOMAIN's "at most 3 attempts;
+  {requeues_max + 1} qualification attempts in all (the rule "at most 3 attempts;
   the 4th NO_DECISION holds" reads both ways; this is the reading coded). The fold derives
   this from the SubmissionResolved itself: no SubmissionHeld is appended (one would be
   refused `already_held`). HoldReleased grants one more attempt; the budget stays spent, so
@@ -86,7 +86,7 @@ _SUBMISSION_NOTES = f"""Rules fixed here where DOMAIN is silent:
   always COMPLETE.
 """
 
-_ATTEMPT_NOTES = """Rules fixed here where DOMAIN leaves the mechanism open:
+_ATTEMPT_NOTES = """Rules this machine fixes beyond its table:
 
 - **Windows** arrive in order 1..W with the prescribed orientation. Refusal codes, checked
   in this order: `window_past_limit`, `window_after_speed_decided`, `window_repeated`,
@@ -129,7 +129,7 @@ group.
 _INTAKE = f"""## Intake
 
 `machines.intake.intake(submission, context) -> Admission | Rejection` applies the rules in
-DOMAIN's order; the first that rejects decides:
+this order; the first that rejects decides:
 
 1. An arena whose `fee_rao` is 0 admits with fee kind `waived` and skips rules 2 to 4.
 2. No payment named and no unspent credit → `missing_eval_cost_payment`. Without a payment
@@ -247,7 +247,7 @@ def _worked_example() -> str:
     return "\n".join(
         [
             "Worked example (computed by the code on every render): σw = σb = 0.01, "
-            "z = {3: 2, 4: 1.5} (DOMAIN writes `2.0`; the canonical spelling is `2`), W = 4, "
+            "z = {3: 2, 4: 1.5} (`2` is the canonical spelling of `2.0`), W = 4, "
             "g = 0, no futility; stock costs 1,000,000,000 ns, window ratios 0.990, 0.985 | "
             f"0.975, 0.980; the 4th never runs: {refused}.",
             "",
@@ -268,6 +268,11 @@ All arithmetic runs in one fixed `decimal.Context` (precision 34, ROUND_HALF_EVE
 `exp` and `sqrt` are correctly rounded), called explicitly so no caller's context can
 change a digit. Decisions compare full-precision values; recorded speedup and pass line are
 quantized to exactly 6 places (`vocabulary.codec.fixed6`).
+
+The sealed policy (ArenaCommissioned's `policy`, [events.md](events.md)): W = `windows` in
+2..5; `z` maps a window index 1..W to its critical value z_k; σw = `window_noise` and
+σb = `boot_noise` lie in [0, 0.02], at least one above 0; g = `required_gain` ≥ 0 (default 0);
+f = `futility_margin` or null.
 
 - Orientation 1 is windows 1..⌊W/2⌋, orientation 2 the rest. r = candidate / stock cost.
 - R_o = Σ candidate / Σ stock over orientation o's windows so far.

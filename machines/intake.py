@@ -1,4 +1,4 @@
-"""Applies the intake rules of DOMAIN §5 to an arrived submission, in DOMAIN's order.
+"""Applies the intake rules (docs/machines.md) to an arrived submission, in order.
 
 1. An arena whose ``fee_rao`` is 0 admits with fee kind ``waived`` and skips rules 2 to 4.
 2. No payment named and no unspent credit → ``missing_eval_cost_payment``.
@@ -9,7 +9,7 @@
    ``duplicate_of:<first 16 hex of that submission>:<its reason>`` (a PASS is never replayed).
 7. Arena retired → ``arena_retired``.
 
-Choices where DOMAIN is silent: the admission epoch is that of the *arrival* block (a chain
+Choices beyond the rules above: the admission epoch is that of the *arrival* block (a chain
 fact every validator agrees on); a submission without a payment spends the hotkey's first
 unspent credit in grant order, whatever its amount, and records the arena fee as the
 amount; a payment or credit already consumed by

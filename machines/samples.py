@@ -1,4 +1,4 @@
-"""Builds well-formed example events: the DOMAIN §6 worked example, tests, docs and bench.
+"""Builds well-formed example events: the docs/machines.md worked example, tests, docs and bench.
 
 Everything here is deterministic (ids derive from the arguments), so a rendered document or
 a generated benchmark ledger is the same on every run.
@@ -38,7 +38,7 @@ __all__ = [
     "worked_example_policy",
 ]
 
-#: The worked example's (stock, candidate) costs in ns, window by window (DOMAIN §6).
+#: The worked example's (stock, candidate) costs in ns, window by window (docs/machines.md).
 WORKED_EXAMPLE_COSTS = (
     (1_000_000_000, 990_000_000),
     (1_000_000_000, 985_000_000),
@@ -67,7 +67,7 @@ def policy(**overrides: Any) -> Policy:
 
 
 def worked_example_policy() -> Policy:
-    """Returns the policy of DOMAIN §6's worked example (no futility, g = 0)."""
+    """Returns the policy of the worked example (no futility, g = 0)."""
     return policy()
 
 

@@ -1,4 +1,4 @@
-"""Computes `settlement-rules.v1` settlements (DOMAIN §7) from plain, frozen inputs.
+"""Computes `settlement-rules.v1` settlements (docs/settlement.md) from plain, frozen inputs.
 
 The module is pure: it reads no clock, store or randomness, uses integers for money, blocks
 and weights, and ``decimal.Decimal`` in one fixed context (precision 34, ROUND_HALF_EVEN)
@@ -8,7 +8,7 @@ for speedups. A projection of the ledger as of a position fills the input datacl
 renders the ``SettlementComputed`` payload that replay recomputes and compares field by
 field. docs/settlement.md states the rules with a worked example.
 
-Choices this module makes where DOMAIN §7 is silent (also in docs/settlement.md):
+Choices this module makes where the rules leave a mechanism open (also in docs/settlement.md):
 
 - A submission's reward group is (arena, the arena's incumbent_digest current at its
   arrival). The group is fixed when the submission enters the queue, so it never depends
@@ -96,14 +96,14 @@ __all__ = [
 
 #: Rules version hashed into every settlement digest.
 RULES_VERSION: Final = "settlement-rules.v1"
-#: Digest domain of the settlement document (DOMAIN §2.5).
+#: Digest domain of the settlement document (docs/settlement.md).
 SETTLEMENT_DOMAIN: Final = "arena-ledger.settlement"
 #: The weight vector always sums to this many parts per million.
 weights_total_ppm: Final = 1_000_000
 #: One whole speedup expressed in ppm (speedup_ppm = floor(S * speedup_scale_ppm)).
 speedup_scale_ppm: Final = 1_000_000
 
-#: Submission states of DOMAIN §5, spelled as the submission machine names them.
+#: Submission states (docs/machines.md), spelled as the submission machine names them.
 SUBMISSION_STATUSES: Final = (
     "ARRIVED",
     "QUEUED",
@@ -115,9 +115,9 @@ SUBMISSION_STATUSES: Final = (
     "REJECTED",
     "EXPIRED",
 )
-#: States that absorb nothing (DOMAIN §5).
+#: States that absorb nothing (docs/machines.md).
 TERMINAL_STATUSES: Final = ("REJECTED", "QUALIFIED", "FAILED", "EXPIRED")
-#: States of an earlier arrival that keep a later PASS from being assessed (DOMAIN §7).
+#: States of an earlier arrival that keep a later PASS from being assessed (docs/settlement.md).
 #: A completed NO_DECISION is parked, not blocking; everything else here may still PASS.
 BLOCKING_STATUSES: Final = ("ARRIVED", "QUEUED", "QUALIFYING", "HELD")
 _VERDICTS: Final = ("PASS", "FAIL", "NO_DECISION")
@@ -199,10 +199,10 @@ class SubmissionInput:
     """Describes one submission of an arena as the ledger stands at the settlement position.
 
     ``block``, ``event_index``, ``event_subindex``, ``hotkey`` and ``content_hash`` are the
-    arrival key of DOMAIN §3. ``status`` is the DOMAIN §5 state name. ``verdict`` is the
-    latest SubmissionResolved verdict (None before any); ``speedup`` is the recorded
-    speedup of the deciding look of a PASS (e.g. "1.019129"). ``incumbent_digest`` is the
-    arena's incumbent at the submission's arrival, which names its reward group.
+    arrival key (docs/concepts.md). ``status`` is the submission machine's state name.
+    ``verdict`` is the latest SubmissionResolved verdict (None before any); ``speedup`` is the
+    recorded speedup of the deciding look of a PASS (e.g. "1.019129"). ``incumbent_digest``
+    is the arena's incumbent at the submission's arrival, which names its reward group.
     """
 
     submission_id: str
@@ -306,7 +306,7 @@ class SubmissionInput:
 
     @property
     def arrival_key(self) -> tuple[int, int, int, str, str]:
-        """Returns the DOMAIN §3 arrival key (block, event_index, event_subindex, hotkey, hash)."""
+        """Returns the arrival key (block, event_index, event_subindex, hotkey, hash)."""
         return (self.block, self.event_index, self.event_subindex, self.hotkey, self.content_hash)
 
     @property

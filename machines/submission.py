@@ -1,4 +1,4 @@
-"""Folds a ``submission-<submission_id>`` stream through the Submission machine (DOMAIN §5).
+"""Folds a ``submission-<submission_id>`` stream through the Submission machine (docs/machines.md).
 
 ``ARRIVED`` → ``QUEUED`` (admitted) or ``REJECTED``; ``QUEUED`` → ``QUALIFYING``; on
 SubmissionResolved: PASS → ``QUALIFIED``, FAIL → ``FAILED``, NO_DECISION by disposition:
@@ -7,7 +7,7 @@ state → ``HELD`` (SubmissionHeld) → released (HoldReleased); ``NO_DECISION``
 (SubmissionRequeued); any non-terminal → ``EXPIRED`` once the block is ``sla_blocks`` past
 arrival. Terminal: REJECTED, QUALIFIED, FAILED, EXPIRED.
 
-Decisions this module takes where DOMAIN is silent (documented in docs/machines.md):
+Decisions this module takes beyond the transition table (documented in docs/machines.md):
 
 - Retry budget: a NO_DECISION with disposition REQUEUE normally re-queues. The submission
   may be re-queued that way ``requeues_max`` (3) times; the 4th such resolution moves it to
@@ -88,7 +88,7 @@ TERMINALS = frozenset({REJECTED, QUALIFIED, FAILED, EXPIRED})
 #: Non-terminal states, in table order.
 LIVE = tuple(s for s in STATES if s not in TERMINALS)
 
-#: SLA in blocks when the policy names none (DOMAIN §6 default).
+#: SLA in blocks when the policy names none (the default of policy.sla_blocks).
 sla_blocks_default = 500_000
 
 #: Queue order: (block, event_index, event_subindex, miner_hotkey, content_hash).
@@ -111,7 +111,7 @@ def arrival_key(event: SubmissionArrived) -> ArrivalKey:
 
 
 def submission_id_of(event: SubmissionArrived) -> str:
-    """Returns digest(``arena-ledger.arrival``, the arrival fields) (DOMAIN §3).
+    """Returns digest(``arena-ledger.arrival``, the arrival fields) (docs/concepts.md).
 
     The fold computes this for every arrival. When every text is printable ASCII without
     a quote or backslash and every number a JSON-safe integer (any real arrival), the
@@ -353,7 +353,7 @@ _RESOLVE = Guard((QUALIFIED, FAILED, NO_DECISION, QUEUED, HELD), _resolve, "verd
 _RELEASE = Guard((QUEUED, ARRIVED), _release, "admitted?")
 _EXPIRE = Guard((EXPIRED,), _expire, "age in blocks ≥ sla_blocks")
 
-#: The Submission machine of DOMAIN §5.
+#: The Submission machine (docs/machines.md).
 TABLE: Table[SubmissionState, SubmissionContext] = Table(
     machine="submission",
     states=STATES,

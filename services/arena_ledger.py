@@ -277,7 +277,7 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def submission_id(arrived: dict[str, Any]) -> str:
-    """Returns digest(``arena-ledger.arrival``, the arrival fields) of DOMAIN §3."""
+    """Returns digest(``arena-ledger.arrival``, the arrival fields) (docs/concepts.md)."""
     arrival = arrived["arrival"]
     return digest(
         "arena-ledger.arrival",
@@ -522,7 +522,7 @@ class ArenaLedger:
         arrived = _model(SubmissionArrived, {**fields, "submission_id": sid})
         stated = arrival.get("submission_id", sid)
         if stated != sid:
-            # The id is derived from the arrival (DOMAIN §3); one stated otherwise (a
+            # The id is derived from the arrival (docs/concepts.md); one stated otherwise (a
             # mistyped copy, another system's id) would be dropped without a word.
             raise SchemaError(
                 f"submission_id {stated!r} is not the id of this arrival: its fields give "

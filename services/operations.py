@@ -58,7 +58,7 @@ __all__ = [
     "verify_before_upgrade",
 ]
 
-#: Decimal places of a reported rate (the fixed form of DOMAIN §6).
+#: Decimal places of a reported rate (the fixed 6-place form of machine results).
 rate_places = 6
 
 _RATE = Context(prec=34)

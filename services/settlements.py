@@ -1,4 +1,4 @@
-"""Builds settlements from the folded ledger and checks recorded ones (DOMAIN §7).
+"""Builds settlements from the folded ledger and checks recorded ones (docs/settlement.md).
 
 The arithmetic is ``machines.settlement_rules`` (pure); this module feeds it from a
 ``LedgerFold`` caught up to a position: every arena's submissions in arrival-key order with

@@ -1,4 +1,4 @@
-"""A test-only event type with three schema versions and its upcasters (DOMAIN §2.8).
+"""A test-only event type with three schema versions and its upcasters (docs/concepts.md).
 
 Shared by the catalogue's unit tests and the store's upcasting tests (a conftest's
 directory is on ``sys.path`` in pytest's prepend import mode).

@@ -1,4 +1,4 @@
-"""Encodes values as canonical JSON bytes (DOMAIN §2.4) and computes domain-separated digests.
+"""Encodes values as canonical JSON bytes (docs/concepts.md) and computes domain-separated digests.
 
 Canonical JSON here is RFC 8785 (JCS) restricted to documents without floats: UTF-8, object
 keys sorted by UTF-16 code units, no insignificant whitespace, integers only within
@@ -43,7 +43,7 @@ def is_canonical_decimal(text: str) -> bool:
 
 
 def is_fixed6(text: str) -> bool:
-    """Tells whether ``text`` is a machine result in the fixed 6-place form of DOMAIN §6."""
+    """Tells whether ``text`` is a machine result in the fixed 6-place form (docs/concepts.md)."""
     return _FIXED6.fullmatch(text) is not None and text != "-0.000000"
 
 

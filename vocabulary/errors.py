@@ -190,7 +190,7 @@ class ArchiveUnavailable(StoreError):
 
 
 class EngineFault(LedgerError):
-    """Reports an engine failure; ``fault_code`` is one of DOMAIN §4's InfrastructureFault codes."""
+    """Reports an engine failure; ``fault_code`` is one of the InfrastructureFault codes."""
 
     code = "engine_fault"
     exit_code = 6

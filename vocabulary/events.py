@@ -1,4 +1,4 @@
-"""Defines the v1 event catalogue of DOMAIN §4 as frozen, strict pydantic models.
+"""Defines the v1 event catalogue (docs/events.md) as frozen, strict pydantic models.
 
 A shipped schema version is never edited: a change adds a new model version and an
 upcaster in ``vocabulary.catalogue``. Each model names its ``event_type``, ``schema_version``
@@ -58,7 +58,7 @@ __all__ = [
     "WindowMeasured",
 ]
 
-#: The closed list of InfrastructureFault codes (DOMAIN §4).
+#: The closed list of InfrastructureFault codes (docs/events.md).
 FAULT_CODES = (
     "engine_killed",
     "pod_service_restart",
@@ -139,7 +139,7 @@ class AuditPolicy(_Part):
 
 
 class Policy(_Part):
-    """Is the sealed `paired-windows.v1` policy of DOMAIN §6."""
+    """Is the sealed `paired-windows.v1` policy (docs/machines.md)."""
 
     policy_version: Literal["paired-windows.v1"]
     windows: int = Field(ge=2, le=5)

@@ -1,4 +1,4 @@
-"""Declares the constrained field types the event catalogue is written in (DOMAIN §3)."""
+"""Declares the constrained field types of the event catalogue (docs/concepts.md, Identities)."""
 
 from __future__ import annotations
 

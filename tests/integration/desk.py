@@ -25,7 +25,7 @@ from vocabulary.events import (
 
 ARENA = "mlp-arena"
 FEE = 1_000_000_000
-#: The worked example of DOMAIN §6: (stock, candidate) costs of windows 1..3.
+#: The worked example of docs/machines.md: (stock, candidate) costs of windows 1..3.
 WORKED = ((1_000_000_000, 990_000_000), (1_000_000_000, 985_000_000),
           (1_000_000_000, 975_000_000))
 #: Costs that make the candidate 2 % slower in every window.

@@ -26,7 +26,7 @@ from services.evaluation import (
 ARENA = "runner-arena"
 BLOCK = 1_010
 STOCK_NS = 1_000_000_000
-#: Candidate costs of DOMAIN §6's worked example, by window (window 4 must never run).
+#: Candidate costs of the docs/machines.md worked example, by window (window 4 must never run).
 WORKED = {w: c for w, (_, c) in enumerate(samples.WORKED_EXAMPLE_COSTS, start=1)}
 NODES = tuple(f"model.layers.{i}.mlp" for i in range(4))
 FAST_MLP = registered("fast_mlp")

@@ -95,7 +95,7 @@ def test_the_audit_classifies_against_the_bar_and_band_it_is_given(
 
 
 def test_score_is_accumulated_in_float64_not_in_the_outputs_dtype() -> None:
-    # DOMAIN §6: accumulated in float64. ||r||² of these float32 outputs overflows float32,
+    # docs/engine.md: computed in float64. ||r||² of these float32 outputs overflows float32,
     # where ||r|| is inf and any candidate scores 1.0; in float64 the 0.1 % error shows.
     r = torch.full((4,), 1e20, dtype=torch.float32)
     score = score_outputs(r * 1.001, r)
@@ -268,7 +268,7 @@ def test_a_session_grades_tuple_outputs_and_keeps_the_first_error_cut_short(
 ])
 def test_a_host_failure_in_the_candidate_call_is_a_fault_not_uncomparable(
         tmp_path: Path, raised: str, name: str) -> None:
-    # DOMAIN §6: only NaN, Inf or a shape mismatch (and the candidate's own computation
+    # docs/engine.md: only NaN, Inf or a shape mismatch (and the candidate's own computation
     # failing) is uncomparable; the host running out of memory is no miner's FAIL.
     failing = _delta_file(tmp_path, "host", f"raise {raised}")
     stock, x = nn.Identity(), torch.ones(2, 3)

@@ -401,7 +401,7 @@ def _read_only(error: InvalidInput, as_of: int) -> None:
 def test_the_submission_id_digests_event_index_and_event_subindex_each_under_its_own_name(
     desk: Desk,
 ) -> None:
-    # DOMAIN §3: submission_id = digest(arena-ledger.arrival, {arena_id, block, event_index,
+    # docs/concepts.md: submission_id = digest(arena-ledger.arrival, {arena_id, block, event_index,
     # event_subindex, miner_hotkey, content_hash}). The samples use 0 for both indices, where
     # swapping them changes nothing; two arrivals that differ only by the swap are two
     # submissions with two ids.

@@ -96,7 +96,7 @@ def test_intake_refuses_amounts_and_blocks_outside_the_json_integers(
 def test_intake_takes_a_stated_submission_id_only_when_it_is_the_arrivals_own(
     ledger: ArenaLedger,
 ) -> None:
-    # DOMAIN §3: the id is a digest of the arrival's fields. One stated otherwise (a
+    # docs/concepts.md: the id is a digest of the arrival's fields. One stated otherwise (a
     # mistyped copy, another system's id) is refused, not silently replaced.
     arrival = Desk.arrival(content="stated", payment_ref="pay-stated")
     own = submission_id(arrival)

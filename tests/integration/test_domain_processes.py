@@ -277,7 +277,7 @@ def test_hold_and_release_by_an_operator(desk: Desk) -> None:
 
 def test_an_operator_hold_states_a_cause_and_next_step(desk: Desk) -> None:
     # An operator's free-text reason is no reason code, so the row must state the cause of
-    # the HELD status itself (DOMAIN §1: every submission with its stated cause).
+    # the HELD status itself (docs/concepts.md: every submission with its stated cause).
     desk.commission()
     sid = desk.admitted("d1")
     desk.ledger.hold(sid, "suspicious delta", 1_005)

@@ -1,4 +1,4 @@
-"""Runs the store's Alembic revisions up and down on both backends (DOMAIN §2.8).
+"""Runs the store's Alembic revisions up and down on both backends (docs/storage.md).
 
 The tests read the revision list from ``ledger.migrate`` rather than naming revisions, so a
 new revision is covered the day it is added: each one must upgrade, downgrade, leave

@@ -763,7 +763,7 @@ def test_a_new_database_upgrades_without_a_check(store_url: str) -> None:
     assert report.applied == [r["revision"] for r in reversed(migrate.history())]
 
 
-# Operator-path rules from docs/operations.md, DOMAIN §6 and the module's docstrings: a backup or
+# Operator-path rules from docs/operations.md and the module's docstrings: a backup or
 # restore replaces a scratch file an interrupted run left; copies are fsynced under their scratch
 # name before they take their final name, and the directory after; a restore copies next to the
 # target and refuses a file without ledger tables or a target holding any schema object; pg_dump

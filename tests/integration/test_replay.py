@@ -325,7 +325,7 @@ def test_a_bundle_replays_to_the_same_digest_and_head(
 def test_every_field_of_a_forged_decision_is_compared(
     store_url: str, forged: dict[str, Any], field: str, recorded: Any, recomputed: Any
 ) -> None:
-    # a6: PASS at look 3, speedup "1.030928", pass line "0.018884" (DOMAIN §6 worked numbers).
+    # a6: PASS at look 3, speedup "1.030928", pass line "0.018884" (worked numbers).
     position, _, refused = _forge_a6(
         store_url, forged, {"verdict": "PASS", "reason": "", "disposition": "COMPLETE"}
     )
@@ -544,7 +544,7 @@ def test_a_settlement_forged_before_the_emission_policy_names_the_missing_policy
     d = report.divergence
     assert d is not None and report.ok is False
     assert (d.position, d.stream, d.type) == (80, "settlement", "SettlementComputed")
-    # The reason code settle itself is refused with (DOMAIN §7), not a generic one.
+    # The reason code settle itself is refused with (docs/settlement.md), not a generic one.
     assert d.code == "emission_policy_missing"
     # Nothing can be recomputed: the recomputed side says why (the refusal), not nothing.
     assert isinstance(d.recomputed, str) and "EmissionPolicySet" in d.recomputed
@@ -556,7 +556,7 @@ def test_a_settlement_forged_before_the_emission_policy_names_the_missing_policy
 
 def test_a_consistently_rechained_ledger_that_skips_a_position_is_a_gap() -> None:
     # A ledger whose entry hashes were computed over positions 1, 2, 4: every hash checks
-    # out, yet position 3 is missing (DOMAIN §2.2: positions are gapless).
+    # out, yet position 3 is missing (docs/concepts.md: positions are gapless).
     from ledger.chain import chained
     from machines import samples
     from vocabulary.catalogue import CATALOGUE
@@ -620,7 +620,7 @@ def _controls(count: int) -> list[tuple[str, Any]]:
     ]
 
 
-# --- DOMAIN §2.2: positions are gapless and increasing; a repeated one is a gap too ---------
+# --- docs/concepts.md: positions are gapless and increasing; a repeated one is a gap too --
 
 
 def test_a_consistently_rechained_ledger_that_repeats_a_position_is_a_gap() -> None:
@@ -806,7 +806,7 @@ def test_replay_closes_its_temporary_archive(
 
 
 def test_a_valid_payload_under_an_unknown_schema_version_is_a_divergence() -> None:
-    # DOMAIN §2.8 and the module: the payload is decoded at its recorded version (upcast,
+    # docs/concepts.md and the module: the payload is decoded at its recorded version (upcast,
     # or refused); one the catalogue does not know is the catalogue's error at its position,
     # even when the body would validate as the current version.
     retired = ArenaRetired(block=200, reason="replaced")

@@ -757,7 +757,7 @@ def test_a_mismatched_window_that_reaches_the_ledger_stops_speed_as_work_mismatc
     rules_bench: Bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The bridge refuses a token mismatch before yielding; this stands for a bridge that let
-    # one through, which the ledger must still never take as a speed signal (DOMAIN §6).
+    # one through, which the ledger must still never take as a speed signal (docs/machines.md).
     payload_of = engine_bridge.speed.window_payload
 
     def short_in_window_2(window: int, *args: Any, **kwargs: Any) -> dict[str, Any]:

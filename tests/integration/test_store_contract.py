@@ -1,4 +1,4 @@
-"""Runs the event store contract (DOMAIN §2) unchanged against SQLite and PostgreSQL.
+"""Runs the event store contract (docs/concepts.md, docs/storage.md) on SQLite and PostgreSQL.
 
 Every test takes the ``store`` fixture, which is parametrised over both backends, so a
 behaviour that differs between them fails here.

@@ -1,5 +1,5 @@
 """Checks store and guard rules at their edges; expectations come from the docstrings,
-docs/cli.md and DOMAIN.md."""
+docs/cli.md, docs/concepts.md and docs/storage.md."""
 from __future__ import annotations
 
 from ledger.checkpoint import sign_tree

@@ -1,4 +1,4 @@
-"""Appends old schema versions through a store and reads them back upcast (DOMAIN §2.8).
+"""Appends old schema versions through a store and reads them back upcast (docs/concepts.md).
 
 Old events are never rewritten: the stored bytes stay those of the version they were
 recorded at, and the store's catalogue lifts them to the current version on read.
@@ -65,7 +65,7 @@ def test_a_payload_is_validated_against_the_version_it_claims(widget_store: Even
     assert widget_store.head().position == 0
 
 
-# The catalogue's own rules (DOMAIN §2.8, docs/concepts.md): a type's current version is its
+# The catalogue's own rules (docs/concepts.md): a type's current version is its
 # highest registered one whatever the registration order; an upcaster from a version that does not
 # exist is refused by name; Catalogue.types is a copy; upcasting never touches the recorded
 # payload, and a payload its upcast leaves off schema names the current version; a stream of

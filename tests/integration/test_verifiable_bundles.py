@@ -982,7 +982,7 @@ def test_a_manifest_stating_another_digest_or_head_is_refused(
 
 
 # Bundle rules as docs/verification.md (Bundle, the four checks of verify-bundle and import, the
-# Errors table) and DOMAIN §2.6 state them: manifest digests are 64 lowercase hex digits; the
+# Errors table) and docs/concepts.md state them: manifest digests are 64 lowercase hex digits; the
 # signed checkpoint must state the manifest's size as well as its root; a checkpoint.note an
 # unsigned manifest does not list is never the bundle's signature; line fields are held to the
 # store's limits; the totals are compared one by one in the documented order; the parallel pass

@@ -1,4 +1,4 @@
-"""Checks the paired-windows.v1 arithmetic against DOMAIN §6, digit for digit."""
+"""Checks the paired-windows.v1 arithmetic against docs/machines.md, digit for digit."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def test_node_tally_sums_every_count_and_keeps_the_lowest_score() -> None:
 
 
 def test_a_speedup_exactly_on_the_pass_line_passes() -> None:
-    # DOMAIN §6: S - 1 >= L passes, the line included. With z = 0 and g = 0 the line is
+    # docs/machines.md: S - 1 >= L passes, the line included. With z = 0 and g = 0 the line is
     # exactly 0, and equal costs in both orientations give S = exp(0) = 1 exactly.
     params = compile_policy(samples.policy(z={"3": "0", "4": "1.5"}))
     one = Decimal(1)
@@ -180,7 +180,7 @@ def test_a_speedup_exactly_on_the_pass_line_passes() -> None:
 
 @pytest.mark.parametrize("text", ["1.1", "0.975", "2", "1.000000001"])
 def test_ln_is_correctly_rounded_to_34_digits(text: str) -> None:
-    # DOMAIN §6: precision 34, ln correctly rounded. The reference is the same logarithm
+    # docs/machines.md: precision 34, ln correctly rounded. The reference is the same logarithm
     # at 60 digits, rounded half-even to 34 significant digits; each value here differs at
     # 35 digits, so a wider context would not pass.
     wide = decimal.Context(prec=60).ln(Decimal(text))
@@ -209,7 +209,7 @@ def test_fault_dispositions_follow_domain() -> None:
 
 # The 34-digit context's rounding and exponent range, the float pre-filter's neutral point and
 # relative tolerance, the pass test S − 1 ≥ L and SE's single rounding. Expected values come from
-# DOMAIN §6's formulas, computed by hand or at a wider precision here.
+# the formulas of docs/machines.md, computed by hand or at a wider precision here.
 
 
 BILLION = 1_000_000_000
@@ -233,7 +233,7 @@ def test_a_window_ratio_on_a_tie_rounds_half_even() -> None:
 
 
 def test_futility_at_a_ratio_tie_follows_the_half_even_r1() -> None:
-    # DOMAIN §6: R1 > 1 + f → FAIL futility, R1 computed at precision 34. Each margin below
+    # docs/machines.md: R1 > 1 + f → FAIL futility, R1 computed at precision 34. Each margin below
     # makes 1 + f a 34-digit number next to the tie of the test above.
     low = samples.policy(
         windows=2, z={"2": "2"}, futility_margin="0.000000000058207660913467407226562"
@@ -320,7 +320,7 @@ def test_the_pre_filter_tolerance_is_relative_to_a_large_threshold() -> None:
 
 
 def test_the_pass_test_subtracts_one_from_s_in_the_34_digit_context() -> None:
-    # DOMAIN §6 passes a look when S − 1 ≥ L, every operation at precision 34. The form
+    # docs/machines.md passes a look when S − 1 ≥ L, every operation at precision 34. The form
     # matters only where 1 + L < 0.1 (here z · SE = −3): S then has digits down to 1e-35,
     # S − 1 (about −0.95) only to 1e-34, so S − 1 rounds, while S ≥ 1 + L would not.
     # S and L below are recomputed step by step in a fresh 34-digit half-even context.
@@ -338,7 +338,7 @@ def test_the_pass_test_subtracts_one_from_s_in_the_34_digit_context() -> None:
 
 
 def test_se_is_the_correctly_rounded_root_of_the_quarter_variance() -> None:
-    # DOMAIN §6: SE = sqrt((σw² (1/n1 + 1/n2) + 2 σb²) / 4). In the worked example (look 3:
+    # docs/machines.md: SE = sqrt((σw² (1/n1 + 1/n2) + 2 σb²) / 4). In the worked example (look 3:
     # n1 = 2, n2 = 1, σw = σb = 0.01) the variance 1e-4 · 1.5 + 2e-4 = 3.5e-4 and its quarter
     # are exact, so SE is sqrt(8.75e-5) correctly rounded to 34 digits. Halving a rounded
     # sqrt(3.5e-4) instead rounds twice and ends ...375, not ...373.

@@ -1,4 +1,4 @@
-"""Checks the v1 event catalogue (DOMAIN §4): golden payloads, schemas, upcasters, streams."""
+"""Checks the v1 event catalogue (docs/events.md): golden payloads, schemas, upcasters, streams."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from vocabulary.events import ALL_EVENTS_V1, Event
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 _GOLDEN_NAME = re.compile(r"^(?P<type>[A-Za-z]+)\.v(?P<version>[1-9][0-9]*)\.json$")
 
-#: The binding names and streams of DOMAIN §4; renaming one breaks outside consumers.
+#: The binding names and streams of docs/events.md; renaming one breaks outside consumers.
 DOMAIN_TYPES = {
     "arena": ["ArenaCommissioned", "ControlRegistered", "IncumbentAdvanced", "ArenaRetired"],
     "submission": ["SubmissionArrived", "SubmissionAdmitted", "SubmissionRejected",

@@ -1,4 +1,4 @@
-"""Checks the canonical envelope and the entry-hash chain (DOMAIN §2.6)."""
+"""Checks the canonical envelope and the entry-hash chain (docs/concepts.md)."""
 
 from __future__ import annotations
 

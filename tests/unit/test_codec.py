@@ -1,4 +1,4 @@
-"""Pins the canonical JSON codec (DOMAIN §2.4, §2.5) to RFC 8785 and to its refusals."""
+"""Pins the canonical JSON codec (docs/concepts.md) to RFC 8785 and to its refusals."""
 
 from __future__ import annotations
 
@@ -521,7 +521,7 @@ class _Spelled(str):
 
 
 def test_a_str_subclass_with_its_own_str_encodes_as_the_string_it_holds() -> None:
-    # One value, one spelling (DOMAIN §2.4): a str subclass holding "fast" must hash like
+    # One value, one spelling (docs/concepts.md): a str subclass holding "fast" must hash like
     # "fast", not like what its __str__ returns.
     fast = _Spelled("fast")
     assert str(fast) == "spelled otherwise"

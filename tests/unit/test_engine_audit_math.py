@@ -183,7 +183,7 @@ def test_run_audit_through_the_fake_engine_boots_one_audit_lane() -> None:
     assert engine.booted == [("audit", None, "audit")] and engine.live == []
 
 
-# Audit arithmetic as DOMAIN §6, docs/engine.md and the bridge's docstrings (hooks.py,
+# Audit arithmetic as docs/engine.md and the bridge's docstrings (hooks.py,
 # decimals.py, quality.py) state it: a threshold is compared without a float-to-text round trip,
 # min_score is the smallest comparable score, an Inf or NaN is uncomparable, merging receipts adds
 # violations and keeps the lower min_score. Expected values are worked out in the comments.
@@ -221,7 +221,7 @@ def test_min_score_is_the_smallest_comparable_score_not_the_first_or_last() -> N
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_a_nan_or_inf_score_is_uncomparable_and_never_enters_min_score(bad: float) -> None:
-    # DOMAIN §6: NaN or Inf is uncomparable; docs/engine.md: uncomparable calls do not
+    # docs/engine.md: NaN or Inf is uncomparable, and uncomparable calls do not
     # enter min_score. Calls: 0.5, bad, so calls 2, uncomparable 1, min_score "0.5".
     tally = NodeTally("model.layers.0.mlp", 0)
     tally.record(0.5, BAR, BAND)
@@ -259,7 +259,7 @@ def test_payload_bar_is_spelled_canonically_whatever_the_policy_spelling() -> No
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan")])
 def test_inf_or_nan_in_the_stock_output_is_uncomparable(bad: float) -> None:
-    # DOMAIN §6 / docs/engine.md: NaN/Inf in *either* output is uncomparable (None), not a
+    # docs/engine.md: NaN/Inf in *either* output is uncomparable (None), not a
     # violation scoring 0.
     torch = pytest.importorskip("torch")
     from engine_bridge.hooks import score_outputs

@@ -26,7 +26,7 @@ CANDIDATE = registered("fast_mlp")
 
 
 def _ratios_cost(ratios: dict[int, float]) -> Any:
-    # Stock costs 1 s; the candidate costs ratio[k] s in window k (DOMAIN §6 worked example).
+    # Stock costs 1 s; the candidate costs ratio[k] s in window k (docs/machines.md worked example).
     def cost(lane: str, delta: DeltaSpec | None, window: int) -> int:
         if delta is None or window == 0:
             return 1_000_000_000
@@ -301,7 +301,7 @@ def test_one_arm_with_a_zero_cost_is_evidence_unavailable(zero_arm: str) -> None
 
 
 def test_a_candidate_that_generates_more_tokens_is_work_mismatch() -> None:
-    # DOMAIN §6: token counts must match between arms, in either direction. The candidate
+    # docs/machines.md: token counts must match between arms, in either direction. The candidate
     # adds one token to its last request: 129 against stock's 128.
     def script(lane: FakeLane, window: int, run: WindowRun) -> WindowRun:
         if lane.delta is None:

@@ -1,8 +1,8 @@
 """Holds every bounded field of the event catalogue to its limits, one step inside and out.
 
-The bounds come from ../shared/DOMAIN.md (identities §3, the sealed policy §6, windows and
-looks 1..5) and from the field limits docs/events.md documents (names, targets, notes,
-details). Each value is validated as an appender's payload (``CATALOGUE.validate``): the
+The bounds come from docs/concepts.md (Identities), docs/machines.md (the sealed policy,
+windows and looks 1..5) and from the field limits docs/events.md documents (names, targets,
+notes, details). Each value is validated as an appender's payload (``CATALOGUE.validate``): the
 last value inside a bound is accepted, the first outside is refused with a SchemaError
 naming the field's JSON path, so moving a bound by one in vocabulary/events.py or
 vocabulary/fields.py fails here.

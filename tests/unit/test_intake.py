@@ -1,4 +1,4 @@
-"""Checks the intake rules, each alone and in DOMAIN's order."""
+"""Checks the intake rules, each alone and in their documented order."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ DOCUMENT: dict[str, Any] = samples.commission_document()
 
 
 def test_the_commission_digest_is_the_recorded_payloads_with_or_without_it() -> None:
-    # DOMAIN: digest("arena-ledger.commission", the payload as recorded). A fold given no
+    # docs/machines.md: digest("arena-ledger.commission", the payload as recorded). A fold given no
     # payload rebuilds it from the model with only the fields that were set: the defaults
     # the model fills in (sla_blocks, reward_margin, …) were never recorded.
     assert "sla_blocks" not in DOCUMENT["policy"] and "reward_margin" not in DOCUMENT["policy"]
@@ -136,7 +136,7 @@ def test_the_largest_pass_line_a_commission_takes_is_recorded_by_a_failing_look(
     assert len(f"{expected:f}".partition(".")[0]) == 28
 
 
-# Commissions and the incumbent (DOMAIN §3, docs/machines.md): the commission digest is the
+# Commissions and the incumbent (docs/concepts.md, docs/machines.md): the commission digest is the
 # recorded payload's; a re-commission keeps every earlier commission by digest and carries its own
 # policy digest, fee and incumbent; IncumbentAdvanced and ArenaRetired record their block (and
 # reason); controls of one delta digest stay in registration order.
@@ -170,7 +170,7 @@ SECOND = samples.commissioned(
 
 
 def test_the_recorded_payload_decides_the_commission_digest() -> None:
-    # DOMAIN §3: digest("arena-ledger.commission", the payload as recorded). A payload that
+    # docs/concepts.md: digest("arena-ledger.commission", the payload as recorded). A payload that
     # spells a default the model was not given hashes as recorded, not as rebuilt.
     document = samples.commission_document()
     event = ArenaCommissioned.model_validate(document)
@@ -186,7 +186,7 @@ def test_the_recorded_payload_decides_the_commission_digest() -> None:
 
 
 def test_a_recommission_keeps_every_earlier_commission_by_digest() -> None:
-    # Attempts stay bound to the commission they were claimed under (DOMAIN §3).
+    # Attempts stay bound to the commission they were claimed under (docs/concepts.md).
     state = _fold(FIRST, SECOND)
     first, second = A.commission_digest(FIRST), A.commission_digest(SECOND)
     assert first != second
@@ -230,7 +230,7 @@ def test_retirement_records_its_block_and_reason() -> None:
 
 
 def test_the_fee_is_the_current_commissions() -> None:
-    # Intake reads the arena fee (DOMAIN §5): after a re-commission at fee 0, an arrival
+    # Intake reads the arena fee (docs/machines.md): after a re-commission at fee 0, an arrival
     # naming no payment is admitted waived.
     assert _fold(FIRST, SECOND).fee_rao == 0
     sc = Scenario()

@@ -268,7 +268,7 @@ def test_audit_near_misses_above_rate_fail() -> None:
 
 
 def test_a_thin_node_with_too_many_near_misses_fails_rather_than_goes_uncovered() -> None:
-    # DOMAIN §6 names the FAIL conditions first: 1 near miss in 4 calls (25% > 1%) fails
+    # docs/machines.md checks the FAIL conditions first: 1 near miss in 4 calls (25% > 1%) fails
     # the audit although 4 calls are fewer than min_calls (8), which alone would leave the
     # node uncovered (NO_DECISION, never the miner's fault).
     state = _ok(_measured(_claimed(), WORKED), samples.audit(calls=4, near_misses=1))
@@ -491,7 +491,7 @@ def test_fold_equals_step_by_step_and_explain_shows_every_number() -> None:
 # a window wrong in two ways is refused for its orientation first, the audit's repeat rule is per
 # (node, rank) and compares the bar by value, a decision keeps its own block and the numbers of
 # the look that decided it, and explain and summary report what the state holds. Expected numbers
-# are worked by hand from DOMAIN §6.
+# are worked by hand from docs/machines.md.
 
 
 LISTED = ["d" * 64]

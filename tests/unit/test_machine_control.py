@@ -1,4 +1,4 @@
-"""Checks how control submissions are judged (machines.control; DOMAIN §5, docs/machines.md).
+"""Checks how control submissions are judged (machines.control; docs/machines.md).
 
 A control submission is ``pending`` while it waits for a verdict of its current attempt:
 QUEUED or QUALIFYING again after an automatic requeue, and HELD before any verdict. A HELD
@@ -114,7 +114,7 @@ def test_rejected_and_expired_before_a_verdict_are_unexpected() -> None:
 
 def test_a_control_that_expired_after_its_verdict_is_judged_by_that_verdict() -> None:
     # An engine_kill control parks in NO_DECISION, which is not terminal: the SLA sweep
-    # expires it. It produced the verdict it was registered for (DOMAIN §5: as_expected when
+    # expires it. It produced the verdict it was registered for (docs/machines.md: as_expected when
     # its verdict matches); it must not turn unexpected when it expires.
     sc = _arena(_control("kill", "NO_DECISION", "engine_killed", kind="engine_kill"))
     sid = sc.arrive(delta_digest=DELTA)

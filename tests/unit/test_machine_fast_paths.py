@@ -1,7 +1,7 @@
 """Checks the fold's fast paths against the straightforward computations they replace.
 
 - Looks decided from a float estimate of S (``quick_*``) must give, digit for digit, what
-  the Decimal look of DOMAIN §6 gives: the reference (fast_path_reference.py) is the plain
+  the Decimal look of docs/machines.md gives: the reference (fast_path_reference.py) is the plain
   per-window computation (``ln``/``exp`` at precision 34 at every look).
 - ``AttemptState.looks`` and ``ln_r1``, now derived from the windows, must equal the looks
   the reference took.

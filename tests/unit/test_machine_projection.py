@@ -483,7 +483,7 @@ def test_duplicate_of_a_failure_until_recommission() -> None:
 def test_a_duplicate_names_the_earliest_arriving_failure_not_the_first_recorded(
     late_first: bool,
 ) -> None:
-    # Two submissions of one content fail, in either order. DOMAIN orders "earlier" by
+    # Two submissions of one content fail, in either order. "Earlier" goes by
     # arrival key, never by when something was recorded (intake.FailedRef), so a third
     # copy names the earlier arrival and its reason, however the attempts interleaved; an
     # archiving fold (fold_kind), which archives the first failure at once, must not let the
@@ -573,7 +573,7 @@ def test_controls_report() -> None:
 
 
 def test_controls_sharing_a_delta_digest_are_each_judged_against_its_submissions() -> None:
-    """DOMAIN §5 judges every registered control of a digest against every submission of
+    """docs/machines.md judges every registered control of a digest against every submission of
     it: the first of two controls on one digest is not left pending behind the second."""
     sc = Scenario()
     sc.commission(fee_rao=0)

@@ -433,7 +433,7 @@ def test_reasons_and_codes_of_kind_are_in_the_order_docs_list_them() -> None:
     assert list(REASONS) == [code for code, _ in documented]
     for kind in KINDS:
         assert codes_of_kind(kind) == tuple(code for code, k in documented if k == kind)
-    assert codes_of_kind("fault") == tuple(FAULT_CODES)  # DOMAIN §4's closed list, in order
+    assert codes_of_kind("fault") == tuple(FAULT_CODES)  # the catalogue's closed list, in order
 
 
 def test_a_kind_that_is_not_one_has_no_codes() -> None:

@@ -112,7 +112,7 @@ def test_resolution_must_name_the_current_attempt_and_a_valid_disposition() -> N
     assert _refused(state, _resolved("att-2", "FAIL", "x", "REQUEUE")).code == (
         "disposition_invalid"
     )
-    # REQUEUE and HOLD belong to NO_DECISION alone (DOMAIN §4): a PASS is COMPLETE too.
+    # REQUEUE and HOLD belong to NO_DECISION alone (docs/machines.md): a PASS is COMPLETE too.
     for verdict, reason in (("PASS", ""), ("FAIL", "candidate_slower")):
         for disposition in ("REQUEUE", "HOLD"):
             refusal = _refused(state, _resolved("att-2", verdict, reason, disposition))
@@ -178,7 +178,7 @@ def test_other_no_decisions_do_not_spend_the_budget() -> None:
 def test_holds_from_every_live_state_and_release_targets() -> None:
     arrived = _ok(None, samples.arrived())
     parked = _ok(_qualifying(), _resolved("att-1", "NO_DECISION", "engine_killed", "COMPLETE"))
-    assert parked.status == S.NO_DECISION  # completed, not terminal (DOMAIN §5)
+    assert parked.status == S.NO_DECISION  # completed, not terminal (docs/machines.md)
     for state in (arrived, _queued(), _qualifying(), parked):
         held = _ok(state, SubmissionHeld(reason="ops", block=2))
         assert held.status == S.HELD
@@ -245,7 +245,7 @@ def test_fold_matches_step_by_step() -> None:
     assert S.fold(events) == _ok(None, *events[:4])
 
 
-# sla_due is false for a terminal submission and defaults to 500,000 blocks (DOMAIN §5); a
+# sla_due is false for a terminal submission and defaults to 500,000 blocks (docs/machines.md); a
 # NO_DECISION with disposition HOLD spends none of the retry budget (only REQUEUE resolutions
 # count); an arrival whose integers lie outside canonical JSON's ±(2**53 − 1) gets the codec's
 # refusal, never a digest.
@@ -272,7 +272,7 @@ def _attempt(
 
 def test_sla_due_is_false_for_a_terminal_submission_however_late() -> None:
     # sla_due "tells whether a live submission may expire": a terminal one absorbs nothing
-    # (DOMAIN §5), so no block, however late, makes it due.
+    # (docs/machines.md), so no block, however late, makes it due.
     qualified = _ok(
         _queued_with_a_payment(),
         QualificationStarted(attempt_id="att-1"),
@@ -284,7 +284,7 @@ def test_sla_due_is_false_for_a_terminal_submission_however_late() -> None:
 
 
 def test_sla_due_defaults_to_500000_blocks_past_arrival() -> None:
-    # DOMAIN §5: sla_blocks defaults to 500,000 when the policy names none.
+    # docs/machines.md: sla_blocks defaults to 500,000 when the policy names none.
     queued = _queued_with_a_payment()
     assert S.sla_due(queued, ARRIVAL_BLOCK + 500_000) is True
     assert S.sla_due(queued, ARRIVAL_BLOCK + 499_999) is False

@@ -257,7 +257,7 @@ def test_fees_list_arenas_without_records_with_zeros() -> None:
 
 
 # Listed here, not read from BLOCKING_STATUSES: a status dropped from that constant would
-# drop its own case too. DOMAIN §7: every earlier arrival not terminal and not a completed
+# drop its own case too. docs/settlement.md: every earlier arrival not terminal and not a completed
 # NO_DECISION blocks; ARRIVED (intake undecided) may still be admitted and PASS.
 @pytest.mark.parametrize("status", ["ARRIVED", "QUEUED", "QUALIFYING", "HELD"])
 def test_earlier_unresolved_submission_blocks_a_pass(status: str) -> None:
@@ -300,7 +300,7 @@ def test_arrival_key_not_input_order_decides_who_is_first() -> None:
 
 
 def test_one_event_position_is_ordered_by_hotkey_then_content_hash() -> None:
-    # DOMAIN §3: the arrival key is (block, event_index, event_subindex, miner_hotkey,
+    # docs/concepts.md: the arrival key is (block, event_index, event_subindex, miner_hotkey,
     # content_hash). Two arrivals of one event position go by hotkey, whatever their ids:
     # hexid("x-b") sorts before hexid("x-a"), so an order by id would put b first.
     a = sub("x-a", "a", 7, "QUALIFIED", "1.010000")
@@ -827,7 +827,7 @@ def test_every_pass_is_explained_and_only_rewarded_ones_claim(inputs: Settlement
         assert (a.status == "pending") == bool(a.blocked_by)
 
 
-# Input refusals, orderings and the reward scan's staleness, as DOMAIN §3/§7, docs/settlement.md
+# Input refusals, orderings and the reward scan's staleness, as docs/concepts.md, docs/settlement.md
 # and the module's docstrings state them; expected values are worked by hand.
 
 
@@ -886,7 +886,7 @@ def test_fee_records_refuse_amounts_and_ids_out_of_shape(
     build: Callable[[], object], field: str
 ) -> None:
     # Money is a non-negative integer in rao; payment_ref and credit_id are 1-64 characters
-    # of [a-z0-9._-] (DOMAIN §3). A negative amount would lower net_rao or the credit sum.
+    # of [a-z0-9._-] (docs/concepts.md). A negative amount would lower net_rao or the credit sum.
     with pytest.raises(InvalidInput, match=f"{field} must be") as info:
         build()
     assert info.value.context["reason"] == "settlement_input_invalid"
@@ -903,7 +903,7 @@ def test_fee_records_refuse_amounts_and_ids_out_of_shape(
     ],
 )
 def test_policy_hotkeys_must_be_hotkeys(burn: str, validator: str, field: str) -> None:
-    # DOMAIN §3: hotkeys are 1-64 printable non-space characters. A burn hotkey that is
+    # docs/concepts.md: hotkeys are 1-64 printable non-space characters. A burn hotkey that is
     # not one would take the burned share of every settlement.
     with pytest.raises(InvalidInput, match=f"{field} must be a hotkey") as info:
         EmissionPolicy(1000, burn, validator)
@@ -952,7 +952,7 @@ def test_largest_remainder_refuses_a_pool_that_is_not_a_ppm_count() -> None:
 
 @pytest.mark.parametrize("arena_id", ["Mlp", "-mlp", "", "a" * 64, "mlp arena"])
 def test_an_arena_id_that_is_not_a_slug_is_refused(arena_id: str) -> None:
-    # DOMAIN §3: arena_id is a slug [a-z0-9][a-z0-9-]{0,62}.
+    # docs/concepts.md: arena_id is a slug [a-z0-9][a-z0-9-]{0,62}.
     with pytest.raises(InvalidInput, match="arena_id must be an arena slug") as info:
         ArenaInput(arena_id, 1, "0.015")
     assert info.value.context["reason"] == "settlement_input_invalid"
@@ -962,7 +962,7 @@ def test_an_arena_id_that_is_not_a_slug_is_refused(arena_id: str) -> None:
 
 
 def test_event_index_orders_before_event_subindex() -> None:
-    # DOMAIN §3: the arrival key is (block, event_index, event_subindex, hotkey, hash).
+    # docs/concepts.md: the arrival key is (block, event_index, event_subindex, hotkey, hash).
     # "a" is at (9, 1, 5), "b" at (9, 2, 0): (9, 1, 5) < (9, 2, 0), so "a" is first, even
     # though its event_subindex is the larger one.
     a = arrival("a", "ka", (9, 1, 5), speedup="1.010000")
@@ -1006,7 +1006,7 @@ def test_best_before_quotes_the_recorded_speedup_string() -> None:
 @pytest.mark.parametrize("speedup", ["-1.000000", "1.5e0", "1.50", "abc"])
 def test_speedup_to_ppm_refuses_what_is_not_a_recorded_speedup(speedup: str) -> None:
     # speedup_to_ppm reads a recorded speedup: a non-negative decimal, canonical or in the
-    # fixed 6-place form (DOMAIN §6). "-1.000000" would give a negative speedup_ppm,
+    # fixed 6-place form (docs/concepts.md). "-1.000000" would give a negative speedup_ppm,
     # "1.5e0" and "1.50" are not how a speedup is spelled.
     with pytest.raises(InvalidInput, match="speedup must be a non-negative decimal") as info:
         speedup_to_ppm(speedup)

@@ -247,7 +247,7 @@ FEE = 1_000_000_000
 
 @pytest.mark.parametrize("archived", [False, True])
 def test_reward_groups_follow_the_incumbent_and_control_runs_earn_nothing(archived: bool) -> None:
-    # DOMAIN §7: a reward group is (arena, incumbent_digest) as it stood at the arrival; a
+    # docs/settlement.md: a reward group is (arena, incumbent_digest) as it stood at the arrival; a
     # control run is never rewarded and blocks nothing. Checked through the full
     # recomputation and through a tracker that takes finished submissions as they are
     # archived (``_finished_input``), on a fold that keeps them and on one that archives.
@@ -516,7 +516,7 @@ def test_a_credit_spent_before_the_admission_counts_once_the_admission_is_folded
 
 
 def test_fees_list_every_arena_and_inputs_carry_the_latest_verdict() -> None:
-    # fee_summary: an arena without a fee record appears with zeros (DOMAIN §7's fees per
+    # fee_summary: an arena without a fee record appears with zeros (docs/settlement.md's fees per
     # arena), and one arena asked for is that arena alone. A submission requeued after a
     # NO_DECISION carries that verdict into settlement's input (it still blocks later ones).
     sc = Scenario()
@@ -653,7 +653,7 @@ def test_touched_entries_never_exceed_dirty_entries_max() -> None:
 def test_an_earlier_arrival_not_yet_admitted_or_held_blocks_a_later_pass(
     blocker: str, archived: bool
 ) -> None:
-    # DOMAIN §7: a PASS is reward-assessable once every earlier arrival of its arena is
+    # docs/settlement.md: a PASS is reward-assessable once every earlier arrival of its arena is
     # terminal or a completed NO_DECISION. An earlier arrival still waiting for intake
     # (ARRIVED) or parked (HELD) keeps a later PASS pending: no claim, the pool burns. Once
     # the blocker ends (expired), the PASS is rewarded. Through the full recomputation and

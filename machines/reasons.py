@@ -187,7 +187,7 @@ _REFUSALS = (
        "ArenaCommissioned seals a z whose pass line (1 + g)·exp(z·SE) − 1 has 28 or more "
        "integer digits (or overflows the 34-digit arithmetic): a look failing against it "
        "could never record its FAIL.",
-       "-", "Seal critical values of a usual size (z of a few units, DOMAIN §6)."),
+       "-", "Seal critical values of a usual size (z of a few units; see docs/machines.md)."),
     _r("control_id_reused", "refusal",
        "A control with this control_id is already registered on the arena.",
        "-", "Choose a new control_id."),

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -26,6 +26,10 @@ from cli.common import (
 )
 from services.arena_ledger import ArenaLedger
 from vocabulary.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from machines.settlement_rules import Settlement
+    from services.replay import ReplayReport
 
 __all__ = ["register"]
 
@@ -49,7 +53,9 @@ def emission_policy(
     console.print(f"emission policy set at position {result.first}")
 
 
-def _render_settlement(settlement: Any, as_json: bool, position: int | None = None) -> None:
+def _render_settlement(
+    settlement: Settlement, as_json: bool, position: int | None = None
+) -> None:
     from machines.settlement_rules import settlement_payload
 
     payload = settlement_payload(settlement)
@@ -230,7 +236,7 @@ def _replay_bundle(
     in_memory: bool,
     key: Path | None,
     origin: str | None,
-) -> Any:
+) -> ReplayReport:
     from ledger.bundle import read_manifest
     from ledger.checkpoint import load_verifier
     from services.replay import replay_bundle
@@ -254,7 +260,9 @@ def _bundle_json(path: str, checked: Any) -> dict[str, Any]:
     return {**checked.to_json(), "path": path}
 
 
-def _replay_store(as_of: int | None, expect: str | None, quiet: bool, in_memory: bool) -> Any:
+def _replay_store(
+    as_of: int | None, expect: str | None, quiet: bool, in_memory: bool
+) -> ReplayReport:
     from ledger.store import EventStore
     from services.replay import replay_store
 
@@ -298,7 +306,7 @@ class _progress:
 
 
 def _render_replay(
-    report: Any, timing: dict[str, Any], bundle: dict[str, Any] | None = None
+    report: ReplayReport, timing: dict[str, Any], bundle: dict[str, Any] | None = None
 ) -> None:
     status = "OK" if report.ok else "DIVERGED"
     console.print(

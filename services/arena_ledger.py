@@ -76,11 +76,9 @@ from vocabulary.limits import json_integer_abs_max
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from machines.projection import LedgerFold
     from machines.reasons import ReasonCode
     from machines.refusal import Refusal
     from machines.submission import SubmissionState
-    from services.fold_cache import SnapshotCache
 
 __all__ = [
     "CONTROL_HOTKEY",

@@ -39,20 +39,22 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import orjson
+import pydantic
+import pydantic_core
 
+import ledger
+import machines
+import services
+import vocabulary
 from ledger.log import get_logger
 from ledger.store import database_identity
 from machines.projection import LedgerFold
 from services.gc_pause import CollectorPaused
 from services.limits import snapshot_header_bytes_max
 from vocabulary.events import EmissionPolicySet
-
-if TYPE_CHECKING:
-    from machines.projection import LedgerFold
-    from vocabulary.events import EmissionPolicySet
 
 __all__ = [
     "SNAPSHOT_MAGIC",
@@ -101,14 +103,6 @@ def code_fingerprint() -> str:
     extensions, if any (name and bytes, in name order), the Python and pydantic versions."""
     global _fingerprint
     if _fingerprint is None:
-        import pydantic
-        import pydantic_core
-
-        import ledger
-        import machines
-        import services
-        import vocabulary
-
         digest = hashlib.sha256()
         digest.update(f"{sys.implementation.name} {sys.version}\n".encode())
         digest.update(f"pydantic {pydantic.VERSION} {pydantic_core.__version__}\n".encode())

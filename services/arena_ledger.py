@@ -6,9 +6,6 @@ decided by ``machines.projection.LedgerFold`` *inside* the append transaction, a
 fold has caught up with every committed event, so two validators sharing a PostgreSQL
 ledger can never both act on the same state. A refused event is not recorded; the caller
 gets ``Refused`` carrying the machine, state, event and a stable reason code.
-
-``ledger`` must not depend on ``machines`` when only the store is used, so the machines
-are imported inside the functions that need them (see tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from machines.projection import LedgerFold
 from machines.reasons import describe
 from machines.settlement_rules import Settlement, settlement_payload
 from machines.submission import STATES
-from services import fold_cache as snapshot
+from services import fold_cache
 from services.fold_cache import SnapshotCache
 from services.limits import submission_prefix_min
 from services.replay import decoded_rows
@@ -180,13 +177,13 @@ class DomainGuard:
             or not self._caught_up
             or fold.deciding
             or self.as_of is not None
-            or fold.position - self.snapshot_position < snapshot.snapshot_events_min
+            or fold.position - self.snapshot_position < fold_cache.snapshot_events_min
         ):
             return False
         try:
             entry = store.stored_entry_hash(fold.position)
         except LedgerError as exc:  # the store gone meanwhile: the command's result stands
-            snapshot.log.warning("snapshot_not_written", reason=exc.message)
+            fold_cache.log.warning("snapshot_not_written", reason=exc.message)
             return False
         if entry is None or not self.snapshots.save(fold, self.emission_policy, entry):
             return False

@@ -11,8 +11,7 @@ SQLAlchemy, so this module reaches the driver through the store's engine
 (``engine.raw_connection()`` and ``engine.dialect.dbapi``) instead of importing it: driver
 imports stay in the store modules (tests/unit/test_layers.py).
 
-``ledger`` must not depend on ``machines`` when only the store is used, so the machines are
-imported inside the functions that need them.
+Alembic is imported by the functions that migrate, not at every start of the CLI.
 """
 
 from __future__ import annotations

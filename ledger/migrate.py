@@ -55,7 +55,9 @@ def _script_location() -> str:
 
 def alembic_config(url: str) -> Config:
     """Builds an Alembic Config that points at the shipped migrations and ``url``."""
-    cfg = Config()
+    # Alembic's own notices ("No new upgrade operations detected.") go to a buffer: each
+    # command says what happened in its own words, and --sql output is not such a notice.
+    cfg = Config(stdout=io.StringIO())
     cfg.set_main_option("script_location", _script_location())
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg

@@ -74,6 +74,7 @@ from vocabulary.errors import (
     NotFound,
     SchemaError,
     SchemaNotInitialised,
+    StoreUnavailable,
     head_row_missing,
 )
 
@@ -225,7 +226,12 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         problem = str(exc).replace(url, shown)
         if isinstance(exc, ValueError) and "int()" in problem:
             problem = "its port is not a number"
+        elif "://" not in url:  # a bare file name: the user meant a SQLite file
+            problem = f"it is not a URL; for a SQLite file give sqlite:///{shown}"
         raise InvalidInput(f"database URL {shown!r} is not valid: {problem}", url=shown) from None
+    if parsed.drivername == "postgres":  # the spelling Heroku and libpq tools use
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        url = parsed.render_as_string(hide_password=False)
     backend = parsed.get_backend_name()
     if parsed.drivername not in _DRIVERS and backend in ("sqlite", "postgresql"):
         raise InvalidInput(
@@ -259,7 +265,14 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if backend == "postgresql":
         if parsed.drivername == "postgresql":
             url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-        return create_engine(url, pool_pre_ping=True, **kwargs)
+        try:
+            return create_engine(url, pool_pre_ping=True, **kwargs)
+        except ImportError:  # psycopg is the `postgres` extra, not a base dependency
+            raise StoreUnavailable(
+                "a PostgreSQL ledger needs the psycopg driver, which is not installed: "
+                "install the postgres extra (pip install 'arena-ledger[postgres]')",
+                url=safe_url(url),
+            ) from None
     raise InvalidInput(
         f"database backend {backend!r} is not supported (use sqlite:/// or postgresql://)", url=url
     )

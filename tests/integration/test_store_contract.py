@@ -1086,6 +1086,25 @@ def test_a_bare_postgresql_url_makes_a_psycopg_3_engine_without_connecting() -> 
         engine.dispose()
 
 
+def test_a_postgres_scheme_url_is_postgresql_through_psycopg_3() -> None:
+    # postgres:// is what Heroku and libpq tools print; it names the same server.
+    engine = make_engine("postgres://someone:pw@127.0.0.1:5432/arena_ledger_never_opened")
+    try:
+        assert engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
+        assert (engine.url.username, engine.url.password, engine.url.database) == (
+            "someone", "pw", "arena_ledger_never_opened")
+    finally:
+        engine.dispose()
+
+
+def test_a_bare_file_name_is_refused_with_the_sqlite_url_it_means() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        make_engine("my-ledger.db")
+    assert caught.value.message == (
+        "database URL 'my-ledger.db' is not valid: it is not a URL; for a SQLite file give "
+        "sqlite:///my-ledger.db")
+
+
 def test_sqlite_query_arguments_that_need_uri_true_are_refused_without_it(
     tmp_path: Path,
 ) -> None:

@@ -257,3 +257,21 @@ def test_the_reason_is_printed_as_the_message_is(
 ) -> None:
     assert _exit_code_of(raised) == 1
     assert capsys.readouterr().err == line
+
+
+def test_a_postgresql_ledger_without_psycopg_names_the_extra_and_exits_5() -> None:
+    import subprocess
+    import sys
+
+    # psycopg made unimportable, as in an install without the postgres extra.
+    probe = (
+        "import sys; sys.modules['psycopg'] = None; from cli.app import main; "
+        "sys.argv = ['arena-ledger', '--db', 'postgresql://u:secret@127.0.0.1:1/x', 'stats']; "
+        "main()"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 5, done.stderr
+    assert done.stderr == (
+        "error[store_unavailable]: a PostgreSQL ledger needs the psycopg driver, which is not "
+        "installed: install the postgres extra (pip install 'arena-ledger[postgres]')\n")

@@ -28,6 +28,7 @@ from services.append import BatchAppended, append_batches
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import read_drafts
 from services.fold_cache import default_directory
+from vocabulary import limits
 from vocabulary.catalogue import check_stream_name
 from vocabulary.errors import InvalidInput, open_input, unreadable
 
@@ -105,7 +106,7 @@ def _open_input(path: str) -> IO[bytes]:
 def append(
     file: str = typer.Argument(..., help="JSON Lines of event drafts, or - for stdin."),
     batch: int | None = typer.Option(
-        None, "--batch", min=1, max=INT_MAX,
+        None, "--batch", min=1, max=limits.batch_events_max,
         help="Append in batches of N lines (default: the whole file as one atomic batch).",
     ),
     actor: str = typer.Option("cli", "--actor", help="Who appends (recorded with each event)."),

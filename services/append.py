@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ledger.records import AppendResult
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import DraftLine
-from vocabulary.errors import InvalidInput, LedgerError
+from vocabulary import limits
+from vocabulary.errors import InvalidInput, LedgerError, LimitExceeded
 
 __all__ = ["BatchAppended", "append_batches", "batch_key", "split_batches"]
 
@@ -63,6 +64,14 @@ def append_batches(
     """
     if not lines:
         raise InvalidInput("the input holds no events")
+    most = limits.batch_events_max
+    if len(lines) > most and (size is None or size > most):
+        raise LimitExceeded(
+            f"one append takes at most {most} events and this one would hold "
+            f"{len(lines) if size is None else size}: give --batch {most} (or fewer) to "
+            "append the input in batches, each one atomic",
+            path="$",
+        )
     batches = split_batches(lines, size)
     for batch in batches:
         with _lines_named(batch):

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from vocabulary import limits
+
 ENVELOPE = {"position", "stream", "version", "type", "schema_version", "payload", "recorded_at",
             "actor", "hash"}
 
@@ -258,6 +260,26 @@ def test_db_commands_on_an_initialised_ledger(session: Session) -> None:
                                f"'0009_nope'; the revisions are {head_revision}, "), line
         assert refused.stdout == ""
     assert session.cli("db", "current").stdout.strip() == head_revision
+
+
+def test_an_input_past_one_append_points_to_batch_and_batch_is_bounded(cli: Any) -> None:
+    cli("init")
+    drafts = cli.write("big.jsonl", [{"stream": f"credit-c{i}", "type": "CreditGranted",
+                                      "payload": {"credit_id": f"c{i}", "hotkey": "5Miner",
+                                                  "amount_rao": 1, "note": "n"}}
+                                     for i in range(limits.batch_events_max + 1)])
+    whole = cli("append", drafts, expect=1)
+    assert cli.error_line(whole.stderr, "limit_exceeded") == (
+        f"error[limit_exceeded] [path $]: one append takes at most {limits.batch_events_max} "
+        f"events and this one would hold {limits.batch_events_max + 1}: give --batch "
+        f"{limits.batch_events_max} (or fewer) to append the input in batches, each one atomic")
+    too_wide = cli("append", drafts, "--batch", str(limits.batch_events_max + 1), expect=2)
+    assert "--batch" in too_wide.stderr
+    assert json.loads(cli("head", "--json").stdout)["position"] == 0  # nothing was written
+    batched = cli("append", drafts, "--batch", str(limits.batch_events_max))
+    assert batched.stdout.splitlines()[-1] == (
+        f"appended position {limits.batch_events_max + 1} (1 event, line "
+        f"{limits.batch_events_max + 1})")
 
 
 def test_an_uninitialised_database_exits_5_with_one_line(cli: Any) -> None:

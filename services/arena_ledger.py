@@ -110,7 +110,6 @@ class DomainGuard:
     """Decides each batch with the machines inside the append transaction (an AppendGuard)."""
 
     def __init__(self, fold: LedgerFold | None = None, as_of: int | None = None) -> None:
-
         self.fold = fold if fold is not None else LedgerFold()
         #: The latest EmissionPolicySet folded so far (settlements use it from its position on).
         self.emission_policy: EmissionPolicySet | None = None
@@ -209,7 +208,6 @@ class DomainGuard:
                 self._check_settlement(index, event, payload)
 
     def _check_settlement(self, index: int, event: SettlementComputed, payload: Any) -> None:
-
         if index != 0:
             raise Refused(
                 "a SettlementComputed must open its batch (it is computed as of the position "

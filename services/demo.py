@@ -311,7 +311,6 @@ def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
 def _finish(
     ledger: ArenaLedger, summary: DemoSummary, signer: Signer, base: int, say: Notify
 ) -> None:
-
     summary.submissions = [
         r
         for r in ledger.submissions(summary.arena_id)

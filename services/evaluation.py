@@ -278,7 +278,6 @@ def _speed(
     result: EvaluationResult,
     notify: Progress,
 ) -> None:
-
     attempt_id = result.attempt_id
     state = ledger.fold.attempt(attempt_id)
     windows = state.params.windows  # type: ignore[union-attr]
@@ -308,7 +307,6 @@ def _audit(
     result: EvaluationResult,
     notify: Progress,
 ) -> None:
-
     params = ledger.fold.attempt(result.attempt_id).params  # type: ignore[union-attr]
     payloads = run_audit(
         engine, spec, replay, bar=str(params.audit_bar), near_miss_band=str(params.near_miss_band)
@@ -334,7 +332,6 @@ def _quality(
     result: EvaluationResult,
     notify: Progress,
 ) -> None:
-
     report = grade_quality(engine, spec, replay)
     ledger.record(result.attempt_id, QualityGraded.model_validate(report.payload))
     result.quality = True

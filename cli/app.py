@@ -22,6 +22,7 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
+from cli.projections import projections_app
 from ledger.log import configure_logging
 from ledger.records import RecordedEvent
 from services.append import BatchAppended, append_batches
@@ -43,6 +44,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(db_app, name="db")
+app.add_typer(projections_app, name="projections")
 
 
 class LogLevel(StrEnum):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,13 +149,24 @@ def _run(action: Any, url: str) -> str:
     return out.getvalue()
 
 
-def upgrade(url: str, revision: str = "head", *, sql: bool = False) -> str:
-    """Upgrades the store to ``revision``; with ``sql`` returns the SQL instead of running it."""
+def upgrade(
+    url: str,
+    revision: str = "head",
+    *,
+    sql: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> str:
+    """Upgrades the store to ``revision``; with ``sql`` returns the SQL instead of running it.
+
+    ``progress`` is called with (done, total) by a revision that works through the recorded
+    events (the read models' backfill), so a command can draw a bar.
+    """
     require_revision(revision)
     if sql:
         return _run(lambda: command.upgrade(alembic_config(url), revision, sql=True), url)
     require_known(url)
     with _connected(url, create=True) as cfg:
+        cfg.attributes["progress"] = progress
         return _run(lambda: command.upgrade(cfg, revision), url)
 
 

@@ -684,6 +684,37 @@ class EventStore:
     # -- read ------------------------------------------------------------------------------
 
     @_store_errors
+    @contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """Yields a connection inside a write transaction that holds the head lock, as an
+        append does, so no append lands until it commits (a rebuild of the read models);
+        the ledger must be at ``SCHEMA_REVISION``."""
+        try:
+            with self._write_connection() as conn, conn.begin():
+                cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    cursor.execute(_SQL[self.backend].lock_head).fetchone()
+                    self._check_revision(cursor)
+                finally:
+                    cursor.close()
+                yield conn
+        except database_errors() as exc:
+            raise store_error(exc, self.url) from None
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """Yields a connection whose reads all see one snapshot of the ledger (a deferred
+        transaction on SQLite, REPEATABLE READ on PostgreSQL), for a query that reads the
+        read models and the head together; nothing is written through it."""
+        try:
+            with self.engine.connect() as conn:
+                if self.backend == "postgresql":
+                    conn = conn.execution_options(isolation_level="REPEATABLE READ")
+                with conn.begin():
+                    yield conn
+        except database_errors() as exc:
+            raise store_error(exc, self.url) from None
+
     def head(self, conn: Connection | None = None) -> Head:
         """Returns the last position (0 when empty) and its entry hash; read through
         ``conn``, inside its transaction, when given."""

@@ -30,6 +30,18 @@ __all__ = [
     "ledger_head",
     "merkle_nodes",
     "metadata",
+    "read_model_tables",
+    "rm_arenas",
+    "rm_attempts",
+    "rm_controls",
+    "rm_counters",
+    "rm_credits",
+    "rm_event_types",
+    "rm_payments",
+    "rm_settlements",
+    "rm_state",
+    "rm_submissions",
+    "rm_windows",
 ]
 
 NAMING_CONVENTION = {
@@ -44,7 +56,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 #: The Alembic revision these tables are (the shipped head, checked by the migration
 #: tests): the store appends only to a ledger at this revision (``EventStore.append``).
-SCHEMA_REVISION = "0004_pg_recorded_at_brin"
+SCHEMA_REVISION = "0005_read_models"
 
 events = Table(
     "events",
@@ -117,4 +129,195 @@ idempotency_keys = Table(
     Column("content_digest", String(64), nullable=False),
     Column("first_position", BigInteger, nullable=False),
     Column("last_position", BigInteger, nullable=False),
+)
+
+
+# --- read models (revision 0005) ---------------------------------------------------------------
+# Tables derived from the events, written in the append transaction that records them
+# (services.projections): current state for the queries, shaped for a person with psql or
+# sqlite3. A cache of the events: `arena-ledger projections check` compares them with a
+# rebuild, and the events win. docs/read-models.md documents every column.
+
+_Position = BigInteger
+_Name = Text()
+_Id = String(64)
+
+rm_state = Table(
+    "rm_state",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    #: The position the read models reflect: the head, unless events were appended without
+    #: the machines' guard (then the queries fold the ledger instead, until a rebuild).
+    Column("position", _Position, nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+rm_arenas = Table(
+    "rm_arenas",
+    metadata,
+    Column("arena_id", _Name, primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("commission_digest", _Id, nullable=False),
+    Column("fee_rao", BigInteger, nullable=False),
+    Column("incumbent_digest", _Id, nullable=False),
+    Column("incumbent_block", BigInteger, nullable=False),
+    Column("retired_block", BigInteger),
+    Column("retired_reason", Text),
+    Column("first_position", _Position, nullable=False),
+    Column("last_position", _Position, nullable=False),
+)
+
+rm_controls = Table(
+    "rm_controls",
+    metadata,
+    Column("arena_id", _Name, primary_key=True),
+    Column("control_id", _Name, primary_key=True),
+    Column("seq", Integer, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("delta_digest", _Id, nullable=False),
+    Column("expected_verdict", String(16), nullable=False),
+    Column("expected_reason", Text),
+)
+
+rm_submissions = Table(
+    "rm_submissions",
+    metadata,
+    Column("submission_id", _Id, primary_key=True),
+    Column("arena_id", _Name, nullable=False),
+    Column("hotkey", _Name, nullable=False),
+    Column("content_hash", _Id, nullable=False),
+    Column("delta_digest", _Id, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("arrival_block", BigInteger, nullable=False),
+    Column("arrival_event_index", BigInteger, nullable=False),
+    Column("arrival_event_subindex", BigInteger, nullable=False),
+    Column("payment_ref", _Name),
+    Column("status", String(16), nullable=False),
+    Column("fee_kind", String(16)),
+    Column("fee_ref", _Name),
+    Column("fee_amount_rao", BigInteger),
+    Column("rejection", Text),
+    Column("attempts", Integer, nullable=False),
+    Column("attempt_id", _Name),
+    Column("requeues", Integer, nullable=False),
+    Column("verdict", String(16)),
+    Column("reason", Text),
+    Column("disposition", String(16)),
+    Column("hold_reason", Text),
+    Column("expired_block", BigInteger),
+    #: The reason code that says why the submission is where it is ('' while it waits):
+    #: `submissions` prints it with its cause and next step (docs/domain.md lists them).
+    Column("stated_reason", Text, nullable=False),
+    Column("first_position", _Position, nullable=False),
+    Column("last_position", _Position, nullable=False),
+)
+Index(
+    "ix_rm_submissions_arena_arrival",
+    rm_submissions.c.arena_id,
+    rm_submissions.c.arrival_block,
+    rm_submissions.c.arrival_event_index,
+    rm_submissions.c.arrival_event_subindex,
+)
+Index("ix_rm_submissions_hotkey", rm_submissions.c.hotkey)
+Index("ix_rm_submissions_status", rm_submissions.c.status, rm_submissions.c.arena_id)
+Index("ix_rm_submissions_delta", rm_submissions.c.arena_id, rm_submissions.c.delta_digest)
+
+rm_attempts = Table(
+    "rm_attempts",
+    metadata,
+    Column("attempt_id", _Name, primary_key=True),
+    Column("submission_id", _Id, nullable=False),
+    Column("arena_id", _Name, nullable=False),
+    Column("commission_digest", _Id, nullable=False),
+    Column("plan", Text, nullable=False),
+    Column("claimed_block", BigInteger, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("verdict", String(16)),
+    Column("reason", Text),
+    Column("disposition", String(16)),
+    Column("speedup", Text),
+    Column("pass_line", Text),
+    Column("look_window", Integer),
+    Column("decided_block", BigInteger),
+    Column("first_position", _Position, nullable=False),
+    Column("last_position", _Position, nullable=False),
+)
+Index("ix_rm_attempts_submission", rm_attempts.c.submission_id)
+Index("ix_rm_attempts_arena_verdict", rm_attempts.c.arena_id, rm_attempts.c.verdict)
+
+rm_windows = Table(
+    "rm_windows",
+    metadata,
+    Column("attempt_id", _Name, primary_key=True),
+    Column("position", _Position, primary_key=True),
+    Column("window", Integer, nullable=False),
+    Column("orientation", Integer, nullable=False),
+    Column("stock_cost_ns", BigInteger, nullable=False),
+    Column("candidate_cost_ns", BigInteger, nullable=False),
+    #: candidate_cost_ns / stock_cost_ns to six places: above 1, the candidate was slower.
+    Column("ratio", Text, nullable=False),
+)
+
+rm_payments = Table(
+    "rm_payments",
+    metadata,
+    Column("payment_ref", _Name, primary_key=True),
+    Column("submission_id", _Id, nullable=False),
+    Column("arena_id", _Name, nullable=False),
+    Column("amount_rao", BigInteger, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("release_reason", Text),
+    Column("first_position", _Position, nullable=False),
+    Column("last_position", _Position, nullable=False),
+)
+Index("ix_rm_payments_arena", rm_payments.c.arena_id)
+Index("ix_rm_payments_submission", rm_payments.c.submission_id)
+
+rm_credits = Table(
+    "rm_credits",
+    metadata,
+    Column("credit_id", _Name, primary_key=True),
+    Column("hotkey", _Name, nullable=False),
+    Column("amount_rao", BigInteger, nullable=False),
+    Column("note", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("submission_id", _Id),
+    Column("first_position", _Position, nullable=False),
+    Column("last_position", _Position, nullable=False),
+)
+Index("ix_rm_credits_hotkey", rm_credits.c.hotkey)
+Index("ix_rm_credits_submission", rm_credits.c.submission_id)
+
+rm_counters = Table(
+    "rm_counters",
+    metadata,
+    #: decided (attempts per arena), no_decision (NO_DECISION verdicts per arena),
+    #: holds_placed (holds ever placed, per reason): what `stats` reports.
+    Column("counter", String(16), primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)
+
+rm_event_types = Table(
+    "rm_event_types",
+    metadata,
+    Column("type", String(64), primary_key=True),
+    Column("events", BigInteger, nullable=False),
+)
+
+rm_settlements = Table(
+    "rm_settlements",
+    metadata,
+    Column("position", _Position, primary_key=True),
+    Column("block", BigInteger, nullable=False),
+    Column("as_of_position", _Position, nullable=False),
+    Column("settlement_digest", _Id, nullable=False),
+    Column("weights_ppm", Text, nullable=False),
+)
+Index("ix_rm_settlements_block", rm_settlements.c.block)
+
+#: Every read model table, in the order a rebuild empties and fills them.
+read_model_tables = (
+    rm_state, rm_arenas, rm_controls, rm_submissions, rm_attempts, rm_windows, rm_payments,
+    rm_credits, rm_counters, rm_event_types, rm_settlements,
 )

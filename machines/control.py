@@ -10,7 +10,7 @@ to. One that expired after its verdict (a parked NO_DECISION) is judged by that 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from machines.arena import ArenaState
@@ -32,6 +32,7 @@ __all__ = [
     "UNEXPECTED",
     "ControlRow",
     "control_outcome",
+    "control_report",
     "control_rows",
 ]
 
@@ -82,10 +83,21 @@ def control_rows(arena: ArenaState, submissions: Iterable[SubmissionState]) -> l
     controls registered with the same digest are each judged against every one of those
     submissions. A control with no submission yet gets one ``pending`` row without one.
     """
-    rows: dict[str, list[ControlRow]] = {cid: [] for cid in arena.controls}
+    return control_report(arena.controls, submissions)
+
+
+def control_report(
+    controls: Mapping[str, ControlRegistered], submissions: Iterable[SubmissionState]
+) -> list[ControlRow]:
+    """Is ``control_rows`` given the arena's controls in registration order (the read
+    models keep those, not the arena's whole state)."""
+    by_delta: dict[str, list[str]] = {}
+    for control_id, registered in controls.items():
+        by_delta.setdefault(registered.delta_digest, []).append(control_id)
+    rows: dict[str, list[ControlRow]] = {cid: [] for cid in controls}
     for sub in submissions:
-        for control_id in arena.controls_by_delta.get(sub.delta_digest, ()):
-            control = arena.controls[control_id]
+        for control_id in by_delta.get(sub.delta_digest, ()):
+            control = controls[control_id]
             rows[control_id].append(
                 ControlRow(
                     control_id, control.kind, control.delta_digest, control.expected_verdict,
@@ -96,7 +108,7 @@ def control_rows(arena: ArenaState, submissions: Iterable[SubmissionState]) -> l
     report: list[ControlRow] = []
     for control_id, found in rows.items():
         if not found:
-            c = arena.controls[control_id]
+            c = controls[control_id]
             found = [
                 ControlRow(
                     control_id, c.kind, c.delta_digest, c.expected_verdict, c.expected_reason,

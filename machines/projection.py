@@ -90,7 +90,7 @@ from vocabulary.events import (
     WindowMeasured,
 )
 
-__all__ = ["Archive", "Finished", "FoldCounts", "LedgerFold", "Record"]
+__all__ = ["Archive", "Finished", "FoldCounts", "LedgerFold", "Record", "Touched"]
 
 #: What ``consume`` reads: (position, stream, event type, event model).
 Record = tuple[int, str, str, Event]
@@ -378,6 +378,21 @@ def _fee_text(fee: Fee) -> str:
     return f"the submission was admitted with fee {fee.kind} {fee.ref!r} of {fee.amount_rao} rao"
 
 
+class Touched(NamedTuple):
+    """Names what one event changed in the fold's projections (``LedgerFold.decide_batch``'s
+    observer and ``apply_tracked`` report it): submission ids, attempt ids, payment refs,
+    credit ids, arena ids, and the keys of the three counters ``counts`` reports."""
+
+    submissions: tuple[str, ...]
+    attempts: tuple[str, ...]
+    payments: tuple[str, ...]
+    credits: tuple[str, ...]
+    arenas: tuple[str, ...]
+    decided: tuple[str, ...]
+    no_decision: tuple[str, ...]
+    holds_placed: tuple[str, ...]
+
+
 class FoldCounts(NamedTuple):
     """Counts what the folded events did, for ``stats``: decided attempts and NO_DECISION
     verdicts per arena, and holds placed (a submission entering HELD) per hold reason.
@@ -542,19 +557,32 @@ class LedgerFold:
         return self.decide_batch([(stream, event, payload)])[0]
 
     def decide_batch(
-        self, batch: Sequence[tuple[str, Event, Payload]]
+        self,
+        batch: Sequence[tuple[str, Event, Payload]],
+        observe: Callable[[int, Touched], None] | None = None,
     ) -> list[Refusal | None]:
         """Decides the events of one atomic append in order, each seeing the ones before it.
 
         Nothing changes: every write is journaled and rolled back. Append the batch only
-        if every entry is None.
+        if every entry is None. ``observe``, when given, is called after each accepted
+        event with its index and what it changed (``Touched``), while the fold still shows
+        the state after it: the read models are written from there, in the same transaction.
         """
         if self._journal is not None:
             raise RuntimeError("decide_batch is not re-entrant")
         journal: list[tuple[dict[Any, Any], Any, Any]] = []
         self._journal = journal
         try:
-            return [self._route(stream, event, payload) for stream, event, payload in batch]
+            if observe is None:
+                return [self._route(stream, event, payload) for stream, event, payload in batch]
+            refusals: list[Refusal | None] = []
+            for index, (stream, event, payload) in enumerate(batch):
+                mark = len(journal)
+                refusal = self._route(stream, event, payload)
+                refusals.append(refusal)
+                if refusal is None:
+                    observe(index, self._touched(journal, mark))
+            return refusals
         finally:
             # Indexed from the end rather than reversed(): mypyc (an optional compiled
             # build, see setup.py) cannot compile a reversed() of this list's tuples.
@@ -569,6 +597,49 @@ class LedgerFold:
             # Only once every write is undone: an interrupt in the loop above leaves the fold
             # ``deciding``, neither re-entered nor kept as a snapshot.
             self._journal = None
+
+    def apply_tracked(
+        self, position: int, stream: str, event: Event, payload: Payload = None
+    ) -> tuple[Refusal | None, Touched]:
+        """Folds one recorded event like ``apply`` and returns what it changed.
+
+        The writes go through the journal (the path ``decide_batch`` takes, which makes the
+        same changes) and are kept: a rebuild of the read models folds the ledger this way,
+        so it sees exactly what the guard sees when it writes them. Not on an archiving fold.
+        """
+        if self.archive is not None:
+            raise ValueError("apply_tracked folds without an archive")
+        if position <= self.position:
+            raise ValueError(f"position {position} is not after {self.position}")
+        if self._journal is not None:
+            raise RuntimeError("apply_tracked is not re-entrant")
+        journal: list[tuple[dict[Any, Any], Any, Any]] = []
+        self._journal = journal
+        try:
+            refusal = self._route(stream, event, payload)
+        finally:
+            self._journal = None
+        self.position = position
+        self.events += 1
+        if refusal is not None:
+            self.refusals.append((position, stream, refusal))
+        return refusal, self._touched(journal, 0)
+
+    def _touched(self, journal: list[tuple[dict[Any, Any], Any, Any]], mark: int) -> Touched:
+        """Returns the keys of the projections written by ``journal[mark:]``, in first-write
+        order (the journal records every write a decided or tracked event makes)."""
+        spaces = {
+            id(self._subs): 0, id(self._attempts): 1, id(self._payments): 2,
+            id(self._credits): 3, id(self._arenas): 4, id(self._decided): 5,
+            id(self._no_decision): 6, id(self._holds_placed): 7,
+        }
+        found: list[dict[Any, None]] = [{} for _ in range(8)]
+        for index in range(mark, len(journal)):
+            table, key, _ = journal[index]
+            space = spaces.get(id(table))
+            if space is not None:
+                found[space][key] = None
+        return Touched(*(tuple(keys) for keys in found))
 
     @property
     def deciding(self) -> bool:

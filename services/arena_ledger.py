@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from ledger import read_models
 from ledger.archive import DiskArchive
 from ledger.records import ANY, NO_STREAM, AppendResult, EventDraft, ExpectedVersion, RecordedEvent
 from ledger.store import DEFAULT_URL, EventStore, PreparedEvent
@@ -26,13 +28,15 @@ from machines.arena import commission_digest
 from machines.attempt import explain, work_mismatch_fault
 from machines.control import CONTROL_HOTKEY
 from machines.intake import Admission, Rejection, intake
-from machines.projection import LedgerFold
+from machines.projection import LedgerFold, Touched
 from machines.reasons import describe
 from machines.settlement_rules import Settlement, settlement_payload
 from machines.submission import STATES
 from services import fold_cache
 from services.fold_cache import SnapshotCache
 from services.limits import submission_prefix_min
+from services.projections import ReadModelRows, submission_row
+from services.read_view import ReadView, read_view
 from services.replay import decoded_rows
 from services.settlements import check_recorded, compute, fee_summary, rewards
 from vocabulary.catalogue import CATALOGUE, schema_error
@@ -73,7 +77,6 @@ from vocabulary.limits import json_integer_abs_max
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from machines.reasons import ReasonCode
     from machines.refusal import Refusal
     from machines.submission import SubmissionState
 
@@ -200,12 +203,27 @@ class DomainGuard:
             payload = loads(prepared.payload_bytes)
             event = CATALOGUE.decode(prepared.type, prepared.schema_version, payload)
             decoded.append((prepared.stream, event, payload))
-        for index, refusal in enumerate(self.fold.decide_batch(decoded)):
+        # The read models follow the batch only from the head they reflect: behind it
+        # (events appended without this guard), they wait for `projections rebuild`.
+        base = self.fold.position
+        rows = ReadModelRows() if read_models.position(conn) == base else None
+        observe = None
+        if rows is not None:
+            fold = self.fold
+
+            def observe(index: int, touched: Touched) -> None:
+                stream, event, _ = decoded[index]
+                rows.observe(fold, base + index + 1, stream, event, touched)
+
+        for index, refusal in enumerate(self.fold.decide_batch(decoded, observe)):
             if refusal is not None:
                 raise refused_error(refusal, index)
         for index, (_, event, payload) in enumerate(decoded):
             if isinstance(event, SettlementComputed):
                 self._check_settlement(index, event, payload)
+        if rows is not None:
+            rows.write(conn)
+            read_models.set_position(conn, base + len(batch))
 
     def _check_settlement(self, index: int, event: SettlementComputed, payload: Any) -> None:
         if index != 0:
@@ -385,6 +403,16 @@ class ArenaLedger:
         guard refuses such a view's batches too)."""
         if self.as_of is not None:
             raise read_only(self.as_of)
+
+    @contextmanager
+    def _view(self) -> Iterator[ReadView | None]:
+        """Yields the read models over one snapshot when they can answer a current-state
+        question (``services.read_view``), else None: the caller folds the ledger."""
+        if self.as_of is not None:
+            yield None
+            return
+        with read_view(self.store) as view:
+            yield view
 
     def append(
         self,
@@ -815,6 +843,10 @@ class ArenaLedger:
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
         """Returns fee totals per arena and overall, credits apart (NotFound for an
         ``arena_id`` that was never commissioned)."""
+        with self._view() as view:
+            if view is not None:
+                _require_arena(view, arena_id)
+                return view.fees(arena_id)
         fold = self.fold
         _require_commissioned(fold, arena_id, self.as_of is not None)
         return fee_summary(fold, arena_id)
@@ -836,12 +868,13 @@ class ArenaLedger:
     def explain_attempt(self, attempt_id: str) -> dict[str, Any]:
         """Returns every number behind an attempt's verdict (windows, looks, audit, quality)."""
         events = self.attempt_events(attempt_id)
-        state = self.fold.refold_attempt(events)
+        claimed = events[0]
+        if not isinstance(claimed, AttemptClaimed):
+            raise ValueError("an attempt stream starts with AttemptClaimed")
+        state = self._arena_fold(claimed.arena_id).refold_attempt(events)
         document = explain(state)
         recorded = next((e for e in reversed(events) if isinstance(e, AttemptDecided)), None)
         decision = document.get("decision") or {}
-        claimed = events[0]
-        assert isinstance(claimed, AttemptClaimed)
         document.update(
             {
                 "submission_id": claimed.submission_id,
@@ -857,15 +890,31 @@ class ArenaLedger:
         )
         return document
 
+    def _arena_fold(self, arena_id: str) -> LedgerFold:
+        """Returns a fold of the arena's own stream (its commissions, which an attempt's
+        refold reads), or the whole fold when that is already caught up (a view as of a
+        position, or a writer's)."""
+        if self.as_of is not None or self.guard.fold.position > 0:
+            return self.fold
+        fold = LedgerFold()
+        for record in self.read_stream(f"arena-{arena_id}"):
+            fold.apply(record.position, record.stream, record.event(), record.payload)
+        return fold
+
     def explain_submission(self, sid: str) -> dict[str, Any]:
         """Returns a submission's status, stated cause, next step and every attempt explained.
 
         ``sid`` is the 64-character id or a prefix of it that names one submission, at
         least ``submission_prefix_min`` characters (the tables show the first 16).
         """
-        fold = self.fold
-        sid = _resolve_prefix(fold, sid)
-        sub = fold.submission(sid)
+        with self._view() as view:
+            if view is not None:
+                sid = _resolve_prefix(view, sid)
+                sub = view.submission(sid)
+        if view is None:
+            fold = self.fold
+            sid = _resolve_prefix(fold, sid)
+            sub = fold.submission(sid)
         if sub is None:
             raise NotFound(
                 f"submission {sid} does not exist{self._seen()} (give its 64-character id, "
@@ -905,6 +954,11 @@ class ArenaLedger:
             )
         if hotkey is not None:
             require_hotkey(hotkey)  # a hotkey no submission can carry would list nothing
+        with self._view() as view:
+            if view is not None:
+                _require_arena(view, arena_id or None)
+                found = view.submissions(arena_id or None, hotkey, status and status.upper())
+                return [submission_row(sub, describe) for sub in found]
         fold = self.fold
         if arena_id:
             _require_commissioned(fold, arena_id, self.as_of is not None)
@@ -921,8 +975,28 @@ class ArenaLedger:
                 rows.append(submission_row(sub, describe))
         return rows
 
+    def submissions_of(self, hotkey: str) -> tuple[int, list[SubmissionState]]:
+        """Returns every submission of ``hotkey`` (by arena, then arrival key) with the
+        position the answer is as of."""
+        require_hotkey(hotkey)
+        with self._view() as view:
+            if view is not None:
+                return view.position, view.submissions(hotkey=hotkey)
+        fold = self.fold
+        found = [
+            sub
+            for arena in fold.arenas()
+            for sub in fold.submissions(arena.arena_id)
+            if sub.hotkey == hotkey
+        ]
+        return fold.position, found
+
     def controls(self, arena_id: str) -> list[dict[str, Any]]:
         """Returns the arena's controls with expected and observed outcomes."""
+        with self._view() as view:
+            if view is not None:
+                _require_arena(view, arena_id)
+                return [dataclasses.asdict(row) for row in view.controls(arena_id)]
         fold = self.fold
         _require_commissioned(fold, arena_id, self.as_of is not None)
         return [dataclasses.asdict(row) for row in fold.controls(arena_id)]
@@ -931,7 +1005,13 @@ class ArenaLedger:
 _HEX = frozenset("0123456789abcdef")
 
 
-def _resolve_prefix(fold: LedgerFold, text: str) -> str:
+def _require_arena(view: ReadView, arena_id: str | None) -> None:
+    """Is ``_require_commissioned`` on the read models (which are never a view as of)."""
+    if arena_id is not None and not view.has_arena(arena_id):
+        raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+
+
+def _resolve_prefix(source: LedgerFold | ReadView, text: str) -> str:
     """Returns the one submission id that starts with ``text`` (any case; a whole id in any
     case is that id), or ``text`` itself when it is too short or too long, not hex or no
     id's prefix (NotFound follows).
@@ -944,12 +1024,17 @@ def _resolve_prefix(fold: LedgerFold, text: str) -> str:
         return text
     if len(text) == 64:
         return lowered  # a whole id in capitals, as some tools print hashes
-    found = [
-        sub.submission_id
-        for arena in fold.arenas()
-        for sub in fold.submissions(arena.arena_id)
-        if sub.submission_id.startswith(lowered)
-    ]
+    if isinstance(source, ReadView):
+        found = source.ids_starting_with(lowered)
+        if len(found) > 1:
+            found = [""] * source.count_starting_with(lowered)  # only the count is reported
+    else:
+        found = [
+            sub.submission_id
+            for arena in source.arenas()
+            for sub in source.submissions(arena.arena_id)
+            if sub.submission_id.startswith(lowered)
+        ]
     if len(found) > 1:
         raise InvalidInput(
             f"{len(found)} submissions start with {text!r}; give more of the id",
@@ -972,58 +1057,3 @@ def _require_commissioned(fold: LedgerFold, arena_id: str | None, view: bool = F
 def _seen(fold: LedgerFold | None) -> str:
     """Returns " as of position N" (N: ``fold``'s position), or "" for no fold."""
     return "" if fold is None else f" as of position {fold.position}"
-
-
-def submission_row(
-    sub: SubmissionState, describe: Callable[[str], ReasonCode | None]
-) -> dict[str, Any]:
-    """Returns one submission as a JSON-ready row with its stated cause and next step."""
-    reason = _stated_reason(sub)
-    info = describe(reason) if reason else None
-    return {
-        "submission_id": sub.submission_id,
-        "arena_id": sub.arena_id,
-        "hotkey": sub.hotkey,
-        "content_hash": sub.content_hash,
-        "arrival": list(sub.arrival_key[:3]),
-        "status": sub.status,
-        "verdict": sub.verdict,
-        "reason": reason,
-        "cause": info.cause if info else _status_cause(sub.status),
-        "next_step": info.next_step if info else _status_next(sub.status),
-        "attempts": sub.attempts,
-    }
-
-
-def _stated_reason(sub: SubmissionState) -> str:
-    if sub.status in _WAITING:
-        # Requeued (by the retry budget or an operator) and maybe claimed again: the last
-        # attempt's reason no longer states why the submission is where it is.
-        return ""
-    if sub.status == "REJECTED":
-        return str(sub.rejection or "")
-    if sub.status == "HELD":
-        return str(sub.hold_reason or "")
-    if sub.status == "EXPIRED":
-        return "sla_expired"
-    return str(sub.reason or "")
-
-
-#: Statuses a submission waits in; an earlier attempt's reason is not their cause.
-_WAITING = frozenset(("ARRIVED", "QUEUED", "QUALIFYING"))
-
-_STATUS_TEXT = {
-    "ARRIVED": ("recorded, intake not yet decided", "wait for intake"),
-    "QUEUED": ("admitted and waiting for a validator", "wait: the queue runs in arrival order"),
-    "QUALIFYING": ("being evaluated", "wait for the verdict"),
-    "QUALIFIED": ("passed", "nothing: rewards follow at settlement"),
-    "HELD": ("held by an operator (see the reason)", "wait for an operator to release the hold"),
-}
-
-
-def _status_cause(status: str) -> str:
-    return _STATUS_TEXT.get(status, ("", ""))[0]
-
-
-def _status_next(status: str) -> str:
-    return _STATUS_TEXT.get(status, ("", ""))[1]

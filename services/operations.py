@@ -30,9 +30,12 @@ from typing import Any
 from ledger import tables as schema
 from ledger.records import Head, VerifyReport
 from ledger.store import EventStore, safe_url
+from machines.projection import FoldCounts, LedgerFold
 from machines.submission import STATES
 from services.arena_ledger import ArenaLedger
 from services.limits import tool_message_chars_max
+from services.projections import submission_row
+from services.read_view import read_view
 from vocabulary.errors import (
     IntegrityError,
     InvalidInput,
@@ -664,23 +667,19 @@ def stats(
         store = ledger.store
         # The head row is held to the tables first: a damaged one stops stats before the fold.
         head, size, root = _snapshot(store, as_of)
-        fold = ledger.fold
-        if fold.position != size:  # an append landed in between: report as of the fold
-            head, size, root = _snapshot(store, fold.position)
-        types = store.type_counts(size)
+        figures = _read_model_figures(ledger) if as_of is None else None
+        if figures is None:
+            fold = ledger.fold
+            figures = (fold.position, store.type_counts(fold.position), *_fold_figures(fold))
+        answered, types, counts, arenas, statuses_of, held = figures
+        if answered != size:  # an append landed in between: report as of the figures
+            head, size, root = _snapshot(store, answered)
         tip = _tip(store, size)
         checkpoint = _last_checkpoint(store, head)
         backend = store.backend
-    counts = fold.counts()
-    arenas = sorted({a.arena_id for a in fold.arenas()} | set(counts.decided))
     by_status: dict[str, dict[str, int]] = {}
-    held: Counter[str] = Counter()
-    for arena in arenas:
-        statuses = dict.fromkeys(STATES, 0)
-        for sub in fold.submissions(arena):
-            statuses[sub.status] += 1
-            if sub.status == "HELD":
-                held[str(sub.hold_reason)] += 1
+    for arena in sorted(set(arenas) | set(counts.decided)):
+        statuses = {**dict.fromkeys(STATES, 0), **statuses_of.get(arena, {})}
         by_status[arena] = {**statuses, "total": sum(statuses.values())}
     return {
         "backend": backend,
@@ -701,6 +700,47 @@ def stats(
             for arena in arenas
         },
     }
+
+
+#: What stats reads of the machines: the position, events by type, the fold's counts, the
+#: arenas, submissions per status per arena, submissions held now per reason.
+_Figures = tuple[
+    int, dict[str, int], FoldCounts, list[str], dict[str, dict[str, int]], Counter[str]
+]
+
+
+def _fold_figures(
+    fold: LedgerFold,
+) -> tuple[FoldCounts, list[str], dict[str, dict[str, int]], Counter[str]]:
+    """Returns stats' machine figures from the fold: counts, arenas, submissions per status
+    per arena, and submissions held now per reason."""
+    counts = fold.counts()
+    arenas = [a.arena_id for a in fold.arenas()]
+    statuses_of: dict[str, dict[str, int]] = {}
+    held: Counter[str] = Counter()
+    for arena in sorted(set(arenas) | set(counts.decided)):
+        statuses: Counter[str] = Counter()
+        for sub in fold.submissions(arena):
+            statuses[sub.status] += 1
+            if sub.status == "HELD":
+                held[str(sub.hold_reason)] += 1
+        statuses_of[arena] = dict(statuses)
+    return counts, arenas, statuses_of, held
+
+
+def _read_model_figures(ledger: ArenaLedger) -> _Figures | None:
+    """Returns stats' figures from the read models, with the position they answer as of,
+    or None when the read models cannot answer (``services.read_view``)."""
+    with read_view(ledger.store) as view:
+        if view is None:
+            return None
+        statuses_of: dict[str, dict[str, int]] = {}
+        for arena, status, count in view.status_counts():
+            statuses_of.setdefault(arena, {})[status] = count
+        return (
+            view.position, view.event_types(), view.counts(), view.arena_ids(), statuses_of,
+            Counter(view.held_reasons()),
+        )
 
 
 # -- history ---------------------------------------------------------------------------------
@@ -729,12 +769,12 @@ def history_at(
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
 
     with ArenaLedger(url, actor="history", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
-        rows = ledger.submissions(hotkey=hotkey)
-        fold = ledger.guard.fold
-        position = fold.position
-        for row in rows:
-            sub = fold.submission(row["submission_id"])
-            row["fee"] = None if sub is None or sub.fee is None else dict(sub.fee._asdict())
+        position, found = ledger.submissions_of(hotkey)
+        rows = []
+        for sub in found:
+            row = submission_row(sub)
+            row["fee"] = None if sub.fee is None else dict(sub.fee._asdict())
+            rows.append(row)
             recorded = ledger.read_stream(f"submission-{row['submission_id']}")
             row["attempt_ids"] = [str(r.payload["attempt_id"]) for r in recorded
                                   if r.type == "QualificationStarted"]

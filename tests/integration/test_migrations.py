@@ -267,7 +267,7 @@ def _schema(url: str) -> tuple[str | None, set[str], list[tuple[Any, ...]]]:
     return migrate.current(url), _tables(url), _event_rows(url)
 
 
-@pytest.mark.parametrize("target", ["base", "-4", "0001_initial", "0001", "-3"])
+@pytest.mark.parametrize("target", ["base", "-5", "0001_initial", "0001", "-4"])
 def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
     store_url: str, target: str
 ) -> None:
@@ -284,11 +284,11 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
     held = {
         "base": "the events table and its 5 recorded events and the checkpoints table and "
         "its 2 signed checkpoints",
-        "-4": "the events table and its 5 recorded events and the checkpoints table and its "
+        "-5": "the events table and its 5 recorded events and the checkpoints table and its "
         "2 signed checkpoints",
         "0001_initial": "the checkpoints table and its 2 signed checkpoints",
         "0001": "the checkpoints table and its 2 signed checkpoints",  # a prefix names it
-        "-3": "the checkpoints table and its 2 signed checkpoints",
+        "-4": "the checkpoints table and its 2 signed checkpoints",
     }[target]
     assert refused.value.message.startswith(
         f"downgrading to {target} would drop {held}; nothing was changed. Back up first"
@@ -305,20 +305,21 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
 @pytest.mark.parametrize(
     ("target", "refusal"),
     [
-        ("0009_nope", "unknown revision '0009_nope'; the revisions are 0004_pg_recorded_at_"
-         "brin, 0003_sqlite_position_rowid, 0002_merkle_checkpoints, 0001_initial (or head, "
-         "base, -N)"),
+        ("0009_nope", "unknown revision '0009_nope'; the revisions are 0005_read_models, "
+         "0004_pg_recorded_at_brin, 0003_sqlite_position_rowid, 0002_merkle_checkpoints, "
+         "0001_initial (or head, base, -N)"),
         ("+1", "cannot downgrade to '+1': name a shipped revision, base or -N (steps back "
          "from the database's revision)"),
         ("-9", "migration refused: Relative revision -9 didn't produce 9 migrations"),
         # Relative to a name: alembic resolves these; the check of recorded tables could not
         # place them, and let "0003_sqlite_position_rowid-3" drop the events unasked.
-        ("head-3", "unknown revision 'head-3'; the revisions are 0004_pg_recorded_at_brin, "
+        ("head-3", "unknown revision 'head-3'; the revisions are 0005_read_models, "
+         "0004_pg_recorded_at_brin, 0003_sqlite_position_rowid, 0002_merkle_checkpoints, "
+         "0001_initial (or head, base, -N)"),
+        ("0003_sqlite_position_rowid-3", "unknown revision '0003_sqlite_position_rowid-3'; "
+         "the revisions are 0005_read_models, 0004_pg_recorded_at_brin, "
          "0003_sqlite_position_rowid, 0002_merkle_checkpoints, 0001_initial (or head, base, "
          "-N)"),
-        ("0003_sqlite_position_rowid-3", "unknown revision '0003_sqlite_position_rowid-3'; "
-         "the revisions are 0004_pg_recorded_at_brin, 0003_sqlite_position_rowid, "
-         "0002_merkle_checkpoints, 0001_initial (or head, base, -N)"),
     ],
 )
 def test_a_downgrade_to_no_revision_of_a_ledger_is_a_refusal_not_a_crash(
@@ -499,6 +500,8 @@ def test_pg_recorded_at_becomes_brin_and_the_filter_and_triggers_still_hold(
     now = _recorded_at_index(store_url, backend)
     assert now == ("brin" if backend == "postgres" else was)  # SQLite keeps its B-tree
     assert _event_rows(store_url) == before
+    migrate.upgrade(store_url)  # the later revisions leave the index as it is
+    assert _recorded_at_index(store_url, backend) == now
     migrate.check(store_url)  # no drift (alembic does not compare index methods, so:)
     declared = {ix.name: ix for ix in metadata.tables["events"].indexes}["ix_events_recorded_at"]
     assert declared.dialect_options["postgresql"]["using"] == "brin"

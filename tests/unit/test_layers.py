@@ -30,7 +30,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "machines": frozenset({"vocabulary"}),
     "ledger": frozenset({"vocabulary"}),
     "engine_bridge": frozenset({"vocabulary"}),
-    "migrations": frozenset({"vocabulary", "ledger"}),
+    "migrations": frozenset({"vocabulary", "ledger", "machines", "services"}),
     "services": frozenset({"vocabulary", "ledger", "machines", "engine_bridge"}),
     "cli": frozenset({"vocabulary", "ledger", "machines", "services"}),
 }
@@ -53,6 +53,7 @@ SQLALCHEMY_MODULES = {
     "ledger/stored_tree.py",  # the Merkle tree's storage half: reads nodes via the store connection
     "ledger/archive.py",  # the fold's scratch archive: a private temporary SQLite file
     "ledger/sqlite_rows.py",  # multi-row INSERTs, shared by the store and the archive
+    "ledger/read_models.py",  # the read model tables: upserts and the queries that read them
 }
 SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}

@@ -1,0 +1,378 @@
+"""Writes and reads the read model tables (``ledger.tables``, revision 0005) as plain rows.
+
+The rows come from ``services.projections``, which derives them from the machines' state;
+this module only knows tables and SQL. Writes are upserts that keep a row's
+``first_position``, run on the caller's connection (inside the append transaction, or a
+rebuild's), and read back as dicts keyed by column name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.pool import NullPool
+
+from ledger.store import EventStore
+from ledger.tables import events as events_table
+from ledger.tables import (
+    metadata,
+    read_model_tables,
+    rm_arenas,
+    rm_attempts,
+    rm_controls,
+    rm_counters,
+    rm_credits,
+    rm_event_types,
+    rm_payments,
+    rm_settlements,
+    rm_state,
+    rm_submissions,
+    rm_windows,
+)
+
+__all__ = [
+    "UPSERTED",
+    "Reader",
+    "add_event_types",
+    "clear",
+    "first_difference",
+    "head_position",
+    "position",
+    "reader",
+    "recorded_rows",
+    "replace_controls",
+    "scratch_copy",
+    "set_position",
+    "upsert",
+]
+
+Row = dict[str, Any]
+
+#: The tables written by ``upsert``: a changed entity's row replaces the stored one,
+#: except ``first_position``, which stays what the first event gave it.
+UPSERTED: dict[str, Table] = {
+    table.name: table
+    for table in (
+        rm_arenas, rm_submissions, rm_attempts, rm_payments, rm_credits, rm_counters,
+        rm_windows, rm_settlements,
+    )
+}
+
+_statements: dict[tuple[str, str], Any] = {}
+
+
+def _upsert_statement(dialect: str, table: Table) -> Any:
+    """Returns (and keeps) the INSERT … ON CONFLICT DO UPDATE for ``table`` on ``dialect``."""
+    found = _statements.get((dialect, table.name))
+    if found is not None:
+        return found
+    builder = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = builder(table)
+    keys = [c.name for c in table.primary_key.columns]
+    kept = {*keys, "first_position"}
+    changed = {c.name: statement.excluded[c.name] for c in table.columns if c.name not in kept}
+    if changed:
+        statement = statement.on_conflict_do_update(index_elements=keys, set_=changed)
+    else:
+        statement = statement.on_conflict_do_nothing(index_elements=keys)
+    _statements[(dialect, table.name)] = statement
+    return statement
+
+
+def upsert(conn: Connection, table: str, rows: Sequence[Row]) -> None:
+    """Inserts ``rows`` into the read model ``table``, replacing rows with the same key."""
+    if rows:
+        conn.execute(_upsert_statement(conn.dialect.name, UPSERTED[table]), list(rows))
+
+
+def replace_controls(conn: Connection, arena_id: str, rows: Sequence[Row]) -> None:
+    """Replaces the arena's control rows (its controls, in registration order)."""
+    conn.execute(delete(rm_controls).where(rm_controls.c.arena_id == arena_id))
+    if rows:
+        conn.execute(insert(rm_controls), list(rows))
+
+
+def add_event_types(conn: Connection, counts: Mapping[str, int]) -> None:
+    """Adds ``counts`` (events per type) to ``rm_event_types``."""
+    if not counts:
+        return
+    builder = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    statement = builder(rm_event_types)
+    added = rm_event_types.c.events + statement.excluded.events
+    statement = statement.on_conflict_do_update(index_elements=["type"], set_={"events": added})
+    conn.execute(statement, [{"type": t, "events": n} for t, n in sorted(counts.items())])
+
+
+def position(conn: Connection) -> int | None:
+    """Returns the position the read models reflect, or None when the ledger has none."""
+    found = conn.execute(select(rm_state.c.position).where(rm_state.c.id == 1)).scalar()
+    return None if found is None else int(found)
+
+
+def set_position(conn: Connection, value: int) -> None:
+    """Records that the read models reflect the ledger up to ``value``."""
+    done = conn.execute(update(rm_state).where(rm_state.c.id == 1).values(position=value))
+    if done.rowcount == 0:
+        conn.execute(insert(rm_state).values(id=1, position=value))
+
+
+def clear(conn: Connection) -> None:
+    """Empties every read model table (a rebuild's first step)."""
+    for table in reversed(read_model_tables):
+        conn.execute(delete(table))
+
+
+def head_position(conn: Connection) -> int:
+    """Returns the ledger's head position (0 for a ledger without events)."""
+    found = conn.exec_driver_sql("SELECT position FROM ledger_head WHERE id = 1").scalar()
+    return 0 if found is None else int(found)
+
+
+def recorded_rows(conn: Connection, last: int) -> Iterator[tuple[int, str, str, int, bytes]]:
+    """Yields (position, stream, type, schema version, payload) for positions 1 to ``last``,
+    in order, a page at a time."""
+    columns = events_table.c
+    # Options on the statement: Connection.execution_options changes the connection itself,
+    # and every later statement would then open a server-side cursor too.
+    result = conn.execute(
+        select(columns.position, columns.stream, columns.type, columns.schema_version,
+               columns.payload)
+        .where(columns.position <= last)
+        .order_by(columns.position)
+        .execution_options(stream_results=True, yield_per=2_000)
+    )
+    for position, stream, kind, version, data in result:
+        yield int(position), str(stream), str(kind), int(version), bytes(data)
+
+
+@contextmanager
+def scratch_copy() -> Iterator[Connection]:
+    """Yields a connection to empty read model tables in a temporary SQLite file, inside a
+    transaction (what ``projections check`` rebuilds into); the file is gone afterwards."""
+    with tempfile.TemporaryDirectory(prefix="arena-ledger-projections-") as scratch:
+        engine = create_engine(
+            f"sqlite:///{os.path.join(scratch, 'rebuilt.db')}", poolclass=NullPool
+        )
+        try:
+            with engine.begin() as conn:
+                metadata.create_all(conn, tables=list(read_model_tables))
+                yield conn
+        finally:
+            engine.dispose()
+
+
+def _byte_ordered(conn: Connection, table: Table) -> list[Any]:
+    """Returns ``table``'s key columns to ORDER BY in byte order (COLLATE "C" on
+    PostgreSQL, whose default collation may order text otherwise; SQLite's is bytes)."""
+    return [
+        column.collate("C")
+        if conn.dialect.name == "postgresql" and isinstance(column.type, (String, Text))
+        else column
+        for column in table.primary_key.columns
+    ]
+
+
+def first_difference(
+    stored: Connection, rebuilt: Connection
+) -> tuple[str, tuple[Any, ...], Row | None, Row | None] | None:
+    """Walks every read model table of ``stored`` and ``rebuilt`` in key order together and
+    returns the first row that differs: (table, key, stored row, rebuilt row), a side None
+    where it has no such row; None when they are equal."""
+    for table in read_model_tables:
+        names = [c.name for c in table.primary_key.columns]
+        left, right = _rows(stored, table), _rows(rebuilt, table)
+        a, b = next(left, None), next(right, None)
+        while a is not None or b is not None:
+            key_a = None if a is None else tuple(a[k] for k in names)
+            key_b = None if b is None else tuple(b[k] for k in names)
+            if key_a is not None and key_a == key_b:
+                if a != b:
+                    return table.name, key_a, a, b
+                a, b = next(left, None), next(right, None)
+            elif key_a is not None and (key_b is None or key_a < key_b):
+                return table.name, key_a, a, None
+            else:
+                assert key_b is not None
+                return table.name, key_b, None, b
+    return None
+
+
+def _rows(conn: Connection, table: Table) -> Iterator[Row]:
+    result = conn.execute(
+        select(table)
+        .order_by(*_byte_ordered(conn, table))
+        .execution_options(stream_results=True, yield_per=5_000)
+    )
+    for row in result:
+        yield dict(row._mapping)
+
+
+@contextmanager
+def reader(store: EventStore) -> Iterator[Reader | None]:
+    """Yields a Reader over one snapshot of ``store`` when its read models reflect its
+    head, else None (none yet, an older revision, or events appended past them)."""
+    if store.backend == "sqlite":
+        with store.engine.connect() as conn:
+            found = conn.exec_driver_sql(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rm_state'"
+            ).scalar()
+        if found is None:
+            yield None
+            return
+    with store.reading() as conn:
+        at = position(conn)
+        head = head_position(conn)
+        yield Reader(conn, head) if at == head else None
+
+
+class Reader:
+    """Answers queries from the read models through one connection (one snapshot) of a
+    ledger whose read models reflect its head, ``position``; rows come back as dicts."""
+
+    def __init__(self, conn: Connection, position: int) -> None:
+        self.conn = conn
+        self.position = position
+
+    def arena_ids(self) -> list[str]:
+        """Returns every commissioned arena's id, sorted."""
+        return sorted(str(a) for a in self.conn.execute(select(rm_arenas.c.arena_id)).scalars())
+
+    def has_arena(self, arena_id: str) -> bool:
+        """Tells whether ``arena_id`` was ever commissioned."""
+        found = self.conn.execute(
+            select(rm_arenas.c.arena_id).where(rm_arenas.c.arena_id == arena_id)
+        ).first()
+        return found is not None
+
+    def submission(self, sid: str) -> Row | None:
+        """Returns a submission's row, or None."""
+        row = self.conn.execute(
+            select(rm_submissions).where(rm_submissions.c.submission_id == sid)
+        ).first()
+        return None if row is None else dict(row._mapping)
+
+    def ids_starting_with(self, prefix: str, limit: int = 2) -> list[str]:
+        """Returns up to ``limit`` submission ids that start with ``prefix`` (lower-case hex),
+        by a range over the primary key."""
+        column = _byte_ordered(self.conn, rm_submissions)[0]
+        found = self.conn.execute(
+            select(rm_submissions.c.submission_id)
+            .where(and_(column >= prefix, column < prefix + "g"))  # "g" follows every hex digit
+            .order_by(column)
+            .limit(limit)
+        ).scalars()
+        return [str(s) for s in found]
+
+    def count_starting_with(self, prefix: str) -> int:
+        """Returns how many submission ids start with ``prefix`` (lower-case hex)."""
+        column = _byte_ordered(self.conn, rm_submissions)[0]
+        return int(
+            self.conn.execute(
+                select(func.count()).where(and_(column >= prefix, column < prefix + "g"))
+            ).scalar() or 0
+        )
+
+    def submissions(
+        self,
+        arena_id: str | None = None,
+        hotkey: str | None = None,
+        status: str | None = None,
+        delta_digests: Sequence[str] | None = None,
+    ) -> list[Row]:
+        """Returns the rows of the submissions the filters select (in no set order)."""
+        statement = select(rm_submissions)
+        c = rm_submissions.c
+        if arena_id is not None:
+            statement = statement.where(c.arena_id == arena_id)
+        if hotkey is not None:
+            statement = statement.where(c.hotkey == hotkey)
+        if status is not None:
+            statement = statement.where(c.status == status)
+        if delta_digests is not None:
+            statement = statement.where(c.delta_digest.in_(list(delta_digests)))
+        return [dict(row._mapping) for row in self.conn.execute(statement)]
+
+    def controls(self, arena_id: str) -> list[Row]:
+        """Returns the arena's registered controls in registration order."""
+        return [
+            dict(row._mapping)
+            for row in self.conn.execute(
+                select(rm_controls).where(rm_controls.c.arena_id == arena_id)
+                .order_by(rm_controls.c.seq)
+            )
+        ]
+
+    def fee_sums(self, arena_id: str | None = None) -> dict[str, list[int]]:
+        """Returns per arena [payments consumed, of them released, credits spent] in rao."""
+        sums: dict[str, list[int]] = {}
+        p = rm_payments.c
+        consumed = (
+            select(p.arena_id, p.status, func.sum(p.amount_rao)).group_by(p.arena_id, p.status)
+        )
+        if arena_id is not None:
+            consumed = consumed.where(p.arena_id == arena_id)
+        for arena, status, total in self.conn.execute(consumed):
+            row = sums.setdefault(str(arena), [0, 0, 0])
+            row[0] += int(total)
+            if status == "RELEASED":
+                row[1] += int(total)
+        s = rm_submissions.c
+        spent = (
+            select(s.arena_id, func.sum(s.fee_amount_rao))
+            .select_from(
+                rm_credits.join(rm_submissions, s.submission_id == rm_credits.c.submission_id)
+            )
+            .where(s.fee_kind.is_not(None))
+            .group_by(s.arena_id)
+        )
+        if arena_id is not None:
+            spent = spent.where(s.arena_id == arena_id)
+        for arena, total in self.conn.execute(spent):
+            sums.setdefault(str(arena), [0, 0, 0])[2] += int(total)
+        return sums
+
+    def counters(self) -> list[tuple[str, str, int]]:
+        """Returns (counter, key, value) for every counter kept."""
+        c = rm_counters.c
+        found = self.conn.execute(select(c.counter, c.key, c.value))
+        return [(str(name), str(key), int(value)) for name, key, value in found]
+
+    def status_counts(self) -> list[tuple[str, str, int]]:
+        """Returns (arena, status, submissions) for every arena and status that has any."""
+        s = rm_submissions.c
+        found = self.conn.execute(
+            select(s.arena_id, s.status, func.count()).group_by(s.arena_id, s.status)
+        )
+        return [(str(a), str(status), int(n)) for a, status, n in found]
+
+    def held_reasons(self) -> dict[str, int]:
+        """Returns how many submissions are HELD now, per hold reason."""
+        s = rm_submissions.c
+        found = self.conn.execute(
+            select(s.hold_reason, func.count()).where(s.status == "HELD").group_by(s.hold_reason)
+        )
+        return {str(reason): int(n) for reason, n in found}
+
+    def event_types(self) -> dict[str, int]:
+        """Returns events per type, by type name in code-point order (sorted here, not by
+        the database, whose collation may order otherwise)."""
+        found = self.conn.execute(select(rm_event_types.c.type, rm_event_types.c.events))
+        return {str(t): int(n) for t, n in sorted(found, key=lambda r: str(r[0]))}

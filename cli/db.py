@@ -44,7 +44,10 @@ def upgrade(
         console.print(f"already at {migrate.current(state.db_url)}; nothing to do")
         return
     console.print("pending: " + ", ".join(todo))
-    report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify)
+    from cli.projections import progress_bar
+
+    with progress_bar("backfilling the read models") as progress:
+        report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify, progress=progress)
     if report.verified is not None:
         checked = counted(report.verified.checked, "event")
         console.print(f"verified {checked} before migrating (head {report.verified.head_hash})")

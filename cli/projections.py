@@ -10,7 +10,7 @@ import typer
 from cli.common import console, err_console, handle_errors, state
 from services import projections
 
-__all__ = ["projections_app"]
+__all__ = ["progress_bar", "projections_app"]
 
 projections_app = typer.Typer(
     help="Check or rebuild the read models (SQL tables of current state) from the events.",
@@ -19,7 +19,7 @@ projections_app = typer.Typer(
 
 
 @contextmanager
-def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
+def progress_bar(what: str) -> Iterator[Callable[[int, int], None] | None]:
     """Yields a progress callback drawing a bar on stderr when it is a terminal, else None."""
     if not err_console.is_terminal:
         yield None
@@ -41,7 +41,7 @@ def check() -> None:
     """Rebuilds the read models in a scratch copy and compares them row by row with the
     stored ones; exit 4 names the first difference (the events win: run `projections
     rebuild`)."""
-    with _progress("folding the events") as progress:
+    with progress_bar("folding the events") as progress:
         position = projections.check_ledger(state.db_url, progress)
     console.print(f"ok: the read models match the events up to position {position}")
 
@@ -50,6 +50,6 @@ def check() -> None:
 @handle_errors
 def rebuild() -> None:
     """Rebuilds the read models from the events, in one transaction (appends wait for it)."""
-    with _progress("folding the events") as progress:
+    with progress_bar("folding the events") as progress:
         position = projections.rebuild_ledger(state.db_url, progress)
     console.print(f"rebuilt the read models up to position {position}")

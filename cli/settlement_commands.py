@@ -272,7 +272,8 @@ def _replay_store(
         total = head if as_of is None else min(as_of, head)
         with _progress(total, quiet) as advance:
             return replay_store(
-                store, total, expect=expect, progress=advance, archive_finished=not in_memory
+                store, total, expect=expect, progress=advance, archive_finished=not in_memory,
+                check_read_models=as_of is None,
             )
 
 
@@ -327,6 +328,8 @@ def _render_replay(
             if bundle["signature_checked"]
             else "bundle signature not checked (--key KEY.pub checks it, as verify-bundle does)"
         )
+    if report.read_models is not None:
+        console.print(f"read models {report.read_models.detail}")
     if report.divergence is not None:
         d = report.divergence
         where = f"{d.stream}, {d.type}" if d.stream else "no event: the store's head row"

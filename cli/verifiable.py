@@ -226,9 +226,16 @@ def import_(
     from ledger.checkpoint import load_verifier
 
     verifier = load_verifier(key) if key is not None else None
+    from cli.projections import progress_bar
+    from services.projections import rebuild_ledger
+
     with state.store() as store:
         report = import_bundle(store, path, verifier, origin=origin,
                                allow_unsigned=no_signature_check)
+    # The bundle's events went in without the guard: the read models follow them now (until
+    # then the queries fold, so an interruption here costs speed, not answers).
+    with progress_bar("building the read models") as progress:
+        rebuild_ledger(state.db_url, progress if not as_json else None)
     _report("imported", report, as_json)
 
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    inspect,
     select,
     update,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "Reader",
     "add_event_types",
     "clear",
+    "exists",
     "first_difference",
     "head_position",
     "position",
@@ -119,6 +121,11 @@ def add_event_types(conn: Connection, counts: Mapping[str, int]) -> None:
     added = rm_event_types.c.events + statement.excluded.events
     statement = statement.on_conflict_do_update(index_elements=["type"], set_={"events": added})
     conn.execute(statement, [{"type": t, "events": n} for t, n in sorted(counts.items())])
+
+
+def exists(conn: Connection) -> bool:
+    """Tells whether the ledger has the read model tables (revision 0005 or later)."""
+    return inspect(conn).has_table("rm_state")
 
 
 def position(conn: Connection) -> int | None:
@@ -229,15 +236,10 @@ def _rows(conn: Connection, table: Table) -> Iterator[Row]:
 def reader(store: EventStore) -> Iterator[Reader | None]:
     """Yields a Reader over one snapshot of ``store`` when its read models reflect its
     head, else None (none yet, an older revision, or events appended past them)."""
-    if store.backend == "sqlite":
-        with store.engine.connect() as conn:
-            found = conn.exec_driver_sql(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rm_state'"
-            ).scalar()
-        if found is None:
+    with store.reading() as conn:
+        if not exists(conn):
             yield None
             return
-    with store.reading() as conn:
         at = position(conn)
         head = head_position(conn)
         yield Reader(conn, head) if at == head else None

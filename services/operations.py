@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal
@@ -90,7 +90,13 @@ class UpgradeReport:
         }
 
 
-def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> UpgradeReport:
+def upgrade(
+    url: str,
+    revision: str = "head",
+    *,
+    skip_verify: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> UpgradeReport:
     """Verifies the hash chain, then upgrades the store's tables to ``revision``.
 
     A ledger that fails verification is not migrated (IntegrityError, exit 4, naming the first
@@ -107,7 +113,7 @@ def upgrade(url: str, revision: str = "head", *, skip_verify: bool = False) -> U
     if not todo:
         return UpgradeReport(before, before, [], None)
     checked = None if skip_verify else verify_before_upgrade(url)
-    migrate.upgrade(url, revision)
+    migrate.upgrade(url, revision, progress=progress)
     after = migrate.current(url)
     applied = todo[: todo.index(after) + 1] if after in todo else todo
     return UpgradeReport(before, after, applied, checked, skip_verify)

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import ValidationError
 
+from ledger import read_models
 from ledger.archive import DiskArchive
 from ledger.chain import GENESIS_HASH, Row, chained
 from ledger.records import RecordedEvent
 from ledger.verify import head_and_last_position, raw_rows
 from machines.projection import LedgerFold
 from services.gc_pause import CollectorPaused, ticks_between_freezes
+from services.projections import check
 from services.settlements import SettlementTracker
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.codec import loads
@@ -84,6 +86,14 @@ class Divergence:
         }
 
 
+@dataclass(frozen=True)
+class ReadModelCheck:
+    """Says how a replayed store's read models stand: ``ok`` and in words."""
+
+    ok: bool
+    detail: str
+
+
 @dataclass
 class ReplayReport:
     """Sums up a replay: counts, the last settlement digest and the first divergence."""
@@ -102,11 +112,16 @@ class ReplayReport:
     #: (``ledger.bundle.BundleReport``: signature, Merkle root, digests), else None. Not in
     #: ``to_json``: the report is the same from every source.
     bundle: Any = None
+    #: How the store's read models stand against the events (``replay_store`` with
+    #: ``check_read_models``), or None: not checked (a bundle, a replay short of the head).
+    read_models: ReadModelCheck | None = None
 
     @property
     def ok(self) -> bool:
         """Tells whether everything matched (and the expected digest, when given)."""
         if self.divergence is not None:
+            return False
+        if self.read_models is not None and not self.read_models.ok:
             return False
         return self.expected_digest is None or self.expected_digest == self.settlement_digest
 
@@ -123,7 +138,9 @@ class ReplayReport:
             "settlement_digest": self.settlement_digest,
             "expected_digest": self.expected_digest,
             "divergence": None if self.divergence is None else self.divergence.to_json(),
-        }
+        } | ({} if self.read_models is None else {
+            "read_models": {"ok": self.read_models.ok, "detail": self.read_models.detail},
+        })
 
 
 def parse_payload(data: bytes) -> Any:
@@ -548,8 +565,13 @@ def replay_store(
     expect: str | None = None,
     progress: Callable[[int], None] | None = None,
     archive_finished: bool = True,
+    check_read_models: bool = False,
 ) -> ReplayReport:
     """Replays the store from position 1 to ``as_of`` (default: the head), from raw pages.
+
+    With ``check_read_models``, a replay to the head that matched then holds the ledger's
+    read models to a rebuild from the events (``services.projections.check``), and says
+    how they stand in ``report.read_models``; a difference makes the report not ok.
 
     The same replay as ``replay_events(store.read_all(1, to_position=...))``, reading the
     driver's rows a position window at a time (``ledger.verify.raw_rows``) instead of
@@ -570,7 +592,27 @@ def replay_store(
     )
     if report.divergence is None:
         report.divergence = _short_of_head(report, last, head if to_head else None, stored_max)
+    if check_read_models and to_head and report.divergence is None:
+        report.read_models = _read_models_stand(store)
     return report
+
+
+def _read_models_stand(store: EventStore) -> ReadModelCheck:
+    """Says how the store's read models stand against a rebuild from its events."""
+    with store.reading() as conn:
+        if not read_models.exists(conn):
+            return ReadModelCheck(True, "none (the ledger is at a revision before 0005)")
+        at, head = read_models.position(conn), read_models.head_position(conn)
+        if at != head:
+            return ReadModelCheck(
+                False, f"behind: they reflect position {at}, the head is {head} (run "
+                "`arena-ledger projections rebuild`)",
+            )
+        found = check(conn)
+    if found is None:
+        return ReadModelCheck(True, f"match the events up to position {head}")
+    return ReadModelCheck(False, f"differ: {found.describe()} (the events win: run "
+                                 "`arena-ledger projections rebuild`)")
 
 
 def _short_of_head(

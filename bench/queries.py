@@ -1,0 +1,234 @@
+"""Benchmarks what a query costs once the read models answer it, on 100k and 1M events.
+
+The ledger is ``bench/replay.py``'s (``bench/fold.py``'s generator with a settlement every
+360 blocks), written without the guard, then given its read models by ``projections
+rebuild`` (timed: the backfill an upgrade runs). Then, on one snapshot of that file:
+
+1. in-process, ``--repeat`` times each (p50 / p99 in ms): ``explain submission`` of a
+   random submission, ``history`` of the busiest hotkey, ``fees``, ``stats``,
+   ``submissions --status QUEUED``, ``controls`` of the busiest arena, each from the read
+   models; and once each, the same question answered by folding the ledger (``as_of`` the
+   head: the path every query took before), the peer;
+2. as the console script (``arena-ledger …`` in a fresh interpreter, ``--runs`` times):
+   wall time beyond interpreter start (``arena-ledger --help``'s time) and peak RSS;
+3. the guarded append of 1,000-event batches (read models written in the transaction)
+   beside the plain ``EventStore.append`` of the same batches, interleaved, on copies.
+
+Not a test: nothing gates on the figures (STYLE.md). The 1M ledger takes minutes to build;
+``--db PATH --keep`` reuses it.
+
+    python bench/queries.py --events 100000
+    python bench/queries.py --events 1000000 --db /tmp/q1m.db --keep
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.append(str(_ROOT))
+
+from bench import replay as replay_bench  # noqa: E402
+from bench._common import describe_machine, render_markdown_table  # noqa: E402
+from ledger.records import EventDraft  # noqa: E402
+from ledger.store import EventStore  # noqa: E402
+from services import projections  # noqa: E402
+from services.arena_ledger import ArenaLedger  # noqa: E402
+from services.operations import history_at, stats  # noqa: E402
+
+#: Runs the console script's ``main`` in this interpreter and prints its peak RSS (KiB) last
+#: on stderr; with ``--imports-only`` it only imports the CLI (the start-up baseline).
+_PROBE = (
+    "import resource, sys\n"
+    "from cli.app import main\n"
+    "if sys.argv[1:2] != ['--imports-only']:\n"
+    "    sys.argv = ['arena-ledger', *sys.argv[1:]]\n"
+    "    try:\n        main()\n"
+    "    except SystemExit:\n        pass\n"
+    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+)
+
+
+def _ms(samples: Sequence[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p99 * 1000
+
+
+def _timed(step: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - started)
+    return _ms(samples)
+
+
+def _busiest(url: str) -> tuple[str, str, list[str]]:
+    with ArenaLedger(url) as ledger:
+        rows = ledger.submissions()
+    by_hotkey: dict[str, int] = {}
+    by_arena: dict[str, int] = {}
+    for row in rows:
+        by_hotkey[row["hotkey"]] = by_hotkey.get(row["hotkey"], 0) + 1
+        by_arena[row["arena_id"]] = by_arena.get(row["arena_id"], 0) + 1
+    return (max(by_hotkey, key=by_hotkey.__getitem__), max(by_arena, key=by_arena.__getitem__),
+            [row["submission_id"] for row in rows])
+
+
+def _questions(url: str, hotkey: str, arena: str, sids: list[str],
+               as_of: int | None = None) -> dict[str, Callable[[], Any]]:
+    rng = random.Random(7)
+
+    def explain() -> Any:
+        with ArenaLedger(url, as_of=as_of) as ledger:
+            return ledger.explain_submission(rng.choice(sids))
+
+    def one(method: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
+        def ask() -> Any:
+            with ArenaLedger(url, as_of=as_of) as ledger:
+                return getattr(ledger, method)(*args, **kwargs)
+        return ask
+
+    return {
+        "explain submission": explain,
+        "history (busiest hotkey)": lambda: history_at(url, hotkey, as_of),
+        "fees": one("fees"),
+        "stats": lambda: stats(url, as_of),
+        "submissions --status QUEUED": one("submissions", status="QUEUED"),
+        f"controls {arena}": one("controls", arena),
+    }
+
+
+def _console(url: str, args: Sequence[str], runs: int) -> tuple[float, int]:
+    """Returns the median wall seconds and the largest peak RSS (KiB) of ``arena-ledger
+    args`` in fresh interpreters."""
+    walls, peaks = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        command = list(args) if args == ["--imports-only"] else ["--db", url, *args]
+        done = subprocess.run([sys.executable, "-c", _PROBE, *command],
+                              capture_output=True, text=True, cwd=_ROOT, check=False)
+        walls.append(time.perf_counter() - started)
+        peaks.append(int(done.stderr.strip().splitlines()[-1]))
+    return statistics.median(walls), max(peaks)
+
+
+def _append_rates(url: str, path: Path, batches: int) -> dict[str, float]:
+    """Events/s of guarded appends (read models kept) and of plain ones, on copies."""
+    from bench import fold as fold_bench
+
+    with EventStore(url) as store:
+        head = store.head().position
+    items = [(s, e) for _, s, _, e in fold_bench.generate(head + batches * 1_000 + 2_000, 3, 16,
+                                                          150_000)]
+    # Events the generator gives after the ones the ledger holds would clash with them
+    # (same arenas, same ids); a fresh ledger per contender takes the first ones instead.
+    rates: dict[str, float] = {}
+    for name in ("plain EventStore.append", "guarded ArenaLedger.append"):
+        with tempfile.TemporaryDirectory() as scratch:
+            copy = Path(scratch) / "append.db"
+            copy_url = f"sqlite:///{copy}"
+            from ledger import migrate
+            migrate.upgrade(copy_url)
+            chunks = [items[i:i + 1_000] for i in range(0, batches * 1_000, 1_000)]
+            started = time.perf_counter()
+            if name.startswith("plain"):
+                with EventStore(copy_url) as store:
+                    for chunk in chunks:
+                        store.append([EventDraft.of(s, e) for s, e in chunk])
+            else:
+                with ArenaLedger(copy_url) as ledger:
+                    for chunk in chunks:
+                        ledger.append(chunk)
+            rates[name] = batches * 1_000 / (time.perf_counter() - started)
+    del path
+    return rates
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--db", type=Path)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--append-batches", type=int, default=20)
+    args = parser.parse_args(argv)
+    print(describe_machine())
+    scratch = None
+    path = args.db
+    if path is None:
+        scratch = tempfile.mkdtemp(prefix="bench-queries-")
+        path = Path(scratch) / "ledger.db"
+    url = f"sqlite:///{path}"
+    try:
+        if not path.exists():
+            meta = replay_bench.build(path, args.events, 1, 64, 360)
+            print(f"built {meta['events']:,} events in {meta['build_seconds']:.0f} s")
+            started = time.perf_counter()
+            head = projections.rebuild_ledger(url)
+            seconds = time.perf_counter() - started
+            print(f"projections rebuild (the upgrade's backfill): {head:,} events in "
+                  f"{seconds:.1f} s, {head / seconds:,.0f} events/s")
+        with EventStore(url) as store:
+            head = store.head().position
+        hotkey, arena, sids = _busiest(url)
+        rows = []
+        for name, ask in _questions(url, hotkey, arena, sids).items():
+            p50, p99 = _timed(ask, args.repeat)
+            rows.append([name, f"{p50:.2f}", f"{p99:.2f}"])
+        folded = []
+        for name, ask in _questions(url, hotkey, arena, sids, as_of=head).items():
+            p50, _ = _timed(ask, 1)
+            folded.append(p50)
+        for row, fold_ms in zip(rows, folded, strict=True):
+            row += [f"{fold_ms:,.0f}", f"{fold_ms / float(row[1]):,.0f}×"]
+        print(f"\nin-process on {head:,} events (ms; fold: one run, as_of the head)")
+        print(render_markdown_table(
+            ["question", "p50", "p99", "by folding", "speed-up"], rows, numeric=[1, 2, 3, 4]))
+        base, base_rss = _console(url, ["--imports-only"], args.runs)
+        console_rows = []
+        for name, cli_args in (
+            ("explain submission", ["explain", "submission", sids[len(sids) // 2]]),
+            ("history --hotkey", ["history", "--hotkey", hotkey, "--json"]),
+            ("fees --json", ["fees", "--json"]),
+            ("stats --json", ["stats", "--json"]),
+        ):
+            wall, rss = _console(url, cli_args, args.runs)
+            console_rows.append([f"arena-ledger {name}", f"{(wall - base) * 1000:.0f}",
+                                 f"{wall * 1000:.0f}", f"{rss / 1024:.0f}"])
+        print(f"\nconsole script (median of {args.runs}; interpreter start and imports: "
+              f"{base * 1000:.0f} ms, {base_rss / 1024:.0f} MiB)")
+        print(render_markdown_table(["command", "beyond start (ms)", "wall (ms)",
+                                     "peak RSS (MiB)"], console_rows, numeric=[1, 2, 3]))
+        if args.append_batches:
+            rates = _append_rates(url, path, args.append_batches)
+            plain = rates["plain EventStore.append"]
+            print(f"\nappend, {args.append_batches} batches of 1,000 on a fresh ledger")
+            print(render_markdown_table(
+                ["append", "events/s", "vs plain"],
+                [[k, f"{v:,.0f}", f"{v / plain:.2f}×"] for k, v in rates.items()],
+                numeric=[1, 2]))
+        print(f"\npeak RSS of this process: "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    finally:
+        if scratch is not None and not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -62,7 +62,7 @@ EXIT_CODES = {
     3: "concurrency conflict (nothing was written; re-read and retry)",
     4: "integrity failure (chain, proof, signature or replay mismatch)",
     5: "store unavailable or not initialised, or replay's temporary archive file failed",
-    6: "engine fault",
+    6: "engine fault, or no engine here (the `engine` extra is not installed)",
     130: "interrupted (Ctrl-C; an append either committed whole or not at all)",
 }
 

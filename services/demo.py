@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine_bridge.deltas import registered
+from engine_bridge.extra import require_engine_extra
 from ledger import migrate
 from ledger.checkpoint import load_signer, sign_tree, write_key_files
 from machines.settlement_rules import settlement_payload
@@ -228,10 +229,12 @@ def run_demo(
 ) -> DemoSummary:
     """Runs one demo session on the ledger at ``url``; returns the summary.
 
-    The validator key in ``workdir`` is made (or read) first: a workdir that cannot hold it
-    is refused (InvalidInput naming ``workdir``) before the ledger is touched.
+    Nothing is written before two checks: the engine extra is installed (EngineUnavailable
+    names it otherwise), and the validator key in ``workdir`` is made (or read), a workdir
+    that cannot hold it being refused (InvalidInput naming ``workdir``).
     """
     say = notify or (lambda stage, info: None)
+    require_engine_extra("the demo")
     signer = _validator_signer(workdir)
     migrate.upgrade(url)
     with ArenaLedger(url, actor="demo") as ledger:

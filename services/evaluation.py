@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, create_model
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered_by_digest
+from engine_bridge.extra import require_engine_extra
 from engine_bridge.hooks import run_audit
 from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import Engine, infrastructure_fault_payload
@@ -105,7 +106,9 @@ def make_engine(
             "torch-reference only (see docs/engine.md)",
             runtime=runtime,
         )
-    # The engine extra (numpy, torch) is imported only when an engine boots.
+    # The engine extra (numpy, torch) is imported only when an engine boots; without it,
+    # one line naming the extra rather than a ModuleNotFoundError from deep inside.
+    require_engine_extra()
     from engine_bridge.reference_model import ensure_reference_model
 
     directory = ensure_reference_model(model_dir or default_model_dir())

@@ -203,3 +203,21 @@ def test_the_readme_main_job_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     summary = json.loads(done.stdout)
     assert summary["ok"] is True and summary["session"] == 1
     assert (work / "arena-ledger-demo" / "validator.key").exists()
+
+
+def test_the_demo_without_the_engine_extra_names_it_and_writes_nothing(
+        cli: Any, tmp_path: Path) -> None:
+    # numpy and torch made unimportable, as in an install without the engine extra. The
+    # demo wrote 6 events, its key and the ledger file, then died with a ModuleNotFoundError.
+    probe = ("import sys; sys.modules.update(dict.fromkeys(('numpy', 'torch'))); "
+             "from cli.app import main; sys.argv[0] = 'arena-ledger'; main()")
+    done = subprocess.run([sys.executable, "-c", probe, "demo", "--workdir", "wd"],
+                          cwd=cli.root, env=cli.env(), capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 6, done.stderr
+    assert done.stderr == (
+        "error[engine_unavailable]: the demo needs the engine extra, which is not installed "
+        "(no module numpy, torch): install it with pip install -e '.[engine]' in a clone, or "
+        "pip install 'arena-ledger[engine]'\n")
+    assert done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no ledger file, no workdir

@@ -107,6 +107,11 @@ def test_intake_fees_and_the_miner(demo: dict[str, Any]) -> None:
     assert (total["consumed_rao"], total["released_rao"], total["net_rao"]) == (
         FEE_RAO, 0, FEE_RAO)
     assert total["credits_spent_rao"] == 4 * FEE_RAO
+    assert summary["credits"] == {"control_runs": 4, "control_runs_rao": 4 * FEE_RAO,
+                                  "miners": 0, "miners_rao": 0}
+    # The public key that checks the demo's checkpoint, where the summary says it is.
+    public = Path(summary["keys"]["public"])
+    assert public == demo["cli"].root / "wd" / "validator.key.pub" and public.is_file()
 
 
 @pytest.mark.slow
@@ -116,6 +121,8 @@ def test_running_the_demo_again_appends_a_second_session(
     # The second session only re-commissions and settles: the controls already ran.
     second = run_demo(cli, script, "--miners", "0", "--no-controls")
     assert (second["ok"], second["session"]) == (True, 2)
+    # Its own session ran no control and took no submission: the first session's are not its.
+    assert (second["controls"], second["submissions"]) == ([], [])
     head = cli.head()
     assert head > demo["head"]
     assert cli.jsonl("events", "--to-position", str(demo["head"])) == demo["events"]

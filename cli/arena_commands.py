@@ -20,10 +20,11 @@ from cli.common import (
     print_as_of,
     state,
 )
+from machines.control import UNEXPECTED, ControlRow, latest_complete_run
 from services.arena_ledger import ArenaLedger
 from vocabulary import limits
 from vocabulary.codec import loads
-from vocabulary.errors import InvalidInput, read_input, read_limited
+from vocabulary.errors import IntegrityError, InvalidInput, read_input, read_limited
 
 __all__ = ["register"]
 
@@ -310,20 +311,37 @@ def controls(
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
-    """Shows each control's expected and observed verdict (as_expected / unexpected / pending)."""
+    """Shows each control run's expected and observed verdict (as_expected / unexpected /
+    pending), with the block and attempt of each run.
+
+    Exits 4 when the latest complete control run (the rows of the latest block none of
+    whose rows is pending) has an unexpected outcome: the check the controls exist for
+    failed, so the grader cannot be trusted on that machine. A run still pending (one that
+    was interrupted, say) neither passes nor fails it.
+    """
     with _ledger(as_of) as ledger:
         rows = ledger.controls(arena_id)
         position = ledger.guard.fold.position
     if as_json:
         emit_jsonl(rows)
-        return
-    print_as_of(as_of, position)
-    table = new_table("control", "kind", "expected", "observed", "outcome")
-    for row in rows:
-        expected = f"{row['expected_verdict']} {row.get('expected_reason') or ''}".strip()
-        observed = f"{row.get('verdict') or '-'} {row.get('reason') or ''}".strip()
-        table.add_row(row["control_id"], row["kind"], expected, observed, row["outcome"])
-    console.print(table)
+    else:
+        print_as_of(as_of, position)
+        table = new_table("control", "block", "attempt", "expected", "observed", "outcome")
+        for row in rows:
+            expected = f"{row['expected_verdict']} {row.get('expected_reason') or ''}".strip()
+            observed = f"{row.get('verdict') or '-'} {row.get('reason') or ''}".strip()
+            block = "-" if row["block"] is None else str(row["block"])
+            table.add_row(row["control_id"], block, row["attempt_id"] or "-", expected,
+                          observed, row["outcome"])
+        console.print(table)
+    latest = latest_complete_run([ControlRow(**row) for row in rows])
+    failed = [row.control_id for row in latest if row.outcome == UNEXPECTED]
+    if failed:
+        raise IntegrityError(
+            f"the latest complete control run of {arena_id} (block {latest[0].block}) has an "
+            f"unexpected outcome: {', '.join(failed)}",
+            arena_id=arena_id, block=latest[0].block, controls=failed,
+        )
 
 
 @handle_errors

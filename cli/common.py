@@ -60,9 +60,12 @@ EXIT_CODES = {
     1: "refused or invalid input (nothing was written)",
     2: "usage error (bad flags or arguments)",
     3: "concurrency conflict (nothing was written; re-read and retry)",
-    4: "integrity failure (chain, proof, signature or replay mismatch)",
+    4: (
+        "integrity failure (chain, proof, signature or replay mismatch; `controls`: the "
+        "latest complete control run has an unexpected outcome)"
+    ),
     5: "store unavailable or not initialised, or replay's temporary archive file failed",
-    6: "engine fault",
+    6: "engine fault, or no engine here (the `engine` extra is not installed)",
     130: "interrupted (Ctrl-C; an append either committed whole or not at all)",
 }
 

@@ -23,6 +23,13 @@ from cli.common import (
 __all__ = ["register"]
 
 
+#: How to read the numbers the narration prints: the two are inverse ways round.
+RATIO_LEGEND = (
+    "a window's ratio is candidate ÷ stock cost (above 1: the candidate is slower);\n"
+    "speedup is stock ÷ candidate (above 1: the candidate is faster)"
+)
+
+
 def _narrate(stage: str, info: dict[str, Any]) -> None:
     if stage == "commissioned":
         console.print(Text.assemble(
@@ -30,6 +37,7 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
             f" {info['arena_id']} at block {info['block']} (torch reference engine, "
             "paired-windows.v1)",
         ))
+        console.print(RATIO_LEGEND)
     elif stage == "control":
         console.print(Text.assemble(("control", "bold"), f" {info['control_id']} ({info['kind']})"))
     elif stage == "evaluate":
@@ -69,19 +77,21 @@ def _render(summary: Any) -> None:
     for row in summary.submissions:
         table.add_row(row["hotkey"], row["status"], row["reason"] or "-", row["cause"])
     console.print(table)
-    expected = sum(1 for c in summary.controls if c["outcome"] == "as_expected")
+    for line in _control_lines(summary.controls):
+        console.print(line)
+    fees, credits = summary.fees["total"], summary.credits
+    # Fees and credits are the arena's over every session: what a settlement counts.
     console.print(
-        # The arena's controls over every session, fees over the whole ledger: a second
-        # demo run appends a session, and these are what the ledger now says.
-        f"controls as expected (every session): {expected}/{len(summary.controls)}  "
-        + ", ".join(
-            f"{c['control_id']}={c.get('verdict') or '-'}/{c['outcome']}" for c in summary.controls
-        )
+        f"fees (every session): {fees['net_rao']:,} rao net ({fees['consumed_rao']:,} "
+        f"consumed, {fees['released_rao']:,} released)"
     )
-    fees = summary.fees["total"]
     console.print(
-        f"fees (whole ledger): {fees['net_rao']:,} rao net ({fees['consumed_rao']:,} consumed, "
-        f"{fees['released_rao']:,} released); credits {fees['credits_spent_rao']:,} rao"
+        f"credits spent (every session): {fees['credits_spent_rao']:,} rao (waived fees, not "
+        "revenue)"
+    )
+    console.print(
+        f"  {counted(credits['control_runs'], 'control run')} {credits['control_runs_rao']:,} "
+        f"rao, {counted(credits['miners'], 'miner')} {credits['miners_rao']:,} rao"
     )
     console.print(
         "weights (ppm): " + ", ".join(f"{k} {v:,}" for k, v in sorted(summary.weights_ppm.items()))
@@ -89,6 +99,10 @@ def _render(summary: Any) -> None:
     console.print(f"settlement digest: {summary.settlement_digest}")
     cp = summary.checkpoint
     console.print(f"checkpoint: size {cp['tree_size']} root {cp['root_hash']} ({cp['origin']})")
+    console.print(
+        f"validator public key: {summary.keys['public']} "
+        "(for verify-bundle --key and replay --key)"
+    )
     replay = summary.replay
     console.print(
         f"replay: {'reproduced' if summary.ok else 'DIVERGED'} "
@@ -97,6 +111,20 @@ def _render(summary: Any) -> None:
         f"{counted(replay['settlements_checked'], 'settlement')}); chain "
         f"{'verified' if summary.verify.get('ok') else 'BROKEN'}"
     )
+
+
+def _control_lines(controls: list[dict[str, Any]]) -> list[str]:
+    """Returns the summary's lines on this session's control runs (never an earlier one's)."""
+    if not controls:
+        return ["controls: none run this session (`arena-ledger controls reference` lists "
+                "every run)"]
+    expected = sum(1 for c in controls if c["outcome"] == "as_expected")
+    lines = [f"controls run this session (block {controls[0]['block']}): {expected} of "
+             f"{len(controls)} as expected"]
+    for c in controls:
+        observed = " ".join(filter(None, (c.get("verdict") or "-", c.get("reason"))))
+        lines.append(f"  {c['control_id']}: {observed} ({c['outcome']})")
+    return lines
 
 
 @handle_errors

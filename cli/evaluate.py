@@ -33,7 +33,8 @@ def _printer(as_json: bool) -> Any:
             console.print(
                 f"  window {info['window']} (orientation {info['orientation']}): "
                 f"stock {info['stock_cost_ns']:,} ns, candidate "
-                f"{info['candidate_cost_ns']:,} ns, ratio {ratio:.4f}"
+                f"{info['candidate_cost_ns']:,} ns, ratio {ratio:.4f} (candidate ÷ stock: "
+                "above 1 is slower)"
             )
         elif stage == "audit":
             console.print(f"  audit: {info['nodes']} node(s) graded")

@@ -69,12 +69,12 @@ class RegisteredDelta:
 
 REGISTRY: Mapping[str, RegisteredDelta] = MappingProxyType({
     d.name: d for d in (
-        RegisteredDelta("faithful", "stock MLP math, sub-modules called in another order",
-                        "identity"),
+        RegisteredDelta("faithful", "stock math, calls the stock sub-modules with `up` "
+                        "before `gate`", "identity"),
         RegisteredDelta("fast_mlp", "stock math without sub-module dispatch, SiLU and "
                         "multiply in place", "honest"),
-        RegisteredDelta("fused_gate_up", "gate and up projections fused into one matmul",
-                        "custom"),
+        RegisteredDelta("fused_gate_up", "gate and up projections fused into one matmul "
+                        "(the GPU trick; about neutral on the CPU reference engine)", "custom"),
         RegisteredDelta("wrong_mlp", "exact GELU in place of SiLU", "wrong_mlp"),
         RegisteredDelta("skip_mlp", "returns zeros instead of the MLP output", "skip_mlp"),
         RegisteredDelta("scaled", "stock output times (1 + epsilon)", "custom",

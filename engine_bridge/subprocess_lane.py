@@ -13,6 +13,8 @@ maps what it observes onto InfrastructureFault codes:
 * a command raises inside the child → ``adapter_request_failed`` (or the child's own code)
 
 The ``engine_kill`` control delta really SIGKILLs its child in the middle of the window.
+A Ctrl-C ends the children without a word (SIGINT keeps its default action in them): the
+validator, which the terminal interrupts too, reports it and shuts them down.
 The child builds its lane with a factory named by ``"module:function"``, so the SGLang
 adapter reuses this host for its own lanes (spawned, non-daemonic: SGLang starts its
 scheduler processes from the lane process).
@@ -93,7 +95,8 @@ class SubprocessEngine:
                  daemon: bool = True, clock: ClockName = "perf_counter") -> None:
         self.start_method = start_method or default_start_method()
         if self.start_method == "forkserver" and lane_factory == REFERENCE_LANE_FACTORY:
-            mp.get_context("forkserver").set_forkserver_preload(["engine_bridge.torch_engine"])
+            mp.get_context("forkserver").set_forkserver_preload(
+                ["engine_bridge.lane_preload", "engine_bridge.torch_engine"])
         self.model_dir = os.fspath(model_dir)
         self.expected_weights_sha256 = expected_weights_sha256
         self.target_modules = tuple(target_modules)
@@ -303,7 +306,13 @@ def _serve(conn: Connection, lane: Any, stage: str) -> None:
 
 
 def _child_main(conn: Connection, config: dict[str, Any]) -> None:
-    """Boots one lane in this child process and serves the parent's commands."""
+    """Boots one lane in this child process and serves the parent's commands.
+
+    SIGINT ends the child at once and without a word (its default action): a Ctrl-C
+    reaches the validator too, which reports ``interrupted`` and shuts its lanes down, so a
+    lane's own KeyboardInterrupt traceback would only bury that line.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         from engine_bridge.hooks import resolve_callable
 

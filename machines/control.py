@@ -34,6 +34,7 @@ __all__ = [
     "control_outcome",
     "control_report",
     "control_rows",
+    "latest_complete_run",
 ]
 
 #: Hotkey a validator submits its own control runs under; never rewarded, never blocking.
@@ -74,6 +75,10 @@ class ControlRow:
     verdict: str | None
     reason: str | None
     outcome: str
+    #: The submission's arrival block and its latest attempt: which run the row is, since a
+    #: control is run again at every block its validator picks (rows otherwise repeat).
+    block: int | None = None
+    attempt_id: str | None = None
 
 
 def control_rows(arena: ArenaState, submissions: Iterable[SubmissionState]) -> list[ControlRow]:
@@ -102,7 +107,7 @@ def control_report(
                 ControlRow(
                     control_id, control.kind, control.delta_digest, control.expected_verdict,
                     control.expected_reason, sub.submission_id, sub.verdict, sub.reason,
-                    control_outcome(control, sub),
+                    control_outcome(control, sub), sub.arrival_block, sub.attempt_id,
                 )
             )
     report: list[ControlRow] = []
@@ -117,3 +122,19 @@ def control_report(
             ]
         report.extend(found)
     return report
+
+
+def latest_complete_run(rows: Iterable[ControlRow]) -> list[ControlRow]:
+    """Returns the rows of the latest complete control run, or none when no run is complete.
+
+    A run is the rows whose submissions arrived at one block (``run-controls`` submits every
+    control at its ``--block``); it is complete when none of its rows is ``pending``. A run
+    that was interrupted stays pending and never hides the last run that finished.
+    """
+    runs: dict[int, list[ControlRow]] = {}
+    for row in rows:
+        if row.block is not None:
+            runs.setdefault(row.block, []).append(row)
+    complete = [block for block, found in runs.items()
+                if all(r.outcome != PENDING for r in found)]
+    return runs[max(complete)] if complete else []

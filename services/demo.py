@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine_bridge.deltas import registered
+from engine_bridge.extra import require_engine_extra
+from engine_bridge.protocol import Engine
 from ledger import migrate
-from ledger.checkpoint import load_signer, sign_tree, write_key_files
+from ledger.checkpoint import load_signer, public_key_path, sign_tree, write_key_files
 from machines.settlement_rules import settlement_payload
-from services.arena_ledger import ArenaLedger
-from services.evaluation import evaluate, make_engine, run_controls
+from services.arena_ledger import CONTROL_HOTKEY, ArenaLedger
+from services.evaluation import controls_at, evaluate, make_engine, run_controls
 from services.replay import replay_events
 from vocabulary.codec import digest
 from vocabulary.errors import InvalidInput
@@ -28,7 +30,8 @@ from vocabulary.errors import InvalidInput
 if TYPE_CHECKING:
     from ledger.note import Signer
 
-__all__ = ["DemoSummary", "demo_commission", "run_demo"]
+__all__ = ["DemoSummary", "credits_by_payer", "demo_commission", "run_demo",
+           "session_submissions"]
 
 Notify = Callable[[str, dict[str, Any]], None]
 
@@ -59,9 +62,15 @@ class DemoSummary:
 
     session: int
     arena_id: str
+    #: This session's own submissions and control runs (never another session's).
     submissions: list[dict[str, Any]] = field(default_factory=list)
     controls: list[dict[str, Any]] = field(default_factory=list)
+    #: The arena's fees over every session; ``credits`` splits their credits by payer.
     fees: dict[str, Any] = field(default_factory=dict)
+    credits: dict[str, int] = field(default_factory=dict)
+    #: The validator's key files: the public one checks the checkpoint (``verify-bundle
+    #: --key``, ``replay --key``).
+    keys: dict[str, str] = field(default_factory=dict)
     weights_ppm: dict[str, int] = field(default_factory=dict)
     settlement_digest: str = ""
     checkpoint: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +95,8 @@ class DemoSummary:
             "submissions": self.submissions,
             "controls": self.controls,
             "fees": self.fees,
+            "credits": self.credits,
+            "keys": self.keys,
             "weights_ppm": self.weights_ppm,
             "settlement_digest": self.settlement_digest,
             "checkpoint": self.checkpoint,
@@ -169,9 +180,10 @@ def _arrival(
 
 
 def _intake_miners(
-    ledger: ArenaLedger, arena_id: str, base: int, miners: int, notify: Notify
+    ledger: ArenaLedger, arena_id: str, base: int, miners: int, notify: Notify, own: list[str]
 ) -> list[tuple[str, str, str, Any]]:
-    """Takes the miners' submissions through intake; returns (sid, hotkey, delta, spec)."""
+    """Takes the miners' submissions through intake; returns (sid, hotkey, delta, spec) of
+    the admitted ones and adds every submission id, rejected ones too, to ``own``."""
     admitted = []
     tag = f"{arena_id}-{base}"
     for index, (hotkey, delta, params, paid_by) in enumerate(_MINERS[:miners], start=1):
@@ -181,6 +193,7 @@ def _intake_miners(
         arrival = _arrival(arena_id, hotkey, delta, base + 10, index, ref, params=params)
         outcome = ledger.intake(arrival, payment_amount_rao=demo_fee_rao if ref else None)
         notify("intake", {"hotkey": hotkey, "delta": delta, **outcome.to_json()})
+        own.append(outcome.submission_id)
         if outcome.admitted:
             admitted.append((outcome.submission_id, hotkey, delta, registered(delta, **params)))
     if miners == 0:
@@ -191,16 +204,17 @@ def _intake_miners(
         payment_amount_rao=demo_fee_rao,
     )
     notify("intake", {"hotkey": "5Dave", "delta": "slow", **reused.to_json()})
+    own.append(reused.submission_id)
     return admitted
 
 
-def _duplicate_of_failed(ledger: ArenaLedger, arena_id: str, base: int, notify: Notify) -> None:
-    """Submits again the content of a FAILED submission: refused as a duplicate."""
-    failed = [
-        s
-        for s in ledger.fold.submissions(arena_id)
-        if s.status == "FAILED" and s.hotkey != "arena-ledger-controls" and s.arrival_key[0] >= base
-    ]
+def _duplicate_of_failed(
+    ledger: ArenaLedger, arena_id: str, base: int, notify: Notify, own: list[str]
+) -> None:
+    """Submits again the content of one of ``own`` that FAILED: refused as a duplicate."""
+    fold = ledger.fold
+    subs = [fold.submission(sid) for sid in own]
+    failed = [sub for sub in subs if sub is not None and sub.status == "FAILED"]
     if not failed:
         return
     first = failed[0]
@@ -216,6 +230,7 @@ def _duplicate_of_failed(ledger: ArenaLedger, arena_id: str, base: int, notify: 
     arrival["delta_digest"] = first.delta_digest
     outcome = ledger.intake(arrival, payment_amount_rao=demo_fee_rao)
     notify("intake", {"hotkey": "5Erin", "delta": f"copy of {first.hotkey}'s", **outcome.to_json()})
+    own.append(outcome.submission_id)
 
 
 def run_demo(
@@ -225,36 +240,45 @@ def run_demo(
     miners: int = len(_MINERS),
     controls: bool = True,
     notify: Notify | None = None,
+    engine: Engine | None = None,
 ) -> DemoSummary:
     """Runs one demo session on the ledger at ``url``; returns the summary.
 
-    The validator key in ``workdir`` is made (or read) first: a workdir that cannot hold it
-    is refused (InvalidInput naming ``workdir``) before the ledger is touched.
+    Nothing is written before two checks: the engine extra is installed (EngineUnavailable
+    names it otherwise), and the validator key in ``workdir`` is made (or read), a workdir
+    that cannot hold it being refused (InvalidInput naming ``workdir``). The summary reports
+    this session's own submissions and control runs, found by the ids it recorded: an earlier
+    session's, an interrupted one's pending runs or a demo running at the same time are not
+    counted. ``engine`` replaces the torch reference engine (a FakeEngine in tests; its
+    caller shuts it down).
     """
     say = notify or (lambda stage, info: None)
+    if engine is None:
+        require_engine_extra("the demo")
     signer = _validator_signer(workdir)
     migrate.upgrade(url)
     with ArenaLedger(url, actor="demo") as ledger:
         session = _session(ledger)
         arena_id, base = demo_arena_id, session * session_blocks
-        summary = DemoSummary(session, arena_id)
+        summary = DemoSummary(session, arena_id, keys=_key_paths(workdir))
         ledger.commission(demo_commission(arena_id, base))
         say("commissioned", {"arena_id": arena_id, "block": base, "session": session})
         if session == 1:
             ledger.set_emission_policy(7_200, "5BurnBurnBurn", "5DemoValidator")
             _register_controls(ledger, arena_id)
-        engine = make_engine("torch-reference", engine_config={"cost_clock": "thread_time"})
+        own: list[str] = []
+        booted = engine or make_engine(
+            "torch-reference", engine_config={"cost_clock": "thread_time"}
+        )
         try:
             if controls:
-                summary.controls = run_controls(
-                    ledger, engine, arena_id=arena_id, block=base + 5, progress=say
-                )
-            admitted = _intake_miners(ledger, arena_id, base, miners, say)
+                run_controls(ledger, booted, arena_id=arena_id, block=base + 5, progress=say)
+            admitted = _intake_miners(ledger, arena_id, base, miners, say, own)
             for sid, hotkey, delta, spec in admitted:
                 say("evaluate", {"hotkey": hotkey, "delta": delta, "submission_id": sid})
                 evaluate(
                     ledger,
-                    engine,
+                    booted,
                     submission_id=sid,
                     attempt_id=f"a-{sid[:12]}-{base}",
                     block=base + 20,
@@ -262,11 +286,50 @@ def run_demo(
                     progress=say,
                 )
         finally:
-            engine.shutdown()
-        _duplicate_of_failed(ledger, arena_id, base, say)
-        summary.controls = ledger.controls(arena_id)
+            if engine is None:
+                booted.shutdown()
+        _duplicate_of_failed(ledger, arena_id, base, say, own)
+        summary.controls = controls_at(ledger, arena_id, base + 5) if controls else []
+        summary.submissions = session_submissions(ledger, arena_id, own)
         _finish(ledger, summary, signer, base, say)
     return summary
+
+
+def session_submissions(
+    ledger: ArenaLedger, arena_id: str, own: list[str]
+) -> list[dict[str, Any]]:
+    """Returns the submission rows of ``own`` (a session's submission ids), in arrival order.
+
+    By id, not by block: a demo running at the same time has later blocks, and its
+    submissions would otherwise be listed, in flight, in this session's summary.
+    """
+    mine = set(own)
+    return [row for row in ledger.submissions(arena_id) if row["submission_id"] in mine]
+
+
+def credits_by_payer(ledger: ArenaLedger, arena_id: str) -> dict[str, int]:
+    """Splits the arena's spent credits (``fees``' ``credits_spent_rao``) by who they paid
+    for: the validator's control runs (``CONTROL_HOTKEY``) and the miners. Returns
+    ``{"control_runs", "control_runs_rao", "miners", "miners_rao"}``.
+
+    A credit counts as the fees do: spent on a submission of the arena, for that
+    submission's fee.
+    """
+    split = {"control_runs": 0, "control_runs_rao": 0, "miners": 0, "miners_rao": 0}
+    fold = ledger.fold
+    for credit in fold.credits():
+        sub = None if credit.submission_id is None else fold.submission(credit.submission_id)
+        if sub is None or sub.fee is None or sub.arena_id != arena_id:
+            continue
+        payer = "control_runs" if sub.hotkey == CONTROL_HOTKEY else "miners"
+        split[payer] += 1
+        split[f"{payer}_rao"] += sub.fee.amount_rao
+    return split
+
+
+def _key_paths(workdir: Path) -> dict[str, str]:
+    key = workdir / "validator.key"
+    return {"private": str(key), "public": str(public_key_path(key))}
 
 
 def _validator_signer(workdir: Path) -> Signer:
@@ -311,12 +374,8 @@ def _register_controls(ledger: ArenaLedger, arena_id: str) -> None:
 def _finish(
     ledger: ArenaLedger, summary: DemoSummary, signer: Signer, base: int, say: Notify
 ) -> None:
-    summary.submissions = [
-        r
-        for r in ledger.submissions(summary.arena_id)
-        if r["hotkey"] != "arena-ledger-controls" and r["arrival"][0] >= base
-    ]
     summary.fees = ledger.fees(summary.arena_id)
+    summary.credits = credits_by_payer(ledger, summary.arena_id)
     settlement, _ = ledger.settle(base + 1_000)
     payload = settlement_payload(settlement)
     summary.weights_ppm = dict(payload["weights_ppm"])

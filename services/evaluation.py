@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, create_model
 
 from engine_bridge.deltas import DeltaSpec, load_file_delta, registered_by_digest
+from engine_bridge.extra import require_engine_extra
 from engine_bridge.hooks import run_audit
 from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.protocol import Engine, infrastructure_fault_payload
@@ -43,6 +44,7 @@ __all__ = [
     "EvaluationResult",
     "check_claim_fields",
     "control_run_id",
+    "controls_at",
     "default_model_dir",
     "evaluate",
     "make_engine",
@@ -105,7 +107,9 @@ def make_engine(
             "torch-reference only (see docs/engine.md)",
             runtime=runtime,
         )
-    # The engine extra (numpy, torch) is imported only when an engine boots.
+    # The engine extra (numpy, torch) is imported only when an engine boots; without it,
+    # one line naming the extra rather than a ModuleNotFoundError from deep inside.
+    require_engine_extra()
     from engine_bridge.reference_model import ensure_reference_model
 
     directory = ensure_reference_model(model_dir or default_model_dir())
@@ -420,6 +424,26 @@ def run_controls(
             candidate=candidates[control_id],
         )
     return ledger.controls(arena_id)
+
+
+def controls_at(ledger: ArenaLedger, arena_id: str, block: int) -> list[dict[str, Any]]:
+    """Returns the control report's rows of the runs ``run_controls`` made at ``block`` only.
+
+    Each run is found by its own id (``control_run_id``, its credit's and its attempt's),
+    not by time: the runs of other blocks, the forever-pending ones of an interrupted run
+    among them, and another validator's runs made meanwhile are left out.
+    """
+    fold = ledger.fold
+    arena = fold.arena(arena_id)
+    if arena is None:
+        raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
+    runs = set()
+    for control_id in arena.controls:
+        run = control_run_id(control_id, block)
+        for found in (fold.attempt(run), fold.credit(run)):
+            if found is not None and found.submission_id is not None:
+                runs.add(found.submission_id)
+    return [row for row in ledger.controls(arena_id) if row["submission_id"] in runs]
 
 
 def _control_candidates(

@@ -21,7 +21,8 @@ attributes. The CLI maps each subtree to a documented exit code.
     │   ├── SchemaNotInitialised         store_not_initialised 5
     │   ├── StoreUnavailable             store_unavailable  5
     │   └── ArchiveUnavailable           archive_unavailable 5
-    └── EngineFault                      engine_fault       6   (maps to InfrastructureFault codes)
+    ├── EngineFault                      engine_fault       6   (maps to InfrastructureFault codes)
+    └── EngineUnavailable                engine_unavailable 6   (the engine extra is not installed)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "CanonicalFormError",
     "ConcurrencyConflict",
     "EngineFault",
+    "EngineUnavailable",
     "IdempotencyKeyReused",
     "IntegrityError",
     "InvalidInput",
@@ -197,6 +199,16 @@ class EngineFault(LedgerError):
 
     def __init__(self, message: str, *, fault_code: str, stage: str, **context: Any) -> None:
         super().__init__(message, fault_code=fault_code, stage=stage, **context)
+
+
+class EngineUnavailable(LedgerError):
+    """Reports that no engine can boot here (the ``engine`` extra is missing); nothing ran.
+
+    Not an EngineFault: it happens before any attempt, so it is never recorded as one.
+    """
+
+    code = "engine_unavailable"
+    exit_code = 6
 
 
 def require_file(path: str | os.PathLike[str], what: str, *, regular: bool = False) -> None:

@@ -227,12 +227,12 @@ def test_a_killed_engine_is_no_decision_and_the_control_is_as_expected(story: St
         "control_id": "ctl-kill", "kind": "engine_kill", "delta_digest": CONTROL_DELTA,
         "expected_verdict": "NO_DECISION", "expected_reason": "engine_killed",
         "submission_id": story.ids["b"], "verdict": "NO_DECISION", "reason": "engine_killed",
-        "outcome": "as_expected"}]
+        "outcome": "as_expected", "block": 1000, "attempt_id": "att-2"}]
     text = story.out["controls-text"].stdout
     assert "ctl-kill" in text and "as_expected" in text
     rows = [[cell.strip() for cell in line.strip().strip("│").split("│")]
             for line in text.splitlines() if line.startswith("│")]
-    assert rows == [["ctl-kill", "engine_kill", "NO_DECISION engine_killed",
+    assert rows == [["ctl-kill", "1000", "att-2", "NO_DECISION engine_killed",
                      "NO_DECISION engine_killed", "as_expected"]]
 
 
@@ -423,3 +423,67 @@ def test_a_critical_value_beyond_the_arithmetic_is_one_error_line_and_writes_not
             "28 or more integer digits, which no decision can record); nothing was written")
         assert done.stdout == ""
     assert story.cli.head() == head
+
+
+# --- control runs at several blocks ------------------------------------------------------------
+
+
+def _run_controls_at(url: str, block: int, outcome: str) -> None:
+    """Runs the ledger's one control (expected FAIL speed_threshold_not_met) at ``block`` on
+    a FakeEngine: "pass" scripts the worked example's PASS (unexpected), "fail" costs as
+    much as stock (as expected), "interrupted" stops in its first window (pending)."""
+    from engine_bridge.deltas import registered
+    from engine_bridge.hooks import NodeTally
+    from engine_bridge.protocol import FakeEngine
+    from machines import samples
+    from services.arena_ledger import ArenaLedger
+    from services.evaluation import run_controls
+
+    worked = dict(enumerate((c for _, c in samples.WORKED_EXAMPLE_COSTS), start=1))
+
+    def cost(lane_id: str, delta: Any, window: int) -> int:
+        stock = 1_000_000_000
+        return stock if outcome != "pass" or delta is None or window == 0 else worked[window]
+
+    def stop(stage: str, info: dict[str, Any]) -> None:
+        if outcome == "interrupted" and stage == "window":
+            raise KeyboardInterrupt
+
+    engine = FakeEngine(cost_ns=cost, tallies=[
+        NodeTally(f"model.layers.{i}.mlp", 0, calls=32, min_score=1.0) for i in range(4)])
+    with ArenaLedger(url) as ledger:
+        if block == 1_200:
+            document = samples.commissioned(ARENA, fee_rao=0, sealed=samples.policy())
+            ledger.commission(document.model_dump(mode="json", exclude_unset=True))
+            ledger.register_control(ARENA, {
+                "control_id": "honest", "kind": "honest",
+                "delta_digest": registered("fast_mlp").digest,
+                "expected_verdict": "FAIL", "expected_reason": "speed_threshold_not_met"})
+        try:
+            run_controls(ledger, engine, arena_id=ARENA, block=block, progress=stop)
+        except KeyboardInterrupt:
+            assert outcome == "interrupted"
+
+
+def test_controls_shows_each_runs_block_and_fails_when_the_latest_complete_run_did(
+        cli: Any) -> None:
+    cli("init")
+    _run_controls_at(cli.db, 1_200, "pass")
+    # It exited 0, and its rows, one per run, were identical but for the outcome.
+    done = cli("controls", ARENA, expect=4)
+    assert cli.error_line(done.stderr, "integrity_failure") == (
+        "error[integrity_failure]: the latest complete control run of mlp-arena (block 1200) "
+        "has an unexpected outcome: honest")
+    assert "unexpected" in done.stdout  # the table is printed all the same
+
+    _run_controls_at(cli.db, 1_300, "fail")
+    _run_controls_at(cli.db, 1_400, "interrupted")
+    done = cli("controls", ARENA)  # 1,300 is the latest complete run, and it is as expected
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")]
+            for line in done.stdout.splitlines() if line.startswith("│")]
+    assert [row[:3] + row[-1:] for row in rows] == [
+        ["honest", "1200", "ctl-honest-1200", "unexpected"],
+        ["honest", "1300", "ctl-honest-1300", "as_expected"],
+        ["honest", "1400", "ctl-honest-1400", "pending"]]
+    assert [(r["block"], r["attempt_id"]) for r in cli.jsonl("controls", ARENA)] == [
+        (1_200, "ctl-honest-1200"), (1_300, "ctl-honest-1300"), (1_400, "ctl-honest-1400")]

@@ -301,7 +301,8 @@ def test_controls_as_of_a_position_and_a_pending_control(
         "--delta-digest", unseen, "--expect", "PASS")
     now, before = cli.many([(("controls", S.ARENA_A), 0),
                             (("controls", S.ARENA_A, "--as-of", "92"), 0)])
-    assert _table(now.stdout) == [["ctl-none", "honest", "PASS", "-", "pending"]]
+    # No run yet: no block, no attempt (the kind is in --json).
+    assert _table(now.stdout) == [["ctl-none", "-", "-", "PASS", "-", "pending"]]
     assert before.stdout.splitlines()[0] == "as of position 92"
     assert _table(before.stdout) == []
 

@@ -107,6 +107,11 @@ def test_intake_fees_and_the_miner(demo: dict[str, Any]) -> None:
     assert (total["consumed_rao"], total["released_rao"], total["net_rao"]) == (
         FEE_RAO, 0, FEE_RAO)
     assert total["credits_spent_rao"] == 4 * FEE_RAO
+    assert summary["credits"] == {"control_runs": 4, "control_runs_rao": 4 * FEE_RAO,
+                                  "miners": 0, "miners_rao": 0}
+    # The public key that checks the demo's checkpoint, where the summary says it is.
+    public = Path(summary["keys"]["public"])
+    assert public == demo["cli"].root / "wd" / "validator.key.pub" and public.is_file()
 
 
 @pytest.mark.slow
@@ -116,6 +121,8 @@ def test_running_the_demo_again_appends_a_second_session(
     # The second session only re-commissions and settles: the controls already ran.
     second = run_demo(cli, script, "--miners", "0", "--no-controls")
     assert (second["ok"], second["session"]) == (True, 2)
+    # Its own session ran no control and took no submission: the first session's are not its.
+    assert (second["controls"], second["submissions"]) == ([], [])
     head = cli.head()
     assert head > demo["head"]
     assert cli.jsonl("events", "--to-position", str(demo["head"])) == demo["events"]
@@ -203,3 +210,21 @@ def test_the_readme_main_job_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     summary = json.loads(done.stdout)
     assert summary["ok"] is True and summary["session"] == 1
     assert (work / "arena-ledger-demo" / "validator.key").exists()
+
+
+def test_the_demo_without_the_engine_extra_names_it_and_writes_nothing(
+        cli: Any, tmp_path: Path) -> None:
+    # numpy and torch made unimportable, as in an install without the engine extra. The
+    # demo wrote 6 events, its key and the ledger file, then died with a ModuleNotFoundError.
+    probe = ("import sys; sys.modules.update(dict.fromkeys(('numpy', 'torch'))); "
+             "from cli.app import main; sys.argv[0] = 'arena-ledger'; main()")
+    done = subprocess.run([sys.executable, "-c", probe, "demo", "--workdir", "wd"],
+                          cwd=cli.root, env=cli.env(), capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 6, done.stderr
+    assert done.stderr == (
+        "error[engine_unavailable]: the demo needs the engine extra, which is not installed "
+        "(no module numpy, torch): install it with pip install -e '.[engine]' in a clone, or "
+        "pip install 'arena-ledger[engine]'\n")
+    assert done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no ledger file, no workdir

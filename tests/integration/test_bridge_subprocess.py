@@ -103,3 +103,62 @@ def test_thread_time_clock_is_selectable_by_name(model_dir: Path) -> None:
         assert run.cost_ns > 0 and run.output_tokens == 128
     finally:
         engine.shutdown()
+
+
+#: A validator that boots two lanes, then runs a long window on one: the test presses
+#: Ctrl-C (SIGINT to the process group) once both lanes serve. Its own KeyboardInterrupt
+#: becomes exit 130, as the CLI's ``interrupted`` does.
+_INTERRUPTED_VALIDATOR = """
+import sys
+from engine_bridge.deltas import registered
+from engine_bridge.prompt_slice import load_replay_slice
+from engine_bridge.subprocess_lane import SubprocessEngine
+
+engine = SubprocessEngine(sys.argv[1])
+try:
+    lanes = [engine.boot_lane(lane, registered("slow", repeats="64")) for lane in "AB"]
+    for lane in lanes:
+        lane.ready()
+    print("serving", flush=True)
+    lanes[0].run_window(load_replay_slice(), window=1)
+    print("the window ended before the interrupt", flush=True)
+except KeyboardInterrupt:
+    engine.shutdown()
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_ends_the_lanes_without_a_traceback(model_dir: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    validator = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED_VALIDATOR, str(model_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its own process group, as a terminal's foreground job
+    try:
+        assert validator.stdout is not None
+        assert validator.stdout.readline() == "serving\n"
+        os.killpg(validator.pid, signal.SIGINT)
+        out, err = validator.communicate(timeout=60)
+    finally:
+        if validator.poll() is None:
+            validator.kill()
+    # Each lane (the busy one and the idle one) printed a KeyboardInterrupt traceback.
+    assert (validator.returncode, out) == (130, ""), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def test_the_fork_servers_preload_restores_sigints_default_action() -> None:
+    import subprocess
+    import sys
+
+    # The fork server imports it before torch, so a Ctrl-C during that import is quiet too,
+    # and the lanes it forks inherit the default action.
+    probe = ("import signal; assert signal.getsignal(signal.SIGINT) is signal.default_int_handler;"
+             " import engine_bridge.lane_preload; "
+             "assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr

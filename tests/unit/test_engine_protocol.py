@@ -156,3 +156,26 @@ def test_the_engine_doc_states_the_real_fault_detail_bound() -> None:
     stated = re.findall(r"detail[^.|]*?\b(?:at most|cut at)\s+([\d,]+)\s+characters", doc)
     assert len(stated) >= 2, stated
     assert {int(n.replace(",", "")) for n in stated} == {detail_chars_max}
+
+
+@pytest.mark.parametrize("blocked", [("numpy",), ("torch", "transformers")])
+def test_a_missing_engine_extra_is_named_with_how_to_install_it(
+        monkeypatch: pytest.MonkeyPatch, blocked: tuple[str, ...]) -> None:
+    from engine_bridge.extra import missing_engine_modules, require_engine_extra
+    from services.evaluation import make_engine
+    from vocabulary.errors import EngineUnavailable
+
+    assert missing_engine_modules() == []  # this venv has the extra
+    for name in blocked:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    assert missing_engine_modules() == sorted(blocked)
+    with pytest.raises(EngineUnavailable) as missing:
+        require_engine_extra("the demo")
+    assert missing.value.message == (
+        f"the demo needs the engine extra, which is not installed (no module "
+        f"{', '.join(sorted(blocked))}): install it with pip install -e '.[engine]' in a "
+        "clone, or pip install 'arena-ledger[engine]'")
+    assert missing.value.exit_code == 6 and not isinstance(missing.value, EngineFault)
+    # evaluate and run-controls boot their engine here, before anything is written.
+    with pytest.raises(EngineUnavailable):
+        make_engine("torch-reference")

@@ -33,3 +33,26 @@ def test_cli_page_lists_the_core_commands_and_exit_codes() -> None:
                     "settle", "replay"):
         assert f"### `arena-ledger {command}`" in text
     assert "| 3 | concurrency conflict" in text
+
+
+def test_the_engine_pages_delta_table_is_the_one_the_code_renders() -> None:
+    from engine_bridge.docs import render_engine_md
+
+    page = (DOCS / "engine.md").read_text(encoding="utf-8")
+    assert render_engine_md(page) == page, (
+        "docs/engine.md's delta table is stale; run python tools/gen_docs.py")
+
+
+def test_the_delta_table_gives_each_digest_by_the_documented_formula() -> None:
+    from engine_bridge.deltas import REGISTRY, registered
+    from engine_bridge.docs import render_delta_table
+    from vocabulary.codec import digest
+
+    # The page gave skip_mlp as ae46cc7b…6c6e; the formula the page states gives …5c6e.
+    table = render_delta_table()
+    for name, entry in REGISTRY.items():
+        full = digest("arena-ledger.delta", {"kind": "registered", "name": name,
+                                             "params": dict(entry.defaults),
+                                             "registry": "engine-bridge-deltas.v1"})
+        assert full == registered(name).digest
+        assert f"| `{full[:8]}…{full[-4:]}` |" in table.splitlines()[2 + list(REGISTRY).index(name)]

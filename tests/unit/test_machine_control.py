@@ -12,7 +12,7 @@ order and submissions in the order given, each row carrying its own control and 
 from __future__ import annotations
 
 from machines import samples
-from machines.control import ControlRow, control_rows
+from machines.control import ControlRow, control_rows, latest_complete_run
 from machines.scenario import Scenario
 from vocabulary.events import (
     ControlRegistered,
@@ -170,6 +170,8 @@ def test_each_row_carries_its_own_control_and_its_submission() -> None:
             sub.verdict,
             sub.reason,
             "as_expected",
+            sub.arrival_block,  # which run the row is: its block and attempt
+            "att-1",
         ),
         ControlRow(
             waiting.control_id,
@@ -181,5 +183,33 @@ def test_each_row_carries_its_own_control_and_its_submission() -> None:
             None,
             None,
             "pending",
+            None,
+            None,
         ),
     ]
+
+
+def _row(control_id: str, block: int | None, outcome: str) -> ControlRow:
+    return ControlRow(control_id, "custom", DELTA, "FAIL", None, None, None, None, outcome,
+                      block, None if block is None else f"ctl-{control_id}-{block}")
+
+
+def test_the_latest_complete_run_is_the_latest_block_none_of_whose_rows_is_pending() -> None:
+    rows = [
+        _row("a", 1_200, "unexpected"), _row("b", 1_200, "as_expected"),
+        _row("a", 1_300, "as_expected"), _row("b", 1_300, "as_expected"),
+        _row("a", 1_400, "as_expected"), _row("b", 1_400, "pending"),  # interrupted
+        _row("c", None, "pending"),  # registered, never run
+    ]
+    assert latest_complete_run(rows) == rows[2:4]
+    # Without 1,300, the last run that finished is 1,200's, unexpected outcome and all.
+    assert latest_complete_run(rows[:2] + rows[4:]) == rows[:2]
+    # In any order (rows come grouped by control).
+    assert latest_complete_run(sorted(rows, key=lambda r: r.control_id, reverse=True)) == [
+        rows[3], rows[2]]
+
+
+def test_no_run_is_complete_while_every_run_has_a_pending_row() -> None:
+    assert latest_complete_run([]) == []
+    assert latest_complete_run([_row("a", None, "pending")]) == []
+    assert latest_complete_run([_row("a", 1_200, "pending"), _row("b", 1_200, "unexpected")]) == []

@@ -42,6 +42,7 @@ from ledger.tables import (
     rm_counters,
     rm_credits,
     rm_event_types,
+    rm_owed,
     rm_payments,
     rm_settlements,
     rm_state,
@@ -54,6 +55,7 @@ __all__ = [
     "Reader",
     "add_event_types",
     "clear",
+    "delete_owed",
     "exists",
     "first_difference",
     "head_position",
@@ -74,7 +76,7 @@ UPSERTED: dict[str, Table] = {
     table.name: table
     for table in (
         rm_arenas, rm_submissions, rm_attempts, rm_payments, rm_credits, rm_counters,
-        rm_windows, rm_settlements,
+        rm_windows, rm_settlements, rm_owed,
     )
 }
 
@@ -103,6 +105,12 @@ def upsert(conn: Connection, table: str, rows: Sequence[Row]) -> None:
     """Inserts ``rows`` into the read model ``table``, replacing rows with the same key."""
     if rows:
         conn.execute(_upsert_statement(conn.dialect.name, UPSERTED[table]), list(rows))
+
+
+def delete_owed(conn: Connection, keys: Sequence[tuple[str, str]]) -> None:
+    """Deletes the ``rm_owed`` rows of these (kind, ref): their fee event has come."""
+    for kind, ref in keys:
+        conn.execute(delete(rm_owed).where(rm_owed.c.kind == kind, rm_owed.c.ref == ref))
 
 
 def replace_controls(conn: Connection, arena_id: str, rows: Sequence[Row]) -> None:

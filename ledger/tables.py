@@ -37,6 +37,7 @@ __all__ = [
     "rm_counters",
     "rm_credits",
     "rm_event_types",
+    "rm_owed",
     "rm_payments",
     "rm_settlements",
     "rm_state",
@@ -208,6 +209,9 @@ rm_submissions = Table(
     #: The reason code that says why the submission is where it is ('' while it waits):
     #: `submissions` prints it with its cause and next step (docs/domain.md lists them).
     Column("stated_reason", Text, nullable=False),
+    #: The incumbent digest when the arrival was recorded: the reward group settlement
+    #: ranks the submission in.
+    Column("reward_group", _Id),
     Column("first_position", _Position, nullable=False),
     Column("last_position", _Position, nullable=False),
 )
@@ -221,6 +225,7 @@ Index(
 Index("ix_rm_submissions_hotkey", rm_submissions.c.hotkey)
 Index("ix_rm_submissions_status", rm_submissions.c.status, rm_submissions.c.arena_id)
 Index("ix_rm_submissions_delta", rm_submissions.c.arena_id, rm_submissions.c.delta_digest)
+Index("ix_rm_submissions_content", rm_submissions.c.content_hash)
 
 rm_attempts = Table(
     "rm_attempts",
@@ -288,6 +293,17 @@ rm_credits = Table(
 Index("ix_rm_credits_hotkey", rm_credits.c.hotkey)
 Index("ix_rm_credits_submission", rm_credits.c.submission_id)
 
+rm_owed = Table(
+    "rm_owed",
+    metadata,
+    #: An admission recorded with a payment (kind "payment") or credit ("credit") whose
+    #: PaymentConsumed or CreditSpent has not come yet: that fee is taken, for this
+    #: submission. Empty between well-formed appends (intake appends both together).
+    Column("kind", String(16), primary_key=True),
+    Column("ref", _Name, primary_key=True),
+    Column("submission_id", _Id, nullable=False),
+)
+
 rm_counters = Table(
     "rm_counters",
     metadata,
@@ -319,5 +335,5 @@ Index("ix_rm_settlements_block", rm_settlements.c.block)
 #: Every read model table, in the order a rebuild empties and fills them.
 read_model_tables = (
     rm_state, rm_arenas, rm_controls, rm_submissions, rm_attempts, rm_windows, rm_payments,
-    rm_credits, rm_counters, rm_event_types, rm_settlements,
+    rm_credits, rm_owed, rm_counters, rm_event_types, rm_settlements,
 )

@@ -90,7 +90,15 @@ from vocabulary.events import (
     WindowMeasured,
 )
 
-__all__ = ["Archive", "Finished", "FoldCounts", "LedgerFold", "Record", "Touched"]
+__all__ = [
+    "Archive",
+    "Finished",
+    "FoldCounts",
+    "LedgerFold",
+    "Record",
+    "Touched",
+    "encode_finished",
+]
 
 #: What ``consume`` reads: (position, stream, event type, event model).
 Record = tuple[int, str, str, Event]
@@ -307,6 +315,11 @@ _FEE_AT = _SUBMISSION_FIELDS.index("fee")
 _FIELD_VALUES = itemgetter(*_SUBMISSION_FIELDS)
 
 
+def encode_finished(record: Finished) -> bytes:
+    """Returns a finished submission's record as the bytes an ``Archive`` keeps."""
+    return _encode_finished(record)
+
+
 def _encode_finished(record: Finished) -> bytes:
     """Returns an archived submission as ``marshal`` bytes (pickle is several times slower).
 
@@ -381,7 +394,8 @@ def _fee_text(fee: Fee) -> str:
 class Touched(NamedTuple):
     """Names what one event changed in the fold's projections (``LedgerFold.decide_batch``'s
     observer and ``apply_tracked`` report it): submission ids, attempt ids, payment refs,
-    credit ids, arena ids, and the keys of the three counters ``counts`` reports."""
+    credit ids, arena ids, the keys of the three counters ``counts`` reports, and the payment
+    refs and credit ids an admission owes its fee event for (``owed_payment``)."""
 
     submissions: tuple[str, ...]
     attempts: tuple[str, ...]
@@ -391,6 +405,8 @@ class Touched(NamedTuple):
     decided: tuple[str, ...]
     no_decision: tuple[str, ...]
     holds_placed: tuple[str, ...]
+    owed_payments: tuple[str, ...]
+    owed_credits: tuple[str, ...]
 
 
 class FoldCounts(NamedTuple):
@@ -418,7 +434,16 @@ def _refuse(machine: str, state: str, event: Event, code: str, detail: str = "")
 class LedgerFold:
     """Consumes (position, stream, event) in order and keeps every machine's projection."""
 
-    def __init__(self, *, detail: bool = False, archive: Archive | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        detail: bool = False,
+        archive: Archive | None = None,
+        admitted: Callable[[dict[tuple[str, int], int]], Mapping[tuple[str, int], int]]
+        | None = None,
+        failures: Callable[[dict[tuple[str, str], FailedRef]], Mapping[tuple[str, str], FailedRef]]
+        | None = None,
+    ) -> None:
         self.position = 0
         self.detail = detail
         #: Where finished submissions go (None: they stay in memory, as they always did).
@@ -455,6 +480,12 @@ class LedgerFold:
         if archive is not None:
             self._admitted = _Admissions(self._admissions, archive)
             self._failures = _FailedIndex(self._failed, archive)
+        # Read-throughs given by the caller (the store's read models: ``seed``), over the
+        # dicts this fold writes: what they find there wins, as it is the newer.
+        if admitted is not None:
+            self._admitted = admitted(self._admissions)
+        if failures is not None:
+            self._failures = failures(self._failed)
         self._by_arena: dict[str, dict[str, ArrivalKey]] = {}
         self._queued: dict[str, dict[str, ArrivalKey]] = {}
         self._live: dict[str, ArrivalKey] = {}
@@ -500,6 +531,56 @@ class LedgerFold:
         return routes
 
     # --- entry points ---------------------------------------------------------------------
+
+    def seed(
+        self,
+        position: int,
+        arenas: Iterable[ArenaState],
+        live: Iterable[Finished],
+        unspent: Iterable[CreditState],
+        counts: FoldCounts,
+        owed_payments: Mapping[str, str],
+        owed_credits: Mapping[str, str],
+    ) -> None:
+        """Starts an archiving fold at ``position`` from the state a fold of the ledger up to
+        there holds in memory, instead of folding every event: the arenas, the live
+        submissions (each with its reward group, attempts, payment and spent credit, as a
+        ``Finished`` record holds them), the unspent credits in grant order, the counts, and
+        the admissions whose fee event has not come. Everything finished is in the archive,
+        and the admissions and failures the constructor's read-throughs answer. Only on a
+        fold that has folded nothing yet.
+        """
+        if self.position or self.events or self.archive is None:
+            raise ValueError("seed starts an archiving fold that has folded nothing")
+        self.position = self.events = position
+        for arena in arenas:
+            self._arenas[arena.arena_id] = arena
+        for record in live:
+            sub = record.state
+            sid, key = sub.submission_id, sub.arrival_key
+            self._subs[sid] = sub
+            self._by_arena.setdefault(sub.arena_id, {})[sid] = key
+            self._live[sid] = key
+            if sub.status == QUEUED:
+                self._queued.setdefault(sub.arena_id, {})[sid] = key
+            if record.group is not None:
+                self._group[sid] = record.group
+            self._attempts.update(record.attempts)
+            if record.attempts:
+                self._attempts_of[sid] = list(record.attempts)
+            if record.payment is not None:
+                self._payments[record.payment.payment_ref] = record.payment
+            if record.credit is not None:
+                self._credits[record.credit.credit_id] = record.credit
+                self._credit_of[sid] = record.credit.credit_id
+        for credit in unspent:
+            self._credits[credit.credit_id] = credit
+            self._unspent.setdefault(credit.hotkey, {})[credit.credit_id] = credit.amount_rao
+        self._decided.update(counts.decided)
+        self._no_decision.update(counts.no_decision)
+        self._holds_placed.update(counts.holds_placed)
+        self._owed_payments.update(owed_payments)
+        self._owed_credits.update(owed_credits)
 
     def apply(
         self, position: int, stream: str, event: Event, payload: Payload = None
@@ -631,9 +712,10 @@ class LedgerFold:
         spaces = {
             id(self._subs): 0, id(self._attempts): 1, id(self._payments): 2,
             id(self._credits): 3, id(self._arenas): 4, id(self._decided): 5,
-            id(self._no_decision): 6, id(self._holds_placed): 7,
+            id(self._no_decision): 6, id(self._holds_placed): 7, id(self._owed_payments): 8,
+            id(self._owed_credits): 9,
         }
-        found: list[dict[Any, None]] = [{} for _ in range(8)]
+        found: list[dict[Any, None]] = [{} for _ in range(10)]
         for index in range(mark, len(journal)):
             table, key, _ = journal[index]
             space = spaces.get(id(table))
@@ -1326,6 +1408,16 @@ class LedgerFold:
             raise ValueError("an attempt stream starts with AttemptClaimed")
         commission = self._arenas[claimed.arena_id].commissions[claimed.commission_digest]
         return attempt_machine.fold(claimed, commission.params, stream)
+
+    def owed_payment(self, payment_ref: str) -> str | None:
+        """Returns the submission admitted with this payment before its PaymentConsumed came,
+        or None."""
+        return self._owed_payments.get(payment_ref)
+
+    def owed_credit(self, credit_id: str) -> str | None:
+        """Returns the submission admitted with this credit before its CreditSpent came, or
+        None."""
+        return self._owed_credits.get(credit_id)
 
     def payments(self) -> list[PaymentState]:
         """Returns every consumed payment (released ones included), archived ones too."""

@@ -63,6 +63,8 @@ class ReadModelRows:
     rows: dict[str, dict[tuple[Any, ...], Row]] = field(default_factory=dict)
     controls: dict[str, list[Row]] = field(default_factory=dict)
     event_types: Counter[str] = field(default_factory=Counter)
+    #: ``rm_owed`` keys whose fee event came: their rows go.
+    gone: set[tuple[str, str]] = field(default_factory=set)
     events: int = 0
 
     def observe(
@@ -75,7 +77,9 @@ class ReadModelRows:
         for sid in touched.submissions:
             sub = fold.submission(sid)
             if sub is not None:
-                self._put("rm_submissions", (sid,), _submission(sub, position))
+                row = _submission(sub, position)
+                row["reward_group"] = fold.reward_group(sid)
+                self._put("rm_submissions", (sid,), row)
         for aid in touched.attempts:
             attempt = fold.attempt(aid)
             if attempt is not None:
@@ -103,6 +107,19 @@ class ReadModelRows:
                 for key in keys:
                     row = {"counter": name, "key": key, "value": table.get(key, 0)}
                     self._put("rm_counters", (name, key), row)
+        for kind, keys, owner in (
+            ("payment", touched.owed_payments, fold.owed_payment),
+            ("credit", touched.owed_credits, fold.owed_credit),
+        ):
+            for ref in keys:
+                owner_id = owner(ref)
+                if owner_id is None:
+                    self.rows.get("rm_owed", {}).pop((kind, ref), None)
+                    self.gone.add((kind, ref))
+                else:
+                    self.gone.discard((kind, ref))
+                    self._put("rm_owed", (kind, ref),
+                              {"kind": kind, "ref": ref, "submission_id": owner_id})
         if type(event) is WindowMeasured:
             aid = stream.partition("-")[2]
             self._put("rm_windows", (aid, position), _window(aid, position, event))
@@ -120,6 +137,7 @@ class ReadModelRows:
 
     def write(self, conn: Connection) -> None:
         """Stores the collected rows through ``conn`` and forgets them."""
+        read_models.delete_owed(conn, sorted(self.gone))
         for table, rows in self.rows.items():
             read_models.upsert(conn, table, list(rows.values()))
         for arena_id, controls in self.controls.items():
@@ -128,6 +146,7 @@ class ReadModelRows:
         self.rows.clear()
         self.controls.clear()
         self.event_types.clear()
+        self.gone.clear()
 
 
 # --- rows ---------------------------------------------------------------------------------------

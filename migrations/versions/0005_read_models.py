@@ -28,7 +28,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _TABLES = (
-    "rm_settlements", "rm_event_types", "rm_counters", "rm_credits", "rm_payments",
+    "rm_settlements", "rm_event_types", "rm_counters", "rm_owed", "rm_credits", "rm_payments",
     "rm_windows", "rm_attempts", "rm_submissions", "rm_controls", "rm_arenas", "rm_state",
 )
 
@@ -93,6 +93,7 @@ def upgrade() -> None:
         sa.Column("hold_reason", sa.Text()),
         sa.Column("expired_block", sa.BigInteger()),
         sa.Column("stated_reason", sa.Text(), nullable=False),
+        sa.Column("reward_group", sa.String(64)),
         sa.Column("first_position", sa.BigInteger(), nullable=False),
         sa.Column("last_position", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("submission_id", name=op.f("pk_rm_submissions")),
@@ -103,6 +104,7 @@ def upgrade() -> None:
         ["arena_id", "arrival_block", "arrival_event_index", "arrival_event_subindex"],
     )
     op.create_index(op.f("ix_rm_submissions_delta"), "rm_submissions", ["arena_id", "delta_digest"])
+    op.create_index(op.f("ix_rm_submissions_content"), "rm_submissions", ["content_hash"])
     op.create_index(op.f("ix_rm_submissions_hotkey"), "rm_submissions", ["hotkey"])
     op.create_index(op.f("ix_rm_submissions_status"), "rm_submissions", ["status", "arena_id"])
     op.create_table(
@@ -166,6 +168,13 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_rm_credits_hotkey"), "rm_credits", ["hotkey"])
     op.create_index(op.f("ix_rm_credits_submission"), "rm_credits", ["submission_id"])
+    op.create_table(
+        "rm_owed",
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("ref", sa.Text(), nullable=False),
+        sa.Column("submission_id", sa.String(64), nullable=False),
+        sa.PrimaryKeyConstraint("kind", "ref", name=op.f("pk_rm_owed")),
+    )
     op.create_table(
         "rm_counters",
         sa.Column("counter", sa.String(16), nullable=False),

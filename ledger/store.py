@@ -878,18 +878,27 @@ class EventStore:
 
     @_store_errors
     def checkpoints(
-        self, limit: int = 20, *, tree_size_max: int | None = None
+        self,
+        limit: int = 20,
+        *,
+        tree_size_max: int | None = None,
+        tree_size: int | None = None,
+        origin: str | None = None,
     ) -> list[dict[str, Any]]:
         """Returns stored checkpoints, newest first; with ``tree_size_max``, only those whose
-        tree covers at most that many positions (the checkpoints of the ledger as of it)."""
-        bound = "" if tree_size_max is None else "WHERE tree_size <= :m "
+        tree covers at most that many positions (the checkpoints of the ledger as of it);
+        with ``tree_size`` or ``origin``, only those of exactly that size or origin."""
+        params = {"m": tree_size_max, "s": tree_size, "o": origin}
+        tests = {"m": "tree_size <= :m", "s": "tree_size = :s", "o": "origin = :o"}
+        bounds = [tests[name] for name, value in params.items() if value is not None]
+        where = f"WHERE {' AND '.join(bounds)} " if bounds else ""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 text(
                     "SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
-                    f"FROM checkpoints {bound}ORDER BY id DESC LIMIT :n"
+                    f"FROM checkpoints {where}ORDER BY id DESC LIMIT :n"
                 ),
-                {"n": limit, "m": tree_size_max},
+                {"n": limit, **params},
             ).all()
         keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
         return [dict(zip(keys, row, strict=True)) for row in rows]

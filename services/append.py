@@ -77,6 +77,7 @@ def append_batches(
         with _lines_named(batch):
             batch_key(batch)
             ledger.store.prepare([line.draft for line in batch])
+    ledger.store.require_writable()  # before the fold: a read-only file is said at once
     done: list[BatchAppended] = []
     try:
         for batch in batches:

@@ -246,7 +246,9 @@ def _head_json(head: Head) -> dict[str, Any]:
 
 
 def _sqlite_file(store: EventStore) -> Path:
-    database = store.engine.url.database
+    # The file the URL names: a ledger this user may not write opens through a read-only
+    # file: URI (ledger.store), and a backup of it is still a backup of that file.
+    database = store.sqlite_file or store.engine.url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         raise InvalidInput("backup and restore need a SQLite file URL (sqlite:///PATH)",
                            url=safe_url(store.url))

@@ -200,7 +200,8 @@ def _check_types(types: list[str]) -> None:
     for name in types:
         if name not in known:
             raise InvalidInput(
-                f"unknown event type {name!r}; the types are {', '.join(sorted(known))}",
+                f"unknown event type {name!r}{CATALOGUE.suggestion(name)}; the types are "
+                f"{', '.join(sorted(known))}",
                 path="--type",
             )
 

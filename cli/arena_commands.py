@@ -20,7 +20,7 @@ from cli.common import (
     print_as_of,
     state,
 )
-from services.arena_ledger import ArenaLedger
+from services.arena_ledger import ArenaLedger, require_prefix_length
 from vocabulary import limits
 from vocabulary.codec import loads
 from vocabulary.errors import InvalidInput, read_input, read_limited
@@ -259,6 +259,8 @@ def explain(
     # behind a store error, and no ledger is folded for nothing.
     if kind not in ("submission", "attempt"):
         raise InvalidInput(f"explain takes 'submission' or 'attempt', not {kind!r}", path=kind)
+    if kind == "submission":
+        require_prefix_length(ident)
     with _ledger(as_of) as ledger:
         if kind == "submission":
             document = ledger.explain_submission(ident)

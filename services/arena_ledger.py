@@ -83,6 +83,7 @@ __all__ = [
     "DomainGuard",
     "IntakeOutcome",
     "refused_error",
+    "require_prefix_length",
     "submission_id",
 ]
 
@@ -863,6 +864,7 @@ class ArenaLedger:
         ``sid`` is the 64-character id or a prefix of it that names one submission, at
         least ``submission_prefix_min`` characters (the tables show the first 16).
         """
+        require_prefix_length(sid)
         fold = self.fold
         sid = _resolve_prefix(fold, sid)
         sub = fold.submission(sid)
@@ -929,6 +931,22 @@ class ArenaLedger:
 
 
 _HEX = frozenset("0123456789abcdef")
+
+
+def require_prefix_length(text: str) -> None:
+    """Refuses a submission id too short to look one up by: hex shorter than
+    ``submission_prefix_min`` (reported as "does not exist" it read as a wrong id, not a
+    short one), or nothing at all."""
+    if not text:
+        raise InvalidInput("the submission id is empty: give its 64-character id, or a prefix "
+                           f"of at least {submission_prefix_min}", path="submission_id")
+    if len(text) < submission_prefix_min and _HEX.issuperset(text.lower()):
+        raise InvalidInput(
+            f"{text!r} is {len(text)} characters, shorter than a submission id prefix may be: "
+            f"give at least {submission_prefix_min} characters of the id (the tables show 16), "
+            "or all 64",
+            path="submission_id",
+        )
 
 
 def _resolve_prefix(fold: LedgerFold, text: str) -> str:

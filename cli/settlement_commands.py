@@ -30,6 +30,7 @@ from vocabulary.errors import InvalidInput
 if TYPE_CHECKING:
     from machines.settlement_rules import Settlement
     from services.replay import ReplayReport
+    from services.weights_preview import RecordedSettlement
 
 __all__ = ["register"]
 
@@ -82,15 +83,48 @@ def _render_settlement(
 
 @handle_errors
 def weights(
-    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help="Settlement block."),
+    block: int | None = typer.Option(
+        None, "--block", min=0, max=INT_MAX,
+        help="Settlement block (default: the head's block, the block of the latest event "
+        "that carries one).",
+    ),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Previews the settlement at a block without appending it (as of a recorded settlement's
     as_of_position: that settlement again, digest and all)."""
+    from services.weights_preview import preview_weights
+
     with _ledger(as_of) as ledger:
-        settlement = ledger.weights(block)
+        preview = preview_weights(ledger, block)
+    settlement = preview.settlement
+    if as_json:
+        _render_settlement(settlement, as_json)
+        return
+    if preview.head_block is not None:
+        head = preview.head_block
+        console.print(f"block {head.block}: the head's block (the latest event that carries "
+                      f"one: {head.type} at position {head.position})")
     _render_settlement(settlement, as_json)
+    _explain_digest(settlement, preview.recorded)
+
+
+def _explain_digest(settlement: Settlement, recorded: RecordedSettlement | None) -> None:
+    """Says why a preview's digest may differ from a recorded settlement's with the same
+    weights: the digest covers as_of_position too."""
+    console.print(f"the digest covers as_of_position ({settlement.as_of_position}) as well as "
+                  "the block, claims, weights and fees: a settlement of the same block as of "
+                  "another position has another digest")
+    if recorded is None:
+        return
+    if recorded.as_of_position == settlement.as_of_position:
+        console.print(f"the settlement recorded at position {recorded.position} for block "
+                      f"{recorded.block} was computed as of this position too")
+        return
+    console.print(f"the settlement recorded at position {recorded.position} for block "
+                  f"{recorded.block} was computed as of position {recorded.as_of_position} "
+                  f"(digest {recorded.settlement_digest}): `arena-ledger weights --block "
+                  f"{recorded.block} --as-of {recorded.as_of_position}` reproduces it")
 
 
 @handle_errors

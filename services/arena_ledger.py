@@ -803,15 +803,22 @@ class ArenaLedger:
         result = self.store.append([draft], actor=self.actor)
         return settlement, result
 
-    def rewards(self, arena_id: str | None = None) -> list[dict[str, Any]]:
-        """Explains every PASS's reward status (rewarded, lost_potential, pending).
+    def rewards(
+        self, arena_id: str | None = None, hotkey: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Explains every PASS's reward status (rewarded, lost_potential, pending), or one
+        hotkey's PASSes.
 
         NotFound for an ``arena_id`` that was never commissioned (an empty list would read
-        as "no PASS yet" for a misspelt name).
+        as "no PASS yet" for a misspelt name); InvalidInput for a ``hotkey`` no submission
+        can carry.
         """
+        if hotkey is not None:
+            require_hotkey(hotkey)
         fold = self.fold
         _require_commissioned(fold, arena_id, self.as_of is not None)
-        return rewards(fold, arena_id)
+        rows = rewards(fold, arena_id)
+        return rows if hotkey is None else [row for row in rows if row["hotkey"] == hotkey]
 
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
         """Returns fee totals per arena and overall, credits apart (NotFound for an

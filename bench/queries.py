@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             p50, p99 = _timed(ask, args.repeat)
             rows.append([name, f"{p50:.2f}", f"{p99:.2f}"])
         folded = []
-        for name, ask in _questions(url, hotkey, arena, sids, as_of=head).items():
+        for ask in _questions(url, hotkey, arena, sids, as_of=head).values():
             p50, _ = _timed(ask, 1)
             folded.append(p50)
         for row, fold_ms in zip(rows, folded, strict=True):

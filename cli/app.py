@@ -175,7 +175,7 @@ def events(
     if types:
         _check_types(types)
     if stream is not None:  # a malformed name (e.g. "Arena-x") would list "0 events"
-        check_stream_name(stream, "--stream")
+        _check_whole_stream(stream)
         _check_category(stream, "--stream")
     if stream_prefix is not None:
         _check_category(stream_prefix, "--stream-prefix")
@@ -202,9 +202,28 @@ def _check_types(types: list[str]) -> None:
     for name in types:
         if name not in known:
             raise InvalidInput(
-                f"unknown event type {name!r}; the types are {', '.join(sorted(known))}",
+                f"unknown event type {name!r}{CATALOGUE.suggestion(name)}; the types are "
+                f"{', '.join(sorted(known))}",
                 path="--type",
             )
+
+
+def _check_whole_stream(stream: str) -> None:
+    """Refuses a --stream that is not a whole stream name, pointing a submission stream cut
+    short (its id to the 16 characters the tables show) to --stream-prefix."""
+    try:
+        check_stream_name(stream, "--stream")
+    except InvalidInput as exc:
+        category, _, ident = stream.partition("-")
+        hexadecimal = set(ident) <= set("0123456789abcdef")
+        if category != "submission" or not 0 < len(ident) < 64 or not hexadecimal:
+            raise
+        raise type(exc)(
+            f"{exc.message}: --stream takes a whole stream name, and a submission's id is 64 "
+            f"hex characters, not {len(ident)}; to list the streams that start with it, give "
+            f"--stream-prefix {stream}",
+            **exc.context,
+        ) from None
 
 
 def _check_category(text: str, option: str) -> None:

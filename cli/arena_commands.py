@@ -21,7 +21,7 @@ from cli.common import (
     state,
 )
 from machines.control import UNEXPECTED, ControlRow, latest_complete_run
-from services.arena_ledger import ArenaLedger
+from services.arena_ledger import ArenaLedger, require_prefix_length
 from vocabulary import limits
 from vocabulary.codec import loads
 from vocabulary.errors import IntegrityError, InvalidInput, read_input, read_limited
@@ -260,6 +260,8 @@ def explain(
     # behind a store error, and no ledger is folded for nothing.
     if kind not in ("submission", "attempt"):
         raise InvalidInput(f"explain takes 'submission' or 'attempt', not {kind!r}", path=kind)
+    if kind == "submission":
+        require_prefix_length(ident)
     with _ledger(as_of) as ledger:
         if kind == "submission":
             document = ledger.explain_submission(ident)

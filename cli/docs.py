@@ -62,6 +62,10 @@ def _walk(prefix: str, group: Any) -> list[tuple[str, Any]]:
             continue
         path = f"{prefix}{name}"
         if hasattr(command, "list_commands"):
+            # A group that also runs alone (``checkpoint --key`` beside ``checkpoint show``)
+            # has options of its own: it gets a section too.
+            if getattr(command, "invoke_without_command", False):
+                found.append((path, command))
             found.extend(_walk(f"{path} ", command))
         else:
             found.append((path, command))

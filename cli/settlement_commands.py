@@ -1,4 +1,5 @@
-"""Implements settlement and replay: emission-policy, weights, settle, rewards, fees, replay."""
+"""Implements settlement and replay: emission-policy, weights, settle, rewards, earnings, fees,
+replay."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from vocabulary.errors import InvalidInput
 if TYPE_CHECKING:
     from machines.settlement_rules import Settlement
     from services.replay import ReplayReport
+    from services.weights_preview import RecordedSettlement
 
 __all__ = ["register"]
 
@@ -82,15 +84,48 @@ def _render_settlement(
 
 @handle_errors
 def weights(
-    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help="Settlement block."),
+    block: int | None = typer.Option(
+        None, "--block", min=0, max=INT_MAX,
+        help="Settlement block (default: the head's block, the block of the latest event "
+        "that carries one).",
+    ),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Previews the settlement at a block without appending it (as of a recorded settlement's
     as_of_position: that settlement again, digest and all)."""
+    from services.weights_preview import preview_weights
+
     with _ledger(as_of) as ledger:
-        settlement = ledger.weights(block)
+        preview = preview_weights(ledger, block)
+    settlement = preview.settlement
+    if as_json:
+        _render_settlement(settlement, as_json)
+        return
+    if preview.head_block is not None:
+        head = preview.head_block
+        console.print(f"block {head.block}: the head's block (the latest event that carries "
+                      f"one: {head.type} at position {head.position})")
     _render_settlement(settlement, as_json)
+    _explain_digest(settlement, preview.recorded)
+
+
+def _explain_digest(settlement: Settlement, recorded: RecordedSettlement | None) -> None:
+    """Says why a preview's digest may differ from a recorded settlement's with the same
+    weights: the digest covers as_of_position too."""
+    console.print(f"the digest covers as_of_position ({settlement.as_of_position}) as well as "
+                  "the block, claims, weights and fees: a settlement of the same block as of "
+                  "another position has another digest")
+    if recorded is None:
+        return
+    if recorded.as_of_position == settlement.as_of_position:
+        console.print(f"the settlement recorded at position {recorded.position} for block "
+                      f"{recorded.block} was computed as of this position too")
+        return
+    console.print(f"the settlement recorded at position {recorded.position} for block "
+                  f"{recorded.block} was computed as of position {recorded.as_of_position} "
+                  f"(digest {recorded.settlement_digest}): `arena-ledger weights --block "
+                  f"{recorded.block} --as-of {recorded.as_of_position}` reproduces it")
 
 
 @handle_errors
@@ -104,15 +139,19 @@ def settle(
     _render_settlement(settlement, as_json, result.first)
 
 
+_HOTKEY_HELP = "Only this hotkey's."
+
+
 @handle_errors
 def rewards(
     arena_id: str | None = typer.Option(None, "--arena"),
+    hotkey: str | None = typer.Option(None, "--hotkey", help=_HOTKEY_HELP),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
     """Shows every PASS with its group, the best before it and its reward status."""
-    with _ledger(as_of) as ledger:
-        rows = ledger.rewards(arena_id)
+    with options_named(hotkey="--hotkey"), _ledger(as_of) as ledger:
+        rows = ledger.rewards(arena_id, hotkey)
         position = ledger.guard.fold.position
     if as_json:
         emit_jsonl(rows)
@@ -132,16 +171,64 @@ def rewards(
             ", ".join(b[:16] for b in row.get("blocked_by") or []) or "-",
         )
     console.print(table)
-    console.print(_rewards_count(rows, arena_id))
+    console.print(_rewards_count(rows, arena_id, hotkey))
 
 
-def _rewards_count(rows: list[dict[str, Any]], arena_id: str | None) -> str:
-    """Returns "3 PASS verdicts: 1 rewarded, 2 pending" (in an arena, when one is asked),
-    so an empty table reads as none yet rather than as a listing that failed."""
-    where = "" if arena_id is None else f" in arena {arena_id}"
+def _rewards_count(rows: list[dict[str, Any]], arena_id: str | None,
+                   hotkey: str | None = None) -> str:
+    """Returns "3 PASS verdicts: 1 rewarded, 2 pending" (of a hotkey, in an arena, when
+    asked), so an empty table reads as none yet rather than as a listing that failed."""
+    where = "" if hotkey is None else f" of {hotkey}"
+    where += "" if arena_id is None else f" in arena {arena_id}"
     statuses = Counter(str(row.get("status")) for row in rows)
     parts = ", ".join(f"{count:,} {status}" for status, count in sorted(statuses.items()))
     return f"{counted(len(rows), 'PASS verdict')}{where}{': ' if parts else ''}{parts}"
+
+
+@handle_errors
+def earnings(
+    hotkey: str = typer.Option(..., "--hotkey", help="The miner's hotkey."),
+    as_of: int | None = as_of_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Shows one hotkey's submissions by status, PASS rewards, weight in each settlement,
+    fees paid and credits."""
+    from services.earnings import hotkey_earnings
+
+    with options_named(hotkey="--hotkey"), _ledger(as_of) as ledger:
+        document = hotkey_earnings(ledger, hotkey)
+    if as_json:
+        emit_json(document)
+        return
+    print_as_of(as_of, document["as_of_position"])
+    console.print(f"hotkey {hotkey}")
+    console.print(f"submissions: {_counts(document['submissions'])}")
+    console.print(f"PASS verdicts: {_counts(document['passes'])}")
+    fee = document["fees"]
+    console.print(f"fees: consumed {fee['consumed_rao']:,} rao, refunded "
+                  f"{fee['released_rao']:,} rao, net {fee['net_rao']:,} rao; paid by credits "
+                  f"{fee['credits_spent_rao']:,} rao")
+    credit = document["credits"]
+    console.print(f"credits: {counted(credit['granted'], 'grant')} "
+                  f"({credit['granted_rao']:,} rao), {credit['spent']:,} spent")
+    settled = document["settlements"]
+    shown = settled["with_weight"]
+    console.print(f"settlements: a weight in {len(shown):,} of "
+                  f"{counted(settled['recorded'], 'settlement')} recorded")
+    if shown:
+        table = new_table("position", "block", "as of", "weight (ppm)", "claims (credit)")
+        for row in shown:
+            claims = ", ".join(f"{c['submission_id'][:16]} ({c['credit']:,})"
+                               for c in row["claims"]) or "-"
+            table.add_row(str(row["position"]), str(row["block"]), str(row["as_of_position"]),
+                          f"{row['weight_ppm']:,}", claims)
+        console.print(table)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """Returns "3 (QUALIFIED 2, HELD 1)": the total, then each count that is not zero."""
+    parts = ", ".join(f"{name} {n:,}" for name, n in counts.items() if n and name != "total")
+    return f"{counts['total']:,}" + (f" ({parts})" if parts else "")
 
 
 @handle_errors
@@ -355,6 +442,7 @@ def register(app: typer.Typer) -> None:
         ("weights", weights),
         ("settle", settle),
         ("rewards", rewards),
+        ("earnings", earnings),
         ("fees", fees),
         ("replay", replay),
     ]

@@ -16,11 +16,12 @@ import typer
 from cli.common import INT_MAX, console, counted, emit_json, handle_errors, new_table, state
 from cli.limits import unlisted_shown_max
 from ledger.limits import note_file_bytes_max, proof_document_bytes_max
+from vocabulary.errors import InvalidInput
 
 if TYPE_CHECKING:
     from ledger.bundle import BundleReport
 
-__all__ = ["key_app", "prove_app", "register"]
+__all__ = ["checkpoint_app", "key_app", "prove_app", "register"]
 
 #: Most checkpoints ``checkpoints`` lists unless told otherwise.
 checkpoints_listed_default = 20
@@ -54,15 +55,36 @@ def key_generate(
     console.print(f"default origin: {default_origin(name)}")
 
 
+checkpoint_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+
+
+@checkpoint_app.callback(invoke_without_command=True)
 @handle_errors
 def checkpoint(
-    key: Path = typer.Option(..., "--key", help="Private key file (from `key generate`)."),
+    ctx: typer.Context,
+    key: Path | None = typer.Option(None, "--key", help="Private key file (from `key "
+                                    "generate`); required to sign."),
     origin: str | None = typer.Option(None, "--origin", help=_ORIGIN_HELP),
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
-    """Signs the head (tree size, Merkle root) as a C2SP checkpoint, stores and prints it."""
+    """Signs the head (tree size, Merkle root) as a C2SP checkpoint, stores and prints it.
+
+    `checkpoint show` prints a stored checkpoint's note, or writes it to a file for
+    `verify-proof --checkpoint`.
+    """
     from ledger.checkpoint import load_signer, sign_tree
 
+    if ctx.invoked_subcommand is not None:
+        given = [name for name, value in (("--key", key), ("--origin", origin),
+                                          ("--json", as_json)) if value]
+        if given:  # they belong to signing; `show` has options of its own
+            ctx.fail(f"{', '.join(given)} before `{ctx.invoked_subcommand}` belongs to "
+                     f"signing the head; give `checkpoint {ctx.invoked_subcommand}` its own "
+                     "options, after its name")
+        return
+    if key is None:
+        ctx.fail("Missing option '--key': signing the head needs the private key file "
+                 "(`checkpoint show` prints a stored checkpoint instead)")
     signer = load_signer(key)
     with state.store() as store:
         issued = sign_tree(store, signer, origin)
@@ -70,6 +92,39 @@ def checkpoint(
         emit_json(issued.to_json())
     else:
         sys.stdout.write(issued.note)
+
+
+@checkpoint_app.command("show")
+@handle_errors
+def checkpoint_show(
+    size: int | None = typer.Option(
+        None, "--size", min=0, max=INT_MAX,
+        help="Tree size of the checkpoint (default: the newest stored checkpoint).",
+    ),
+    origin: str | None = typer.Option(None, "--origin", help="Only a checkpoint of this "
+                                      "origin (when several were signed at the size)."),
+    out: Path | None = typer.Option(None, "--out", help="Write the note to this file (for "
+                                    "`verify-proof --checkpoint FILE`) instead of stdout."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Prints a stored checkpoint's signed note, byte for byte, or writes it to --out."""
+    from ledger.checkpoint import stored_checkpoint, write_note_file
+
+    if force and out is None:
+        raise InvalidInput("--force replaces an --out file: give --out FILE", path="--force")
+    with state.store() as store:
+        row = stored_checkpoint(store, size, origin)
+    note = str(row["note"])
+    if out is not None:
+        write_note_file(out, note, force=force)
+    if as_json:
+        emit_json({**row, "out": None if out is None else str(out)})
+    elif out is None:
+        sys.stdout.write(note)
+    else:
+        console.print(f"wrote the checkpoint of tree size {row['tree_size']} "
+                      f"({row['origin']}, key {row['key_name']}, id {row['id']}) to {out}")
 
 
 @handle_errors
@@ -262,7 +317,7 @@ def register(app: typer.Typer) -> None:
     """Adds the verifiable-ledger commands to the ``arena-ledger`` application."""
     app.add_typer(key_app, name="key")
     app.add_typer(prove_app, name="prove")
-    app.command("checkpoint")(checkpoint)
+    app.add_typer(checkpoint_app, name="checkpoint")
     app.command("checkpoints")(checkpoints)
     app.command("verify-proof")(verify_proof_command)
     app.command("export")(export)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ledger import merkle
 from ledger.chain import GENESIS_HASH, envelope_bytes, next_entry_hash
 from ledger.limits import (
+    checkpoint_sizes_shown_max,
     key_file_bytes_max,
     proof_document_bytes_max,
     proof_hashes_max,
@@ -69,8 +70,10 @@ __all__ = [
     "read_file_bytes",
     "read_text_file",
     "sign_tree",
+    "stored_checkpoint",
     "verify_proof",
     "write_key_files",
+    "write_note_file",
 ]
 
 PROOF_FORMAT: Final = "arena-ledger.proof.v1"
@@ -163,7 +166,9 @@ def write_key_files(name: str, out: Path, *, force: bool = False) -> KeyFiles:
     return KeyFiles(out, public, name, verifier_key)
 
 
-def _write_file(path: Path, content: str, mode: int, replace: bool) -> None:
+def _write_file(
+    path: Path, content: str, mode: int, replace: bool, what: str = "key file"
+) -> None:
     # O_EXCL refuses an existing file atomically; fchmod fixes the mode whatever the umask
     # or the mode of a file being replaced.
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
@@ -174,9 +179,13 @@ def _write_file(path: Path, content: str, mode: int, replace: bool) -> None:
             os.write(fd, content.encode("utf-8"))
         finally:
             os.close(fd)
+    except FileExistsError:  # made between the caller's check and the open
+        raise InvalidInput(
+            f"{what} {path} already exists; pass --force to replace it", path=str(path)
+        ) from None
     except OSError as exc:
         raise InvalidInput(
-            f"cannot write key file {path}: {exc.strerror}", path=str(path)
+            f"cannot write {what} {path}: {exc.strerror}", path=str(path)
         ) from None
 
 
@@ -274,6 +283,40 @@ def sign_tree(
     note = sign_checkpoint(Checkpoint(origin, tree_size, root), signer)
     row_id = store.add_checkpoint(tree_size, root.hex(), origin, signer.name, note)
     return IssuedCheckpoint(row_id, tree_size, root.hex(), origin, signer.name, note)
+
+
+def stored_checkpoint(
+    store: EventStore, size: int | None = None, origin: str | None = None
+) -> dict[str, Any]:
+    """Returns the newest stored checkpoint of tree ``size`` (any size when None) and
+    ``origin`` (any when None), as ``EventStore.checkpoints`` lists it; NotFound naming the
+    sizes that are stored when there is none."""
+    found = store.checkpoints(1, tree_size=size, origin=origin)
+    if found:
+        return found[0]
+    sizes = sorted({int(row["tree_size"]) for row in store.checkpoints(
+        checkpoint_sizes_shown_max, origin=origin)}, reverse=True)
+    of = "" if origin is None else f" of origin {origin}"
+    at = "" if size is None else f" at tree size {size}"
+    stored = (f"the sizes of the latest ones{of}: {', '.join(map(str, sizes))}" if sizes
+              else f"none is stored{of}")
+    raise NotFound(
+        f"no checkpoint{of}{at} is stored ({stored}); `arena-ledger checkpoint --key KEY` "
+        "signs the head",
+        tree_size=size,
+    )
+
+
+def write_note_file(path: Path, note: str, *, force: bool = False) -> None:
+    """Writes a checkpoint note to ``path`` byte for byte (what ``verify-proof
+    --checkpoint`` reads), refusing to replace a file unless ``force`` is set."""
+    if not force and (path.exists() or path.is_symlink()):
+        raise InvalidInput(
+            f"note file {path} already exists; pass --force to replace it", path=str(path)
+        )
+    if not path.parent.is_dir():
+        raise InvalidInput(f"directory {path.parent} does not exist", path=str(path))
+    _write_file(path, note, _PUBLIC_MODE, force, "note file")
 
 
 def open_checkpoint(
@@ -606,8 +649,7 @@ def _match_inclusion(
         if checkpoint.size != tree_size:
             raise IntegrityError(
                 f"the proof is for tree size {tree_size} but the checkpoint is for size "
-                f"{checkpoint.size}; prove at the checkpoint's size "
-                f"(arena-ledger prove inclusion --position {position} --size {checkpoint.size})",
+                f"{checkpoint.size}; {_inclusion_remedy(position, tree_size, checkpoint.size)}",
                 reason="size_mismatch",
             )
         if checkpoint.root_hash != root:
@@ -616,6 +658,30 @@ def _match_inclusion(
                 f"{tree_size}: the ledger that made the proof is not the one that was signed",
                 reason="root_mismatch",
             )
+
+
+def _inclusion_remedy(position: int, tree_size: int, checkpoint_size: int) -> str:
+    """Says what makes an inclusion proof at ``tree_size`` checkable against a checkpoint
+    of ``checkpoint_size``: only a step that can work (a tree of size N holds positions
+    1..N, so proving a later position at the checkpoint's size would fail too)."""
+    if position <= checkpoint_size:
+        return (f"prove at the checkpoint's size (arena-ledger prove inclusion --position "
+                f"{position} --size {checkpoint_size})")
+    return (f"position {position} is not in the checkpoint's tree (it holds positions "
+            f"1..{checkpoint_size}): the proof is for a larger tree than the checkpoint. "
+            f"Check the proof against a newer checkpoint, of size {tree_size} (`arena-ledger "
+            f"checkpoint show --size {tree_size} --out FILE` writes a stored one), and tie "
+            f"that checkpoint to this one with a consistency proof (arena-ledger prove "
+            f"consistency --from {checkpoint_size} --to {tree_size})")
+
+
+def _consistency_remedy(from_size: int, to_size: int, checkpoint_size: int) -> str:
+    """Says which consistency proof a checkpoint of ``checkpoint_size`` can check: one that
+    ends at its size, on the side of the proof's range it lies (``--from`` above ``--to``
+    would fail)."""
+    if checkpoint_size < to_size:
+        return f"prove with --from {checkpoint_size} --to {to_size}"
+    return f"prove with --from {from_size} --to {checkpoint_size}"
 
 
 def _verify_consistency(document: Mapping[str, Any], checkpoints: list[Checkpoint]) -> ProofVerdict:
@@ -633,7 +699,8 @@ def _verify_consistency(document: Mapping[str, Any], checkpoints: list[Checkpoin
         if checkpoint.size not in ends:
             raise IntegrityError(
                 f"the checkpoint's tree size {checkpoint.size} is neither end of the proof "
-                f"({from_size} → {to_size}); prove with --from or --to {checkpoint.size}",
+                f"({from_size} → {to_size}); "
+                f"{_consistency_remedy(from_size, to_size, checkpoint.size)}",
                 reason="size_mismatch",
             )
         expected, name = ends[checkpoint.size]

@@ -8,8 +8,10 @@ without importing the store, which imports them.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import stat
 import sys
 from typing import Protocol
 
@@ -26,7 +28,9 @@ __all__ = [
     "driver_errors",
     "password_hidden",
     "safe_url",
+    "sqlite_write_denied",
     "store_error",
+    "writable",
 ]
 
 
@@ -83,10 +87,55 @@ def store_error(exc: Exception, url: str) -> LedgerError:
         )
     if "append-only" in lowered:
         return StoreError(f"the database refused a change to recorded events: {message}")
+    if "readonly" in lowered or "unable to open" in lowered:
+        denied = sqlite_write_denied(url)
+        if denied is not None:
+            return StoreUnavailable(f"{denied} ({message})", url=safe_url(url), reason=message)
     unavailable = ("locked", "readonly", "read-only", "disk", "full", "connect", "unable to open")
     if any(word in lowered for word in unavailable):
         return StoreUnavailable(f"the database is unavailable: {message}", url=safe_url(url))
     return StoreError(f"database error: {message}", url=safe_url(url))
+
+
+def writable(path: str) -> bool:
+    """Tells whether this process may write ``path`` (its effective user and groups, where
+    the platform tells them apart; as root, nearly always)."""
+    if os.access in os.supports_effective_ids:
+        return os.access(path, os.W_OK, effective_ids=True)
+    return os.access(path, os.W_OK)
+
+
+def sqlite_write_denied(url: str) -> str | None:
+    """Returns why this process may not write the SQLite ledger at ``url``: the file is
+    read-only to it (naming the file, its mode and owner, and the user), its directory is
+    (SQLite creates the -wal and -shm files there), or the file system is mounted
+    read-only; None when it may, or for another backend."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path.startswith("file:"):
+        return None
+    try:
+        info = os.stat(path)
+        media = os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        return None
+    user = f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "this user"
+    if media:
+        return (f"the database file {path} is read-only: the file system that holds it is "
+                "mounted read-only; writing needs it mounted read-write")
+    if not writable(path):
+        return (f"the database file {path} is read-only for this user ({user}): its mode is "
+                f"{stat.filemode(info.st_mode)}, owner uid {info.st_uid}, group gid "
+                f"{info.st_gid}; writing needs write permission on it")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not writable(directory):
+        return (f"the directory {directory} of the database file {path} is read-only for "
+                f"this user ({user}): SQLite needs to create {os.path.basename(path)}-wal and "
+                "-shm beside the file; writing needs write permission on the directory")
+    return None
 
 
 def safe_url(url: str) -> str:

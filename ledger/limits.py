@@ -7,6 +7,7 @@ __all__ = [
     "archive_insert_rows_max",
     "archive_names_chars_max",
     "bundle_line_bytes_max",
+    "checkpoint_sizes_shown_max",
     "key_file_bytes_max",
     "manifest_bytes_max",
     "note_file_bytes_max",
@@ -24,6 +25,9 @@ proof_document_bytes_max = 262_144
 
 #: Most hashes a proof may list (a tree of 2**64 leaves needs at most 64, plus one).
 proof_hashes_max = 65
+
+#: Most stored checkpoints whose tree sizes a "no such checkpoint" error names.
+checkpoint_sizes_shown_max = 10
 
 #: Largest checkpoint note file read, in bytes (the note format allows 1 MiB).
 note_file_bytes_max = 1_048_576

@@ -34,7 +34,9 @@ from ledger.database import (
     driver_errors,
     password_hidden,
     safe_url,
+    sqlite_write_denied,
     store_error,
+    writable,
 )
 from ledger.limits import sqlite_insert_rows_max
 from ledger.log import get_logger
@@ -257,7 +259,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
                 "ignores unless the URL also says uri=true: give sqlite:///PATH, or a SQLite "
                 "URI with uri=true", url=url,
             )
-        url = _read_only_media_url(parsed.database) or url
+        url = _read_only_url(parsed.database) or url
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _on_sqlite_connect)
         event.listen(engine, "begin", _on_sqlite_begin)
@@ -294,24 +296,66 @@ def _in_memory(path: str | None, query: Mapping[str, Any]) -> bool:
     return path.startswith("file:") and "memory" in modes
 
 
-def _read_only_media_url(path: str | None) -> str | None:
-    """Returns an immutable, read-only URL for a database file on read-only media, else None.
+def _read_only_url(path: str | None) -> str | None:
+    """Returns a read-only SQLite URI for a database file this process cannot write, else
+    None (the file opens as named).
 
-    SQLite cannot open a WAL database whose -shm file neither exists nor can be created
-    (https://sqlite.org/wal.html#readonly), so a ledger on read-only media could not even
-    be read. Nothing can change a file there, so opening it immutable is exact, unless a
-    -wal file holds frames: then -shm exists too and the ordinary open reads them. (An
-    in-memory URL never gets here: ``make_engine`` refuses it first.)
+    Why: SQLite opens a file it may not write read-only by itself, but a WAL file only when
+    its -shm file exists or can be created (https://sqlite.org/wal.html#readonly); in a
+    directory the reader may not write either, ``verify`` failed with "attempt to write a
+    readonly database", though it only reads. The choice, in order:
+
+    - read-only media: ``mode=ro&immutable=1``. Nothing can change a file there, so
+      immutable is exact, unless a -wal file holds frames: then -shm exists too, and the
+      ordinary open reads them (None).
+    - a file this user may not write: ``mode=ro``, so SQLite never tries to write it and a
+      write is refused at once. A reader reads a WAL file's committed frames through its
+      -shm: one that exists (a writer has the file open, or left it) is read as it is, and a
+      writable directory lets SQLite create one. Only when neither is possible and no -wal
+      file exists is ``immutable=1`` added: everything committed is then in the file itself,
+      and no writer has it open (a WAL writer keeps a -shm beside it). A -wal file without
+      a -shm in such a directory cannot be read by this user; the open fails, and
+      ``store_error`` names the directory.
+    (An in-memory URL never gets here: ``make_engine`` refuses it first.)
     """
-    if not path or path.startswith("file:"):
+    if not path or path.startswith("file:") or not os.path.exists(path):
         return None
+    directory = os.path.dirname(os.path.abspath(path))
+    wal, shm = os.path.exists(path + "-wal"), os.path.exists(path + "-shm")
     try:
-        flags = os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag
+        media_read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        media_read_only = False
+    if media_read_only:
+        query = None if wal else "mode=ro&immutable=1"
+    elif writable(path):
+        query = None
+    elif not shm and not wal and not writable(directory) and _is_wal_file(path):
+        query = "mode=ro&immutable=1"
+    else:
+        query = "mode=ro"
+    if query is None:
         return None
-    if not flags & os.ST_RDONLY or not os.path.exists(path) or os.path.exists(path + "-wal"):
+    return f"sqlite:///file:{quote(os.path.abspath(path))}?{query}&uri=true"
+
+
+def _named_sqlite_file(url: str) -> str | None:
+    """Returns the file a ``sqlite:///PATH`` URL names; None for a ``file:`` URI or none."""
+    try:
+        path = make_url(url).database
+    except (ArgumentError, ValueError):
         return None
-    return f"sqlite:///file:{quote(os.path.abspath(path))}?mode=ro&immutable=1&uri=true"
+    return None if not path or path.startswith("file:") or path == ":memory:" else path
+
+
+def _is_wal_file(path: str) -> bool:
+    """Tells whether a SQLite file's header marks it WAL (read and write versions 2)."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(20)
+    except OSError:  # unreadable: SQLite's own open says so
+        return False
+    return header[18:20] == b"\x02\x02"
 
 
 def missing_sqlite_file(engine: Engine) -> str | None:
@@ -368,6 +412,9 @@ class EventStore:
     ) -> None:
         self.url = url
         self.engine = engine if engine is not None else make_engine(url)
+        #: The SQLite file ``url`` names (None for PostgreSQL or a ``file:`` URI): the
+        #: engine's own URL may name it as a read-only URI instead (``_read_only_url``).
+        self.sqlite_file = _named_sqlite_file(url) if self.engine.dialect.name == "sqlite" else None
         self.catalogue = catalogue
         self.clock = clock
         self.guard = guard
@@ -413,6 +460,17 @@ class EventStore:
                 "the ledger's tables do not exist; run `arena-ledger init` (or `db upgrade`)",
                 url=self.url,
             )
+
+    def require_writable(self) -> None:
+        """Raises StoreUnavailable naming the file and its permission when this process may
+        not write the SQLite ledger (``ledger.database.sqlite_write_denied``): said before
+        an append folds the ledger and reaches the write, which would fail the same way.
+        PostgreSQL says so itself, at the write."""
+        if self.sqlite_file is None:
+            return
+        denied = sqlite_write_denied(self.url)
+        if denied is not None:
+            raise StoreUnavailable(denied, url=safe_url(self.url))
 
     # -- append ----------------------------------------------------------------------------
 
@@ -909,18 +967,27 @@ class EventStore:
 
     @_store_errors
     def checkpoints(
-        self, limit: int = 20, *, tree_size_max: int | None = None
+        self,
+        limit: int = 20,
+        *,
+        tree_size_max: int | None = None,
+        tree_size: int | None = None,
+        origin: str | None = None,
     ) -> list[dict[str, Any]]:
         """Returns stored checkpoints, newest first; with ``tree_size_max``, only those whose
-        tree covers at most that many positions (the checkpoints of the ledger as of it)."""
-        bound = "" if tree_size_max is None else "WHERE tree_size <= :m "
+        tree covers at most that many positions (the checkpoints of the ledger as of it);
+        with ``tree_size`` or ``origin``, only those of exactly that size or origin."""
+        params = {"m": tree_size_max, "s": tree_size, "o": origin}
+        tests = {"m": "tree_size <= :m", "s": "tree_size = :s", "o": "origin = :o"}
+        bounds = [tests[name] for name, value in params.items() if value is not None]
+        where = f"WHERE {' AND '.join(bounds)} " if bounds else ""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 text(
                     "SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
-                    f"FROM checkpoints {bound}ORDER BY id DESC LIMIT :n"
+                    f"FROM checkpoints {where}ORDER BY id DESC LIMIT :n"
                 ),
-                {"n": limit, "m": tree_size_max},
+                {"n": limit, **params},
             ).all()
         keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
         return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ledger.records import AppendResult
+from ledger.records import AppendResult, EventDraft
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import DraftLine
 from vocabulary import limits
-from vocabulary.errors import InvalidInput, LedgerError, LimitExceeded
+from vocabulary.errors import InvalidInput, LedgerError, LimitExceeded, Refused
 
 __all__ = ["BatchAppended", "append_batches", "batch_key", "split_batches"]
 
@@ -77,6 +77,7 @@ def append_batches(
         with _lines_named(batch):
             batch_key(batch)
             ledger.store.prepare([line.draft for line in batch])
+    ledger.store.require_writable()  # before the fold: a read-only file is said at once
     done: list[BatchAppended] = []
     try:
         for batch in batches:
@@ -119,11 +120,41 @@ def _spans(done: list[BatchAppended]) -> list[tuple[tuple[int, int], tuple[int, 
 
 @contextlib.contextmanager
 def _lines_named(batch: list[DraftLine]) -> Iterator[None]:
-    """Names the input line of an error the store raises for one event of ``batch``."""
+    """Names the input line of an error the store raises for one event of ``batch``, and
+    the stream a ``stream_id_mismatch`` event belongs on."""
     try:
         yield
     except LedgerError as exc:
         index = exc.context.get("index")
         if isinstance(index, int) and 0 <= index < len(batch):
             exc.context["line"] = batch[index].line
+            if isinstance(exc, Refused) and exc.context.get("reason") == "stream_id_mismatch":
+                _name_expected_stream(exc, batch[index].draft)
         raise
+
+
+#: The payload field that carries a stream's id, by stream category (the machines hold a
+#: stream's first event to it: ``stream_id_mismatch``).
+_STREAM_ID_FIELDS = {
+    "arena": "arena_id",
+    "submission": "submission_id",
+    "attempt": "attempt_id",
+    "payment": "payment_ref",
+    "credit": "credit_id",
+}
+
+
+def _name_expected_stream(error: Refused, draft: EventDraft) -> None:
+    """Says which stream the refused event belongs on: the machine's detail gives only an id."""
+    category = draft.stream.partition("-")[0]
+    field = _STREAM_ID_FIELDS.get(category)
+    value = draft.payload.get(field) if field and isinstance(draft.payload, dict) else None
+    if not isinstance(value, str):
+        return
+    expected = f"{category}-{value}"
+    why = (f"the event's {field} is {value}, so it belongs on stream {expected}, not "
+           f"{draft.stream}")
+    tail = "; nothing was written"
+    head = error.message.removesuffix(tail)
+    error.message = f"{head}: {why}{tail if head != error.message else ''}"
+    error.context["expected_stream"] = expected

@@ -86,6 +86,7 @@ __all__ = [
     "DomainGuard",
     "IntakeOutcome",
     "refused_error",
+    "require_prefix_length",
     "submission_id",
 ]
 
@@ -830,15 +831,22 @@ class ArenaLedger:
         result = self.store.append([draft], actor=self.actor)
         return settlement, result
 
-    def rewards(self, arena_id: str | None = None) -> list[dict[str, Any]]:
-        """Explains every PASS's reward status (rewarded, lost_potential, pending).
+    def rewards(
+        self, arena_id: str | None = None, hotkey: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Explains every PASS's reward status (rewarded, lost_potential, pending), or one
+        hotkey's PASSes.
 
         NotFound for an ``arena_id`` that was never commissioned (an empty list would read
-        as "no PASS yet" for a misspelt name).
+        as "no PASS yet" for a misspelt name); InvalidInput for a ``hotkey`` no submission
+        can carry.
         """
+        if hotkey is not None:
+            require_hotkey(hotkey)
         fold = self.fold
         _require_commissioned(fold, arena_id, self.as_of is not None)
-        return rewards(fold, arena_id)
+        rows = rewards(fold, arena_id)
+        return rows if hotkey is None else [row for row in rows if row["hotkey"] == hotkey]
 
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:
         """Returns fee totals per arena and overall, credits apart (NotFound for an
@@ -907,6 +915,7 @@ class ArenaLedger:
         ``sid`` is the 64-character id or a prefix of it that names one submission, at
         least ``submission_prefix_min`` characters (the tables show the first 16).
         """
+        require_prefix_length(sid)
         with self._view() as view:
             if view is not None:
                 sid = _resolve_prefix(view, sid)
@@ -1011,6 +1020,22 @@ def _require_arena(view: ReadView, arena_id: str | None) -> None:
         raise NotFound(f"arena {arena_id!r} is not commissioned", arena_id=arena_id)
 
 
+def require_prefix_length(text: str) -> None:
+    """Refuses a submission id too short to look one up by: hex shorter than
+    ``submission_prefix_min`` (reported as "does not exist" it read as a wrong id, not a
+    short one), or nothing at all."""
+    if not text:
+        raise InvalidInput("the submission id is empty: give its 64-character id, or a prefix "
+                           f"of at least {submission_prefix_min}", path="submission_id")
+    if len(text) < submission_prefix_min and _HEX.issuperset(text.lower()):
+        raise InvalidInput(
+            f"{text!r} is {len(text)} characters, shorter than a submission id prefix may be: "
+            f"give at least {submission_prefix_min} characters of the id (the tables show 16), "
+            "or all 64",
+            path="submission_id",
+        )
+
+
 def _resolve_prefix(source: LedgerFold | ReadView, text: str) -> str:
     """Returns the one submission id that starts with ``text`` (any case; a whole id in any
     case is that id), or ``text`` itself when it is too short or too long, not hex or no
@@ -1025,9 +1050,8 @@ def _resolve_prefix(source: LedgerFold | ReadView, text: str) -> str:
     if len(text) == 64:
         return lowered  # a whole id in capitals, as some tools print hashes
     if isinstance(source, ReadView):
-        found = source.ids_starting_with(lowered)
-        if len(found) > 1:
-            found = [""] * source.count_starting_with(lowered)  # only the count is reported
+        found = source.ids_starting_with(lowered)  # at most two: one more than an answer
+        count = source.count_starting_with(lowered) if len(found) > 1 else len(found)
     else:
         found = [
             sub.submission_id
@@ -1035,9 +1059,10 @@ def _resolve_prefix(source: LedgerFold | ReadView, text: str) -> str:
             for sub in source.submissions(arena.arena_id)
             if sub.submission_id.startswith(lowered)
         ]
-    if len(found) > 1:
+        count = len(found)
+    if count > 1:
         raise InvalidInput(
-            f"{len(found)} submissions start with {text!r}; give more of the id",
+            f"{count} submissions start with {text!r}; give more of the id",
             path="submission_id",
         )
     return found[0] if found else text

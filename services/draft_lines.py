@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -10,7 +11,14 @@ from ledger.records import EventDraft
 from ledger.store import parse_expected_version
 from services.limits import line_bytes_max
 from vocabulary.codec import loads
-from vocabulary.errors import InvalidInput, LedgerError, LimitExceeded, SchemaError
+from vocabulary.errors import (
+    CanonicalFormError,
+    InvalidInput,
+    LedgerError,
+    LimitExceeded,
+    MalformedJson,
+    SchemaError,
+)
 
 __all__ = ["DraftLine", "line_bytes_max", "read_drafts"]
 
@@ -50,7 +58,14 @@ def read_drafts(source: IO[bytes]) -> Iterator[DraftLine]:
 def _parse(number: int, raw: bytes) -> DraftLine:
     # Without its line break: a JSON error's column is then counted within this line (the
     # break made an error at the line's end read "at column 1", of a line that is not there).
-    document: Any = loads(raw.rstrip(b"\r\n"), where=f"line {number}")
+    try:
+        document: Any = loads(raw.rstrip(b"\r\n"), where=f"line {number}")
+    except CanonicalFormError as exc:
+        # Text that does not parse is not JSON at all, not JSON off its canonical form
+        # (a float, a duplicate key): its own code, so the user looks for a typo.
+        if isinstance(exc.__cause__, json.JSONDecodeError):
+            raise MalformedJson(exc.message, **exc.context) from None
+        raise
     if not isinstance(document, dict):
         raise SchemaError("each line must be a JSON object", path="$")
     unknown = sorted(set(document) - _FIELDS)

@@ -17,6 +17,7 @@ Alembic is imported by the functions that migrate, not at every start of the CLI
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -254,7 +255,9 @@ def _head_json(head: Head) -> dict[str, Any]:
 
 
 def _sqlite_file(store: EventStore) -> Path:
-    database = store.engine.url.database
+    # The file the URL names: a ledger this user may not write opens through a read-only
+    # file: URI (ledger.store), and a backup of it is still a backup of that file.
+    database = store.sqlite_file or store.engine.url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         raise InvalidInput("backup and restore need a SQLite file URL (sqlite:///PATH)",
                            url=safe_url(store.url))
@@ -561,8 +564,13 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
                 reason="unknown_revision",
             )
     conninfo, env = _conninfo(store)
-    _run_tool([tool, "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
-               "--no-password", f"--dbname={conninfo}", str(source)], env, StoreError)
+    _drop_leftover_version_table(store)
+    try:
+        _run_tool([tool, "--no-owner", "--no-privileges", "--exit-on-error",
+                   "--single-transaction", "--no-password", f"--dbname={conninfo}", str(source)],
+                  env, StoreError)
+    except StoreError as exc:
+        raise _collision_named(exc, store) from None
     report = store.verify()
     if not report.ok:
         raise IntegrityError(
@@ -580,6 +588,49 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
         )
     return RestoreReport(safe_url(store.url), "pg_restore", store.head(), report,
                          migrate.current(store.url), migrate.pending(store.url))
+
+
+def _drop_leftover_version_table(store: EventStore) -> None:
+    """Drops the empty ``alembic_version`` table ``db downgrade base`` leaves behind.
+
+    A downgrade to base drops every ledger table but Alembic's own, which it empties; the
+    archive creates that table, so pg_restore stopped at "relation alembic_version already
+    exists" and the operator had to drop and recreate the database. Empty, it records no
+    revision (the caller has checked ``migrate.current`` is None): dropping it changes
+    nothing a ledger holds. It is locked and counted again first, so a revision stamped
+    meanwhile is refused, never dropped.
+    """
+    with store.engine.begin() as conn:
+        found = conn.exec_driver_sql("SELECT to_regclass('public.alembic_version')").scalar()
+        if found is None:
+            return
+        conn.exec_driver_sql("LOCK TABLE public.alembic_version IN ACCESS EXCLUSIVE MODE")
+        rows = conn.exec_driver_sql("SELECT count(*) FROM public.alembic_version").scalar()
+        if rows:
+            raise InvalidInput(
+                "the target database records a schema revision (alembic_version is not "
+                "empty); restore a pg_dump archive into a freshly created, empty database "
+                "(createdb NAME)", url=safe_url(store.url),
+            )
+        conn.exec_driver_sql("DROP TABLE public.alembic_version")
+
+
+_ALREADY_EXISTS = re.compile(r"ERROR: +(.{1,200}?) already exists")
+
+
+def _collision_named(error: StoreError, store: EventStore) -> StoreError:
+    """Says what to do when pg_restore met an object of the archive already in the target
+    (the restore runs in one transaction: nothing of it stays)."""
+    found = _ALREADY_EXISTS.search(error.message)
+    if found is None:
+        return error
+    held = found.group(1)
+    return StoreError(
+        f"pg_restore stopped: the target database already holds {held}, which the backup "
+        "creates; nothing was restored. Restore into a freshly created, empty database "
+        f"(createdb NAME), or drop {held} first",
+        url=safe_url(store.url), tool="pg_restore",
+    )
 
 
 def _archived_revisions(tool: str, source: Path) -> list[str]:

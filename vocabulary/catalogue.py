@@ -10,6 +10,7 @@ none (so no cycle can exist).
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import types
 import typing
@@ -183,7 +184,8 @@ class Catalogue:
         current = self._current.get(event_type)
         if current is None:
             raise UnknownEventType(
-                f"unknown event type {event_type!r}", type=event_type, path="$.type"
+                f"unknown event type {event_type!r}{self.suggestion(event_type)}",
+                type=event_type, path="$.type",
             )
         version = current if version is None else version
         model = self._models.get((event_type, version))
@@ -195,6 +197,13 @@ class Catalogue:
                 path="$.schema_version",
             )
         return model
+
+    def suggestion(self, event_type: str) -> str:
+        """Returns " (did you mean 'CreditGranted'?)" for a misspelt type, naming the known
+        type closest to ``event_type`` (difflib's ratio, as Python's own NameError hints
+        do), or "" when none is close."""
+        close = difflib.get_close_matches(event_type, self._current, n=1, cutoff=0.75)
+        return f" (did you mean {close[0]!r}?)" if close else ""
 
     def current_version(self, event_type: str) -> int:
         """Returns the current schema version of ``event_type``."""

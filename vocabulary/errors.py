@@ -8,6 +8,7 @@ attributes. The CLI maps each subtree to a documented exit code.
     LedgerError                          code            exit
     ├── InvalidInput                     invalid_input      1
     │   ├── CanonicalFormError           non_canonical      1
+    │   ├── MalformedJson                invalid_json       1
     │   ├── SchemaError                  schema_invalid     1
     │   ├── UnknownEventType             unknown_event_type 1
     │   ├── LimitExceeded                limit_exceeded     1
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidInput",
     "LedgerError",
     "LimitExceeded",
+    "MalformedJson",
     "NotFound",
     "Refused",
     "SchemaError",
@@ -99,6 +101,13 @@ class CanonicalFormError(InvalidInput):
     """Reports a value that has no canonical JSON form (float, NaN, non-canonical decimal...)."""
 
     code = "non_canonical"
+
+
+class MalformedJson(InvalidInput):
+    """Reports input that is not JSON at all (a missing comma, an unclosed brace) by line
+    and column; JSON that parses but has no canonical form is ``CanonicalFormError``."""
+
+    code = "invalid_json"
 
 
 class SchemaError(InvalidInput):

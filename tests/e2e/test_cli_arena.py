@@ -333,6 +333,29 @@ def test_the_ledger_as_of_a_position(story: Story) -> None:
     assert story.cli.head() == 29
 
 
+def test_a_short_id_is_named_short_and_a_cut_stream_points_to_stream_prefix(
+    story: Story,
+) -> None:
+    # The tables show 16 characters of an id: explain takes 8 or more, and events --stream
+    # a whole name, whose prefix --stream-prefix takes.
+    a = story.ids["a"]
+    short, cut, listed = story.cli.many([
+        (("explain", "submission", a[:4]), 1),
+        (("events", "--stream", f"submission-{a[:16]}"), 1),
+        (("events", "--stream-prefix", f"submission-{a[:16]}", "--json"), 0)])
+    assert story.cli.error_line(short.stderr, "invalid_input") == (
+        f"error[invalid_input] [path submission_id]: '{a[:4]}' is 4 characters, shorter than "
+        "a submission id prefix may be: give at least 8 characters of the id (the tables "
+        "show 16), or all 64")
+    assert story.cli.error_line(cut.stderr, "schema_invalid") == (
+        f"error[schema_invalid] [path --stream]: --stream 'submission-{a[:16]}' does not carry "
+        "a valid submission id: --stream takes a whole stream name, and a submission's id is "
+        "64 hex characters, not 16; to list the streams that start with it, give "
+        f"--stream-prefix submission-{a[:16]}")
+    events = story.cli.lines(listed.stdout)
+    assert events and {e["stream"] for e in events} == {f"submission-{a}"}
+
+
 def test_repeating_an_intake_prints_already_recorded(story: Story) -> None:
     again = story.cli("intake", story.cli.root / "a.json", "--paid-rao", str(FEE))
     assert again.stdout.strip() == (f"submission {story.ids['a']} admitted at positions 3..5 "

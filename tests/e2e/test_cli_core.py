@@ -163,7 +163,7 @@ def test_reads_head_verify_and_events_with_filters(session: Session) -> None:
     # A misspelt type is an error naming it, not "0 events".
     line = cli.error_line(misspelt.stderr, "invalid_input")
     assert line.startswith("error[invalid_input] [path --type]: unknown event type "
-                           "'CreditGrant'; the types are "), line
+                           "'CreditGrant' (did you mean 'CreditGranted'?); the types are "), line
     assert "CreditGranted, CreditSpent" in line
     assert misspelt.stdout == ""
     # So is a stream name no ledger can hold; a well-formed one with no events lists none.
@@ -280,6 +280,40 @@ def test_an_input_past_one_append_points_to_batch_and_batch_is_bounded(cli: Any)
     assert batched.stdout.splitlines()[-1] == (
         f"appended position {limits.batch_events_max + 1} (1 event, line "
         f"{limits.batch_events_max + 1})")
+
+
+def test_append_names_a_misspelt_type_malformed_json_and_the_stream_an_event_belongs_on(
+    cli: Any,
+) -> None:
+    cli("init")
+    grant = credit("cr-1")
+    misspelt = cli("append", cli.write("misspelt.jsonl", cli.drafts(
+        (grant[0], "CreditGrantd", grant[2]))), expect=1)
+    assert cli.error_line(misspelt.stderr, "unknown_event_type") == (
+        "error[unknown_event_type] [line 1] [path $.type]: unknown event type 'CreditGrantd' "
+        "(did you mean 'CreditGranted'?)")
+    # Text that is not JSON is named as such (invalid_json), not as non-canonical JSON.
+    (cli.root / "broken.jsonl").write_text(
+        json.dumps(dict(zip(("stream", "type", "payload"), grant, strict=True))) + "\n"
+        + '{"stream": "credit-cr-2", "type": "CreditGranted" "payload": {}}\n')
+    broken = cli("append", "broken.jsonl", expect=1)
+    assert cli.error_line(broken.stderr, "invalid_json") == (
+        "error[invalid_json] [line 2] [path $]: line 2 is not valid JSON: Expecting ',' "
+        "delimiter at column 51")
+    # A stream whose id is not the event's says which stream the event belongs on.
+    moved = cli("append", cli.write("moved.jsonl", cli.drafts(
+        ("credit-cr-9", "CreditGranted", grant[2]),
+        ("arena-other", "ArenaCommissioned", COMMISSION))), expect=1)
+    assert cli.error_line(moved.stderr, "refused") == (
+        "error[refused] [line 1]: CreditGranted refused by the credit machine in state NONE: "
+        "stream_id_mismatch (cr-1): the event's credit_id is cr-1, so it belongs on stream "
+        "credit-cr-1, not credit-cr-9; nothing was written")
+    moved = cli("append", cli.write("moved-arena.jsonl", cli.drafts(
+        ("arena-other", "ArenaCommissioned", COMMISSION))), expect=1)
+    assert moved.stderr.rstrip().endswith(
+        "the event's arena_id is core-arena, so it belongs on stream arena-core-arena, not "
+        "arena-other; nothing was written")
+    assert cli.head() == 0
 
 
 def test_an_uninitialised_database_exits_5_with_one_line(cli: Any) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from generated_drafts import generated_drafts  # same directory
 
 

@@ -166,7 +166,10 @@ def test_the_human_forms_show_what_the_json_shows(
         f"  claim {c['hotkey']} arena {c['arena_id']} speedup_ppm {c['speedup_ppm']} "
         f"credit {c['credit']}" for c in preview["claims"]
     ] and claims
-    assert shown[-1] == f"settlement_digest {preview['settlement_digest']}"
+    assert shown[-2] == f"settlement_digest {preview['settlement_digest']}"
+    assert shown[-1] == (  # why a recorded settlement's digest may differ (none recorded yet)
+        "the digest covers as_of_position (80) as well as the block, claims, weights and "
+        "fees: a settlement of the same block as of another position has another digest")
 
     settled = cli("settle", "--block", "2000", db=db, cwd=tmp_path).stdout.splitlines()
     assert settled[-1] == "recorded at position 81"
@@ -389,6 +392,131 @@ def test_a_rechained_payload_off_its_schema_is_a_divergence_not_a_traceback(
     assert listed.stderr.splitlines() == [
         "error[schema_invalid] [path $.payload.surplus]: ArenaCommissioned v1: "
         "$.payload.surplus: Extra inputs are not permitted"]
+
+
+def _latest_block(events: list[dict[str, Any]]) -> tuple[int, int, str]:
+    """Returns (block, position, type) of the last event whose payload states a block,
+    read from the payloads as recorded: a "block" or "*_block" field, or a part's block."""
+    for event in reversed(events):
+        payload = event["payload"]
+        for name, value in payload.items():
+            if name == "block" or name.endswith("_block"):
+                return value, event["position"], event["type"]
+            if isinstance(value, dict) and "block" in value:
+                return value["block"], event["position"], event["type"]
+    raise AssertionError("no event states a block")
+
+
+def test_weights_defaults_to_the_heads_block_and_says_why_a_digest_differs(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    db, _ = ledger_db
+    cli("emission-policy", "--half-life-blocks", "1000", "--burn-hotkey", "5Burn",
+        "--validator-hotkey", "5Validator", db=db, cwd=tmp_path)
+    # Before any settlement: the head's block is the latest block an event states.
+    events = [json.loads(line) for line in
+              cli("events", "--json", db=db, cwd=tmp_path).stdout.splitlines()]
+    block, position, kind = _latest_block(events)
+    defaulted = as_json(cli("weights", "--json", db=db, cwd=tmp_path))
+    assert defaulted == as_json(cli("weights", "--block", str(block), "--json", db=db,
+                                    cwd=tmp_path))
+    shown = cli("weights", db=db, cwd=tmp_path).stdout.splitlines()
+    assert shown[0] == (f"block {block}: the head's block (the latest event that carries one: "
+                        f"{kind} at position {position})")
+
+    # A settlement recorded at block 2000, as of 80; previewed later, as of the head, the
+    # same weights have another digest, and the preview says why and what reproduces it.
+    settled = as_json(cli("settle", "--block", "2000", "--json", db=db, cwd=tmp_path))
+    later = cli("weights", "--block", "2000", db=db, cwd=tmp_path).stdout.splitlines()
+    digest = later[-3].removeprefix("settlement_digest ")
+    assert digest != settled["settlement_digest"]
+    assert later[-2].startswith("the digest covers as_of_position (81) as well as the block")
+    assert later[-1] == (
+        f"the settlement recorded at position 81 for block 2000 was computed as of position 80 "
+        f"(digest {settled['settlement_digest']}): `arena-ledger weights --block 2000 --as-of "
+        "80` reproduces it")
+    again = as_json(cli("weights", "--block", "2000", "--as-of", "80", "--json", db=db,
+                        cwd=tmp_path))
+    assert again["settlement_digest"] == settled["settlement_digest"]
+    # The settlement is now the latest event stating a block: the default follows it.
+    shown = cli("weights", db=db, cwd=tmp_path).stdout.splitlines()
+    assert shown[0] == ("block 2000: the head's block (the latest event that carries one: "
+                        "SettlementComputed at position 81)")
+    # Nothing states a block as of position 0: --block is needed, and the error says so.
+    done = cli("weights", "--as-of", "0", db=db, cwd=tmp_path, expect=1)
+    assert done.stderr == (
+        "error[invalid_input] [path --block]: no event up to position 0 carries a block, so "
+        "there is no head's block to settle at: give --block B\n")
+
+
+def _statuses(**counts: int) -> dict[str, int]:
+    names = ("ARRIVED", "QUEUED", "QUALIFYING", "QUALIFIED", "FAILED", "NO_DECISION", "HELD",
+             "REJECTED", "EXPIRED")
+    return {**{name: counts.get(name, 0) for name in names}, "total": sum(counts.values())}
+
+
+def test_earnings_and_rewards_of_one_hotkey(
+    ledger_db: tuple[str, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The numbers are the module docstring's of tests/integration/settled_ledger.py: Alice's
+    # a1 (PASS, rewarded), b2 (PASS, pending behind the held b1), a5 (FAIL, paid by her
+    # credit); Bob's a2 (NO_DECISION, refunded) and a4 (PASS, rewarded); settlement 1 at
+    # block 2000 gives Alice 165,829 ppm for a1's credit 10,204 and Bob 434,171 for a4's.
+    monkeypatch.setenv("COLUMNS", "200")
+    db, sids = ledger_db
+    cli("emission-policy", "--half-life-blocks", "1000", "--burn-hotkey", "5Burn",
+        "--validator-hotkey", "5Validator", db=db, cwd=tmp_path)
+    cli("settle", "--block", "2000", db=db, cwd=tmp_path)
+    alice = as_json(cli("earnings", "--hotkey", S.ALICE, "--json", db=db, cwd=tmp_path))
+    assert alice == {
+        "hotkey": S.ALICE,
+        "as_of_position": 81,
+        "submissions": _statuses(QUALIFIED=2, FAILED=1),
+        "passes": {"rewarded": 1, "pending": 1, "lost_potential": 0, "total": 2},
+        "settlements": {"recorded": 1, "with_weight": [{
+            "position": 81, "block": 2000, "as_of_position": 80, "weight_ppm": 165_829,
+            "claims": [{"arena_id": S.ARENA_A, "submission_id": sids["a1"], "block": 1000,
+                        "speedup_ppm": 1_020_408, "credit": 10_204}]}]},
+        "fees": {"consumed_rao": S.FEE_A + S.FEE_B, "released_rao": 0,
+                 "net_rao": S.FEE_A + S.FEE_B, "credits_spent_rao": S.FEE_A},
+        "credits": {"granted": 1, "granted_rao": 3 * S.FEE_A, "spent": 1},
+    }
+    bob = as_json(cli("earnings", "--hotkey", S.BOB, "--json", db=db, cwd=tmp_path))
+    assert bob["submissions"] == _statuses(QUALIFIED=1, NO_DECISION=1)
+    assert bob["fees"] == {"consumed_rao": 2 * S.FEE_A, "released_rao": S.FEE_A,
+                           "net_rao": S.FEE_A, "credits_spent_rao": 0}
+    assert [r["weight_ppm"] for r in bob["settlements"]["with_weight"]] == [434_171]
+    # Before the settlement, nothing was settled yet.
+    before = as_json(cli("earnings", "--hotkey", S.ALICE, "--as-of", "80", "--json", db=db,
+                         cwd=tmp_path))
+    assert before["settlements"] == {"recorded": 0, "with_weight": []}
+    assert before["as_of_position"] == 80
+
+    shown = cli("earnings", "--hotkey", S.ALICE, db=db, cwd=tmp_path).stdout.splitlines()
+    assert shown[:6] == [
+        f"hotkey {S.ALICE}",
+        "submissions: 3 (QUALIFIED 2, FAILED 1)",
+        "PASS verdicts: 2 (rewarded 1, pending 1)",
+        "fees: consumed 3,000,000,000 rao, refunded 0 rao, net 3,000,000,000 rao; paid by "
+        "credits 1,000,000,000 rao",
+        "credits: 1 grant (3,000,000,000 rao), 1 spent",
+        "settlements: a weight in 1 of 1 settlement recorded",
+    ]
+    assert _row(shown, "81") == ["81", "2000", "80", "165,829",
+                                 f"{sids['a1'][:16]} (10,204)"]
+
+    # rewards --hotkey: that hotkey's PASSes only, the table counting them as its.
+    rows = [json.loads(line) for line in cli("rewards", "--hotkey", S.ALICE, "--json", db=db,
+                                             cwd=tmp_path).stdout.splitlines()]
+    assert [(r["submission_id"], r["status"]) for r in rows] == [
+        (sids["a1"], "rewarded"), (sids["b2"], "pending")]
+    table = cli("rewards", "--hotkey", S.ALICE, db=db, cwd=tmp_path).stdout.splitlines()
+    assert table[-1] == f"2 PASS verdicts of {S.ALICE}: 1 pending, 1 rewarded"
+    # A hotkey no submission can carry is named by its option, not answered with zeros.
+    for command in ("rewards", "earnings"):
+        done = cli(command, "--hotkey", "has space", db=db, cwd=tmp_path, expect=1)
+        assert done.stderr.startswith("error[invalid_input] [path --hotkey]: --hotkey: ")
 
 
 def test_queries_as_of_a_position_reproduce_a_recorded_settlement(tmp_path: Path) -> None:

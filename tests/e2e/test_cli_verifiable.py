@@ -140,6 +140,66 @@ def test_a_consistency_proof_joins_the_two_checkpoints(ledger: Ledger) -> None:
     assert json.loads(done.stdout)["checkpoint_sizes"] == [6, 9]
 
 
+def test_a_stored_checkpoint_written_to_a_file_verifies_a_proof(ledger: Ledger) -> None:
+    # `checkpoint show --out` writes the stored note byte for byte: verify-proof reads it as
+    # it reads the note `checkpoint` printed when it signed.
+    done = cli("checkpoint", "show", "--size", "6", "--out", "shown6.note", db=ledger.db,
+               cwd=ledger.root)
+    assert done.stdout.startswith("wrote the checkpoint of tree size 6 (arena-ledger/"
+                                  "ops.example, key ops.example, id ")
+    assert (ledger.root / "shown6.note").read_bytes() == ledger.note6.read_bytes()
+    (ledger.root / "inc6-shown.json").write_text(cli(
+        "prove", "inclusion", "--position", "3", "--size", "6", db=ledger.db,
+        cwd=ledger.root).stdout)
+    done = cli("verify-proof", "inc6-shown.json", "--checkpoint", "shown6.note", "--key",
+               ledger.pub, db=offline(ledger.root), cwd=ledger.root)
+    assert done.stdout.startswith("ok: position 3 ") and "tree of size 6" in done.stdout
+    # Without --out the note goes to stdout; without --size it is the newest one stored.
+    printed = cli("checkpoint", "show", "--size", "6", db=ledger.db, cwd=ledger.root).stdout
+    assert printed == ledger.note6.read_text()
+    newest = json.loads(cli("checkpoint", "show", "--json", db=ledger.db,
+                            cwd=ledger.root).stdout)
+    listed = json.loads(cli("checkpoints", "--limit", "1", "--json", db=ledger.db,
+                            cwd=ledger.root).stdout)
+    assert {k: v for k, v in newest.items() if k != "out"} == listed[0]
+    # A file is never replaced unless asked; a size never signed names the sizes there are.
+    done = cli("checkpoint", "show", "--size", "9", "--out", "shown6.note", db=ledger.db,
+               cwd=ledger.root, expect=1)
+    assert "note file shown6.note already exists; pass --force" in done.stderr
+    assert (ledger.root / "shown6.note").read_bytes() == ledger.note6.read_bytes()
+    cli("checkpoint", "show", "--size", "9", "--out", "shown6.note", "--force", db=ledger.db,
+        cwd=ledger.root)
+    assert (ledger.root / "shown6.note").read_text().startswith("arena-ledger/ops.example\n9\n")
+    done = cli("checkpoint", "show", "--size", "7", db=ledger.db, cwd=ledger.root, expect=1)
+    assert done.stderr.startswith("error[not_found]: no checkpoint at tree size 7 is stored "
+                                  "(the sizes of the latest ones: 9, 6)")
+    # Signing still needs its key, named as a usage error.
+    done = cli("checkpoint", db=ledger.db, cwd=ledger.root, expect=2)
+    assert "Missing option '--key'" in done.stderr
+
+
+def test_a_proof_for_a_larger_tree_suggests_what_verifies_it(ledger: Ledger) -> None:
+    # Position 8 is not in the tree of size 6: the error must not send the user to prove
+    # it there; its two suggestions, followed, verify.
+    (ledger.root / "inc9-p8.json").write_text(cli(
+        "prove", "inclusion", "--position", "8", db=ledger.db, cwd=ledger.root).stdout)
+    done = cli("verify-proof", "inc9-p8.json", "--checkpoint", ledger.note6, "--key",
+               ledger.pub, db=offline(ledger.root), cwd=ledger.root, expect=4)
+    assert "--size 6" not in done.stderr and "prove inclusion" not in done.stderr
+    assert "larger tree than the checkpoint" in done.stderr
+    assert "`arena-ledger checkpoint show --size 9 --out FILE`" in done.stderr
+    assert "arena-ledger prove consistency --from 6 --to 9" in done.stderr
+    cli("checkpoint", "show", "--size", "9", "--out", "suggested9.note", db=ledger.db,
+        cwd=ledger.root)
+    cli("verify-proof", "inc9-p8.json", "--checkpoint", "suggested9.note", "--key", ledger.pub,
+        db=offline(ledger.root), cwd=ledger.root)
+    (ledger.root / "tie.json").write_text(cli(
+        "prove", "consistency", "--from", "6", "--to", "9", db=ledger.db,
+        cwd=ledger.root).stdout)
+    cli("verify-proof", "tie.json", "--checkpoint", ledger.note6, "--checkpoint",
+        "suggested9.note", "--key", ledger.pub, db=offline(ledger.root), cwd=ledger.root)
+
+
 def test_a_checkpoint_fails_with_another_key_origin_or_one_changed_character(
     ledger: Ledger,
 ) -> None:

@@ -68,7 +68,7 @@ def answers(url: str, as_of: int | None = None) -> dict[str, Any]:
             },
             "by_hotkey": {hotkey: ledger.submissions(hotkey=hotkey) for hotkey in hotkeys[:6]},
             "by_status": {s: ledger.submissions(status=s) for s in ("QUEUED", "FAILED", "HELD")},
-            "explained": [ledger.explain_submission(sid) for sid in sids[:: max(1, len(sids) // 8)]],
+            "explained": [ledger.explain_submission(s) for s in sids[:: max(1, len(sids) // 8)]],
             "prefixes": [ledger.explain_submission(sid[:12]) for sid in sids[:3]],
         }
     found["history"] = {h: history_at(url, h, as_of)[1] for h in hotkeys[:4]}

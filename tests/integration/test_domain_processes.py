@@ -400,9 +400,16 @@ def test_explain_takes_a_unique_prefix_of_a_submission_id(
     assert desk.ledger.explain_submission(sids[0][:16]) == full
     assert desk.ledger.explain_submission(sids[0][:8].upper()) == full
     assert desk.ledger.explain_submission(sids[0].upper()) == full
-    with pytest.raises(NotFound) as caught:
-        desk.ledger.explain_submission(sids[0][:7])  # shorter than any prefix taken
-    assert "or a prefix of at least 8 characters" in caught.value.message
+    with pytest.raises(InvalidInput) as caught:  # shorter than any prefix taken: said so,
+        desk.ledger.explain_submission(sids[0][:7])  # not "does not exist"
+    assert caught.value.message == (
+        f"{sids[0][:7]!r} is 7 characters, shorter than a submission id prefix may be: give "
+        "at least 8 characters of the id (the tables show 16), or all 64")
+    assert caught.value.context["path"] == "submission_id"
+    with pytest.raises(NotFound) as caught_missing:  # long enough, and no id starts with it
+        desk.ledger.explain_submission(
+            next(p for p in ("0" * 8, "f" * 8) if not any(s.startswith(p) for s in sids)))
+    assert "or a prefix of at least 8 characters" in caught_missing.value.message
     # 17 ids over 16 hex digits: two share a first character, so that prefix names none.
     monkeypatch.setattr(domain, "submission_prefix_min", 1)
     shared, count = Counter(sid[0] for sid in sids).most_common(1)[0]

@@ -641,6 +641,60 @@ def test_a_postgres_backup_restores_into_a_new_database_and_verifies(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_postgres_restore_onto_a_database_downgraded_to_base_works(
+    built: tuple[str, dict[str, str]], tmp_path: Path, fresh_pg_database: str,
+) -> None:
+    # `db downgrade base --discard-recorded` leaves Alembic's version table, empty; the
+    # archive creates it, so pg_restore used to stop at "relation alembic_version already
+    # exists" and the operator had to drop and recreate the database.
+    url, _ = built
+    archive = tmp_path / "ledger.dump"
+    ops.backup(url, archive)
+    migrate.upgrade(fresh_pg_database)
+    migrate.downgrade(fresh_pg_database, "base", discard_recorded=True)
+    with EventStore(fresh_pg_database) as target, target.engine.connect() as conn:
+        left = conn.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").scalars().all()
+    assert left == ["alembic_version"] and migrate.current(fresh_pg_database) is None
+
+    restored = ops.restore(fresh_pg_database, archive)
+
+    assert restored.verified.ok and restored.revision == migrate.heads()[0]
+    assert _fingerprint(fresh_pg_database) == _fingerprint(url)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_postgres_restore_names_an_object_in_the_way_and_restores_nothing(
+    built: tuple[str, dict[str, str]], tmp_path: Path, fresh_pg_database: str,
+) -> None:
+    url, _ = built
+    archive = tmp_path / "ledger.dump"
+    ops.backup(url, archive)
+    with EventStore(fresh_pg_database) as target, target.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE checkpoints (x integer)")
+    with pytest.raises(StoreError) as caught:
+        ops.restore(fresh_pg_database, archive)
+    assert caught.value.message == (
+        'pg_restore stopped: the target database already holds relation "checkpoints", which '
+        "the backup creates; nothing was restored. Restore into a freshly created, empty "
+        'database (createdb NAME), or drop relation "checkpoints" first')
+    with EventStore(fresh_pg_database) as target, target.engine.connect() as conn:
+        left = conn.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").scalars().all()
+    assert left == ["checkpoints"]  # one transaction: nothing of the archive stayed
+    # A version table that records a revision is never dropped to make room.
+    with EventStore(fresh_pg_database) as target, target.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE checkpoints")
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num varchar(32))")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('0001_x')")
+    with pytest.raises(InvalidInput, match="already holds ledger tables"):
+        ops.restore(fresh_pg_database, archive)
+    assert migrate.current(fresh_pg_database) == "0001_x"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_a_postgres_restore_refuses_what_is_not_a_ledger_archive(
     store_url: str, tmp_path: Path,
 ) -> None:

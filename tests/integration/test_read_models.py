@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from generated_ledger import answers, batches, generated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from generated_ledger import answers, batches, generated
 from ledger import migrate, read_models
 from ledger.records import EventDraft
 from ledger.store import EventStore
@@ -137,13 +137,12 @@ def test_a_ledger_of_the_previous_revision_is_backfilled_by_the_upgrade(store_ur
 
 def test_a_changed_read_model_row_is_found_named_and_rebuilt(ledger_url: str) -> None:
     _append_all(ledger_url, generated(600, seed=3), seed=2)
-    with EventStore(ledger_url) as store:
-        with store.writing() as conn:
-            sid = conn.execute(text(
-                "SELECT submission_id FROM rm_submissions WHERE status = 'FAILED' "
-                "ORDER BY submission_id LIMIT 1")).scalar()
-            conn.execute(text("UPDATE rm_submissions SET status = 'QUALIFIED' "
-                              "WHERE submission_id = :s"), {"s": sid})
+    with EventStore(ledger_url) as store, store.writing() as conn:
+        sid = conn.execute(text(
+            "SELECT submission_id FROM rm_submissions WHERE status = 'FAILED' "
+            "ORDER BY submission_id LIMIT 1")).scalar()
+        conn.execute(text("UPDATE rm_submissions SET status = 'QUALIFIED' "
+                          "WHERE submission_id = :s"), {"s": sid})
     with pytest.raises(IntegrityError) as caught:
         projections.check_ledger(ledger_url)
     assert caught.value.exit_code == 4
@@ -168,7 +167,7 @@ def test_a_missing_and_an_extra_row_are_each_named(ledger_url: str) -> None:
     with EventStore(ledger_url) as store, store.writing() as conn:
         conn.execute(text("INSERT INTO rm_counters (counter, key, value) "
                           "VALUES ('decided', 'no-such-arena', 1)"))
-    with pytest.raises(IntegrityError, match="rm_counters row .* is stored, but the events"):
+    with pytest.raises(IntegrityError, match=r"rm_counters row .* is stored, but the events"):
         projections.check_ledger(ledger_url)
 
 

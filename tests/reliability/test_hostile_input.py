@@ -393,7 +393,9 @@ def test_one_cli_run_with_many_bad_lines_names_the_first_and_writes_nothing(
     assert done.returncode == 1, done
     assert "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("error[non_canonical] [line 2] [path $]:"), done.stderr
+    # Line 2 is the malformed JSON: not JSON at all, named so (not non_canonical).
+    assert done.stderr.startswith("error[invalid_json] [line 2] [path $]: line 2 is not valid "
+                                  "JSON"), done.stderr
     assert _head(cli_db) == before
 
 

@@ -19,6 +19,7 @@ from vocabulary.errors import (
     InvalidInput,
     LedgerError,
     LimitExceeded,
+    MalformedJson,
     SchemaError,
 )
 
@@ -77,10 +78,14 @@ def test_a_line_of_exactly_the_limit_is_read_and_one_byte_more_is_refused_naming
         (b"[1, 2]", SchemaError, "$", "each line must be a JSON object"),
         (
             b'{"stream": "s"',
-            CanonicalFormError,
+            MalformedJson,
             "$",
             "line 2 is not valid JSON: Expecting ',' delimiter at column 15",
         ),
+        (b'{"stream": "s",}', MalformedJson, "$", "line 2 is not valid JSON: Expecting "
+         "property name enclosed in double quotes at column 16"),
+        (b'{"stream": "s", "stream": "t"}', CanonicalFormError, "$",
+         "duplicate object key 'stream'"),
         (_line(colour="red"), SchemaError, "$.colour", "unknown field 'colour'"),
         (b'{"stream": "s", "type": "T"}', SchemaError, "$.payload", "missing field 'payload'"),
         (b'{"type": "T", "payload": {}}', SchemaError, "$.stream", "missing field 'stream'"),

@@ -240,6 +240,52 @@ def test_an_inclusion_proof_must_be_at_the_checkpoint_size(
     assert caught.value.context["reason"] == "size_mismatch"
 
 
+def test_a_size_mismatch_suggests_only_a_proof_that_verifies(
+    ledger: MemoryLedger, signer: Signer
+) -> None:
+    # Position 10 of a proof at size 13 is not in a checkpoint's tree of size 8: proving it
+    # at size 8 cannot work, so the error must not suggest it. What it does suggest, a
+    # checkpoint at the proof's size tied to the older one by a consistency proof, verifies.
+    at8, at13 = ledger.checkpoint(signer, 8), ledger.checkpoint(signer, 13)
+    document = inclusion_document(ledger, 10, 13)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError) as caught:
+        verify_proof(document, [at8], signer.verifier())
+    message = caught.value.message
+    assert caught.value.context["reason"] == "size_mismatch"
+    assert "--size 8" not in message and "prove inclusion" not in message
+    assert "position 10 is not in the checkpoint's tree (it holds positions 1..8)" in message
+    assert "larger tree than the checkpoint" in message
+    assert "checkpoint show --size 13" in message
+    assert "prove consistency --from 8 --to 13" in message
+    assert verify_proof(document, [at13], signer.verifier()).position == 10
+    tie = consistency_document(ledger, 8, 13)  # type: ignore[arg-type]
+    assert verify_proof(tie, [at8, at13], signer.verifier()).from_size == 8
+    # The last position a checkpoint holds is still proved at its size.
+    document = inclusion_document(ledger, 8, 13)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError, match=r"--position 8 --size 8"):
+        verify_proof(document, [at8], signer.verifier())
+    assert verify_proof(inclusion_document(ledger, 8, 8),  # type: ignore[arg-type]
+                        [at8], signer.verifier()).position == 8
+
+
+@pytest.mark.parametrize(("checkpoint_size", "suggested"), [
+    (3, (3, 9)),   # below the proof's range: a proof from it to the proof's end
+    (7, (7, 9)),   # inside it: the same
+    (12, (5, 12)),  # above it: a proof from the proof's start to it (--from 12 --to 9 fails)
+])
+def test_a_consistency_size_mismatch_suggests_a_proof_that_verifies(
+    ledger: MemoryLedger, signer: Signer, checkpoint_size: int, suggested: tuple[int, int]
+) -> None:
+    note = ledger.checkpoint(signer, checkpoint_size)
+    document = consistency_document(ledger, 5, 9)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError) as caught:
+        verify_proof(document, [note], signer.verifier())
+    assert caught.value.message.endswith(f"prove with --from {suggested[0]} --to {suggested[1]}")
+    again = consistency_document(ledger, *suggested)  # type: ignore[arg-type]
+    assert checkpoint_size in (again["from_size"], again["to_size"])
+    verify_proof(again, [note], signer.verifier())
+
+
 def test_an_inclusion_proof_from_another_ledger_fails_on_the_root(signer: Signer) -> None:
     honest, forked = MemoryLedger(10), MemoryLedger(10, fork_after=7)
     document = inclusion_document(forked, 2)  # type: ignore[arg-type]

@@ -386,3 +386,96 @@ class Reader:
         the database, whose collation may order otherwise)."""
         found = self.conn.execute(select(rm_event_types.c.type, rm_event_types.c.events))
         return {str(t): int(n) for t, n in sorted(found, key=lambda r: str(r[0]))}
+
+    # -- what a fold seeded from the read models reads (services.seeded_fold) ---------------
+
+    def submissions_in(self, statuses: Sequence[str], arena_id: str | None = None) -> list[Row]:
+        """Returns the rows of the submissions in ``statuses`` (of one arena when given), in
+        the order their first events were recorded."""
+        c = rm_submissions.c
+        statement = select(rm_submissions).where(c.status.in_(list(statuses)))
+        if arena_id is not None:
+            statement = statement.where(c.arena_id == arena_id)
+        statement = statement.order_by(c.first_position)
+        return [dict(row._mapping) for row in self.conn.execute(statement)]
+
+    def rows_by(self, table: str, column: str, values: Sequence[Any]) -> list[Row]:
+        """Returns the rows of read model ``table`` whose ``column`` is one of ``values``, in
+        the order their first events were recorded (``position`` where there is none)."""
+        found: list[Row] = []
+        chosen = UPSERTED[table]
+        order = chosen.c.first_position if "first_position" in chosen.c else chosen.c.position
+        for at in range(0, len(values), 500):  # bounded IN lists
+            part = list(values[at:at + 500])
+            statement = select(chosen).where(chosen.c[column].in_(part)).order_by(order)
+            found += [dict(row._mapping) for row in self.conn.execute(statement)]
+        if len(values) > 500:
+            found.sort(key=lambda row: row.get("first_position", 0))
+        return found
+
+    def row(self, table: str, **key: Any) -> Row | None:
+        """Returns the row of read model ``table`` with this key, or None."""
+        chosen = UPSERTED[table]
+        statement = select(chosen).where(*(chosen.c[name] == value for name, value in key.items()))
+        found = self.conn.execute(statement).first()
+        return None if found is None else dict(found._mapping)
+
+    def unspent_credits(self) -> list[Row]:
+        """Returns the credits not yet spent, in grant order."""
+        c = rm_credits.c
+        statement = select(rm_credits).where(c.submission_id.is_(None)).order_by(c.first_position)
+        return [dict(row._mapping) for row in self.conn.execute(statement)]
+
+    def owed(self) -> list[tuple[str, str, str]]:
+        """Returns (kind, ref, submission) of each fee an admission owes its event for."""
+        c = rm_owed.c
+        found = self.conn.execute(select(c.kind, c.ref, c.submission_id))
+        return [(str(k), str(r), str(s)) for k, r, s in found]
+
+    def admissions(self, hotkey: str, first_block: int, last_block: int) -> int:
+        """Returns how many of the hotkey's submissions that arrived in blocks ``first_block``
+        to ``last_block`` were admitted (an admission records their fee)."""
+        c = rm_submissions.c
+        statement = select(func.count()).where(
+            c.hotkey == hotkey, c.fee_kind.is_not(None),
+            c.arrival_block >= first_block, c.arrival_block <= last_block,
+        )
+        return int(self.conn.execute(statement).scalar() or 0)
+
+    def failed_with(self, content_hash: str, commission_digest: str) -> list[Row]:
+        """Returns the FAILED submissions of this content whose deciding attempt ran under
+        this commission."""
+        s, a = rm_submissions.c, rm_attempts.c
+        statement = (
+            select(rm_submissions)
+            .select_from(rm_submissions.join(rm_attempts, a.attempt_id == s.attempt_id))
+            .where(s.content_hash == content_hash, s.status == "FAILED",
+                   a.commission_digest == commission_digest)
+        )
+        return [dict(row._mapping) for row in self.conn.execute(statement)]
+
+    def latest_of_type(self, event_type: str) -> tuple[int, bytes] | None:
+        """Returns (schema version, payload) of the latest event of ``event_type``, or None
+        (one seek on the (type, position) index)."""
+        c = events_table.c
+        found = self.conn.execute(
+            select(c.schema_version, c.payload).where(c.type == event_type)
+            .order_by(c.position.desc()).limit(1)
+        ).first()
+        return None if found is None else (int(found[0]), bytes(found[1]))
+
+    def admitted_arrivals(self) -> list[tuple[str, int]]:
+        """Returns (hotkey, arrival block) of every admitted submission."""
+        c = rm_submissions.c
+        found = self.conn.execute(select(c.hotkey, c.arrival_block).where(c.fee_kind.is_not(None)))
+        return [(str(hotkey), int(block)) for hotkey, block in found]
+
+    def failed_keys(self) -> list[tuple[str, str]]:
+        """Returns (commission, content hash) of every FAILED submission's deciding attempt."""
+        s, a = rm_submissions.c, rm_attempts.c
+        found = self.conn.execute(
+            select(a.commission_digest, s.content_hash)
+            .select_from(rm_submissions.join(rm_attempts, a.attempt_id == s.attempt_id))
+            .where(s.status == "FAILED")
+        )
+        return [(str(commission), str(content)) for commission, content in found]

@@ -86,6 +86,7 @@ def append_batches(
                     [line.draft for line in batch], idempotency_key=batch_key(batch),
                     actor=actor,
                 )
+                ledger.guard.confirm(result)
             appended = BatchAppended(batch[0].line, batch[-1].line, result)
             if on_batch is not None:
                 on_batch(appended)

@@ -38,6 +38,7 @@ from services.limits import submission_prefix_min
 from services.projections import ReadModelRows, submission_row
 from services.read_view import ReadView, read_view
 from services.replay import decoded_rows
+from services.seeded_fold import ReadModelArchive, seeded_fold
 from services.settlements import check_recorded, compute, fee_summary, rewards
 from vocabulary.catalogue import CATALOGUE, schema_error
 from vocabulary.codec import digest, loads
@@ -113,8 +114,20 @@ def refused_error(refusal: Refusal, index: int | None = None) -> Refused:
 class DomainGuard:
     """Decides each batch with the machines inside the append transaction (an AppendGuard)."""
 
-    def __init__(self, fold: LedgerFold | None = None, as_of: int | None = None) -> None:
+    def __init__(
+        self, fold: LedgerFold | None = None, as_of: int | None = None, seeded: bool = False
+    ) -> None:
         self.fold = fold if fold is not None else LedgerFold()
+        #: Start the fold from the read models at the head (``services.seeded_fold``) rather
+        #: than folding every event: a fresh process decides at the cost of the live state.
+        #: Turned off for good when the read models do not reflect the head (events appended
+        #: without the guard): the fold then catches up event by event, as it always did.
+        self.seeded = seeded and fold is None and as_of is None
+        self._archive: ReadModelArchive | None = None
+        #: The position a batch this guard accepted moved a seeded fold to, until the append
+        #: is confirmed committed (``confirm``); a fold ahead of what committed is seeded anew.
+        self._pending: int | None = None
+        self._fresh = False
         #: The latest EmissionPolicySet folded so far (settlements use it from its position on).
         self.emission_policy: EmissionPolicySet | None = None
         #: Fold no further than this position, and decide no batch (a read-only view of the
@@ -138,6 +151,10 @@ class DomainGuard:
         given), with the cyclic collector paused: about half the time a RecordedEvent and
         ``CATALOGUE.decode`` per event took with the collector on (docs/benchmarks.md).
         """
+        if self.seeded:
+            self._seed_if_stale(store, conn)
+            if self.seeded:
+                return 0
         last = store.head(conn).position
         if self.as_of is not None:
             last = min(last, self.as_of)
@@ -155,6 +172,34 @@ class DomainGuard:
             count += 1
         self._caught_up = True
         return count
+
+    def _seed_if_stale(self, store: EventStore, conn: Connection | None) -> None:
+        """Seeds the fold from the read models unless it already stands at the head, with
+        every batch it accepted confirmed; turns seeding off when they cannot seed it."""
+        if conn is None:
+            with store.reading() as own:
+                self._seed_if_stale(store, own)
+            if self._archive is not None:
+                self._archive.conn = None  # later reads open their own connection
+            return
+        head = store.head(conn).position
+        if self._fresh and self._pending is None and self.fold.position == head:
+            return
+        if not read_models.exists(conn) or read_models.position(conn) != head:
+            self.seeded, self.fold, self._archive = False, LedgerFold(), None
+            return
+        self.fold, self._archive, self.emission_policy = seeded_fold(store, conn)
+        self._fresh, self._pending = True, None
+
+    def confirm(self, result: AppendResult) -> None:
+        """Notes that an append this guard accepted committed (``ArenaLedger`` calls it)."""
+        if (
+            self._pending is not None
+            and not result.already_recorded
+            and result.positions
+            and result.positions[-1] == self._pending
+        ):
+            self._pending = None
 
     def _restore(
         self, snapshots: SnapshotCache, store: EventStore, conn: Connection | None, last: int
@@ -177,6 +222,7 @@ class DomainGuard:
         fold = self.fold
         if (
             self.snapshots is None
+            or self.seeded
             or not self._caught_up
             or fold.deciding
             or self.as_of is not None
@@ -199,6 +245,16 @@ class DomainGuard:
         if self.as_of is not None:
             raise read_only(self.as_of)
         self.catch_up(store, conn)
+        archive = self._archive if self.seeded else None
+        if archive is not None:
+            archive.conn = conn  # read-throughs see this transaction: the fold's position
+        try:
+            self._decide(conn, batch)
+        finally:
+            if archive is not None:
+                archive.conn = None
+
+    def _decide(self, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
         decoded = []
         for prepared in batch:
             payload = loads(prepared.payload_bytes)
@@ -222,6 +278,14 @@ class DomainGuard:
         for index, (_, event, payload) in enumerate(decoded):
             if isinstance(event, SettlementComputed):
                 self._check_settlement(index, event, payload)
+        if self.seeded:
+            # The batch will commit (or the fold is seeded anew): fold it now, before its
+            # rows are written, while the read-throughs still show the position before it.
+            self._pending = base + len(decoded)
+            for index, (stream, event, payload) in enumerate(decoded):
+                self.fold.apply(base + index + 1, stream, event, payload)
+                if type(event) is EmissionPolicySet:
+                    self.emission_policy = event
         if rows is not None:
             rows.write(conn)
             read_models.set_position(conn, base + len(batch))
@@ -347,6 +411,10 @@ class ArenaLedger:
     #: opens a long ledger folds only what came after the snapshot. Not with
     #: ``archive_finished``. None: the fold always starts from nothing.
     snapshot_dir: str | os.PathLike[str] | None = None
+    #: Start the machines' fold from the read models at the head instead of folding every
+    #: event (``services.seeded_fold``): the default. False folds the whole ledger (restored
+    #: from a fold snapshot when there is one), as a replay does.
+    seed_from_read_models: bool = True
     store: EventStore = field(init=False)
     guard: DomainGuard = field(init=False)
 
@@ -356,7 +424,7 @@ class ArenaLedger:
         if self.archive_finished:
 
             fold = LedgerFold(archive=DiskArchive())
-        self.guard = DomainGuard(fold, self.as_of)
+        self.guard = DomainGuard(fold, self.as_of, seeded=self.seed_from_read_models)
         self.store = EventStore(self.url, guard=self.guard)
         self.store.require_initialised()
         if self.snapshot_dir is not None and not self.archive_finished:
@@ -426,7 +494,13 @@ class ArenaLedger:
         drafts = [
             EventDraft.of(item[0], item[1], item[2] if len(item) == 3 else ANY) for item in batch
         ]
-        return self.store.append(drafts, idempotency_key=key, actor=self.actor)
+        return self._append(drafts, key)
+
+    def _append(self, drafts: Sequence[EventDraft], key: str | None = None) -> AppendResult:
+        """Appends through the guard and tells it the batch committed."""
+        result = self.store.append(drafts, idempotency_key=key, actor=self.actor)
+        self.guard.confirm(result)
+        return result
 
     # -- arenas ----------------------------------------------------------------------------
 
@@ -455,7 +529,7 @@ class ArenaLedger:
                 arena.commission.event, latest.payload
             ) == sent:
                 return AppendResult((latest.position,), True, (latest.entry_hash,))
-        return self.store.append([draft], actor=self.actor)
+        return self._append([draft])
 
     def register_control(self, arena_id: str, control: dict[str, Any]) -> AppendResult:
         """Appends ControlRegistered to an arena."""
@@ -828,7 +902,7 @@ class ArenaLedger:
         self._writable()
         settlement = self.weights(block)
         draft = EventDraft("settlement", "SettlementComputed", settlement_payload(settlement))
-        result = self.store.append([draft], actor=self.actor)
+        result = self._append([draft])
         return settlement, result
 
     def rewards(

@@ -741,7 +741,6 @@ class EventStore:
 
     # -- read ------------------------------------------------------------------------------
 
-    @_store_errors
     @contextmanager
     def writing(self) -> Iterator[Connection]:
         """Yields a connection inside a write transaction that holds the head lock, as an
@@ -773,6 +772,7 @@ class EventStore:
         except database_errors() as exc:
             raise store_error(exc, self.url) from None
 
+    @_store_errors
     def head(self, conn: Connection | None = None) -> Head:
         """Returns the last position (0 when empty) and its entry hash; read through
         ``conn``, inside its transaction, when given."""

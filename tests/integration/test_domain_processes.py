@@ -588,18 +588,21 @@ def test_catch_up_folds_what_the_recorded_events_decode_to(
     assert gc.isenabled() == collecting and gc.get_freeze_count() == 0
 
 
+@pytest.mark.parametrize("seeded", [False, True], ids=["whole-fold", "seeded"])
 def test_catch_up_inside_an_append_reads_through_its_transaction(
-    desk: Desk, store_url: str
+    desk: Desk, store_url: str, seeded: bool
 ) -> None:
     """A second ledger's guard catches up inside its own append (``conn``): it sees the
-    first one's events, and its own append lands after them."""
+    first one's events, and its own append lands after them. A guard seeded from the read
+    models starts at the head and folds its own batch as it accepts it; a whole fold folds
+    up to the head and reads its batch at the next catch-up."""
     realistic_history(desk)
     before = desk.head
-    with ArenaLedger(store_url, actor="second") as second:
+    with ArenaLedger(store_url, actor="second", seed_from_read_models=seeded) as second:
         assert second.guard.fold.position == 0
         result = second.set_emission_policy(360, "5Burn", "5Validator")
         assert result.first == before + 1
-        assert second.guard.fold.position == before  # caught up to the head in the append
+        assert second.guard.fold.position == before + seeded  # caught up in the append
         assert second.fold.snapshot() == desk.ledger.fold.snapshot()
 
 

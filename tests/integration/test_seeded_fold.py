@@ -1,0 +1,150 @@
+"""Holds the guard's fold seeded from the read models to the fold of every event: the same
+state (live and archived), the same decision for every event, on both backends.
+
+A write decides from a fold started at the head from the read models (``services.
+seeded_fold``): the live submissions in memory, everything finished read back from the
+tables. If it held anything else than a fold of the whole ledger holds, a rule would
+decide differently: an intake would be refused ``intake_mismatch``, a repeated id accepted,
+a fee taken twice. Generated ledgers (payments, credits, rejections, repeated content,
+holds, requeues, expiries) are appended batch by batch with a fresh ledger each time, so
+each batch is decided by a newly seeded fold.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from generated_ledger import batches, generated
+
+from ledger import migrate
+from machines.intake import Rejection
+from machines.submission import submission_id_of
+from services.arena_ledger import ArenaLedger
+from vocabulary.events import Event, SubmissionArrived
+
+
+@pytest.fixture
+def ledger_url(store_url: str) -> Iterator[str]:
+    migrate.upgrade(store_url)
+    yield store_url
+
+
+def _same_state(url: str) -> None:
+    with ArenaLedger(url) as seeded, ArenaLedger(url, seed_from_read_models=False) as whole:
+        assert seeded.guard.seeded and not whole.guard.seeded
+        assert seeded.fold.snapshot() == whole.fold.snapshot()
+
+
+def test_every_batch_is_decided_by_a_newly_seeded_fold_as_by_the_whole_fold(
+    ledger_url: str,
+) -> None:
+    items = generated(1_500, seed=31)
+    compared = 0
+    for number, batch in enumerate(batches(items, random.Random(31), 25)):
+        with ArenaLedger(ledger_url, actor="test") as ledger:
+            ledger.append(batch)  # refused, it would raise: the seeded fold derives each intake
+            assert ledger.guard.seeded
+        if number % 15 == 0:
+            _same_state(ledger_url)
+            compared += 1
+    _same_state(ledger_url)
+    assert compared >= 3
+
+
+def _variants(items: list[tuple[str, Event]], rng: random.Random) -> list[tuple[str, Event]]:
+    """Events to decide against the finished ledger: every kind of earlier event appended
+    again (a repeated arrival, payment, credit, claim, window, decision, resolution)."""
+    by_type: dict[str, list[tuple[str, Event]]] = {}
+    for stream, event in items:
+        by_type.setdefault(event.event_type, []).append((stream, event))
+    chosen = []
+    for found in by_type.values():
+        chosen += rng.sample(found, min(4, len(found)))
+    return chosen
+
+
+def test_a_seeded_fold_refuses_what_the_whole_fold_refuses(ledger_url: str) -> None:
+    items = generated(1_200, seed=32)
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        for batch in batches(items, random.Random(32), 40):
+            ledger.append(batch)
+    variants = _variants(items, random.Random(5))
+    with ArenaLedger(ledger_url) as seeded, ArenaLedger(
+        ledger_url, seed_from_read_models=False
+    ) as whole:
+        decided: list[tuple[Any, Any]] = []
+        for stream, event in variants:
+            mine, theirs = seeded.fold.decide(stream, event), whole.fold.decide(stream, event)
+            decided.append((mine, theirs))
+        assert [m for m, _ in decided] == [t for _, t in decided]
+        codes = {t.code for _, t in decided if t is not None}
+        assert len(codes) >= 4, codes  # not vacuous: many rules refused something
+        assert seeded.fold.snapshot() == whole.fold.snapshot()  # decide changed nothing
+
+
+def test_a_head_moved_by_another_writer_seeds_the_fold_again(ledger_url: str) -> None:
+    items = generated(600, seed=33)
+    half = len(items) // 2
+    with ArenaLedger(ledger_url, actor="one") as one, ArenaLedger(ledger_url, actor="two") as two:
+        for batch in batches(items[:half], random.Random(1), 30):
+            one.append(batch)
+        two.append(items[half:half + 10])  # seeded at one's head, inside its append
+        for batch in batches(items[half + 10:], random.Random(2), 30):
+            one.append(batch)  # seeded again: two moved the head
+        assert one.fold.position == two.fold.position or two.fold.position < one.fold.position
+    _same_state(ledger_url)
+
+
+def _again(arrived: SubmissionArrived, **changes: Any) -> SubmissionArrived:
+    """Returns a new arrival like ``arrived`` with ``changes`` (and its own id)."""
+    fields = {**arrived.model_dump(exclude_unset=True), **changes}
+    draft = SubmissionArrived.model_validate({**fields, "submission_id": "0" * 64})
+    return SubmissionArrived.model_validate({**fields, "submission_id": submission_id_of(draft)})
+
+
+def test_intake_reads_what_finished_as_the_whole_fold_does(ledger_url: str) -> None:
+    """Arrivals that only history can decide: the content of a FAILED submission again, a
+    payment a finished submission consumed, the busiest hotkey's next admission, a hotkey
+    with credits. A fresh (seeded) ledger derives each intake as the whole fold does."""
+    items = generated(2_500, seed=34)
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        for batch in batches(items, random.Random(34), 40):
+            ledger.append(batch)
+    with ArenaLedger(ledger_url, seed_from_read_models=False) as whole:
+        fold = whole.fold
+        subs = [s for arena in fold.arenas() for s in fold.submissions(arena.arena_id)]
+        head_block = max(s.arrival_block for s in subs)
+        failed = next(s for s in subs if s.status == "FAILED")
+        paid = next(s for s in subs if s.terminal and s.fee is not None
+                    and s.fee.kind == "payment")
+        busiest = max({s.hotkey for s in subs}, key=lambda h: sum(s.hotkey == h for s in subs))
+        with_credit = next(c.hotkey for c in fold.credits() if c.submission_id is None)
+    arrivals = {e.submission_id: e for _, e in items if isinstance(e, SubmissionArrived)}
+    base = arrivals[failed.submission_id]
+    crafted = {
+        "failed content": _again(base, arrival={"block": head_block, "event_index": 1,
+                                                "event_subindex": 0}, payment_ref="pay-new-1"),
+        "used payment": _again(arrivals[paid.submission_id], miner_hotkey="5Other", arrival={
+            "block": head_block, "event_index": 2, "event_subindex": 0}),
+        "busiest hotkey": _again(base, miner_hotkey=busiest, content_hash="ab" * 32, arrival={
+            "block": head_block, "event_index": 3, "event_subindex": 0},
+            payment_ref="pay-new-3"),
+        "credit": _again(base, miner_hotkey=with_credit, content_hash="cd" * 32, arrival={
+            "block": head_block, "event_index": 4, "event_subindex": 0}, payment_ref=None),
+    }
+    outcomes = {}
+    for name, arrived in crafted.items():
+        with ArenaLedger(ledger_url, actor="test") as fresh:
+            fresh.append([(f"submission-{arrived.submission_id}", arrived)])
+        with ArenaLedger(ledger_url) as seeded, ArenaLedger(
+            ledger_url, seed_from_read_models=False
+        ) as whole:
+            mine = seeded.fold.intake(arrived.submission_id, 500_000_000)
+            assert mine == whole.fold.intake(arrived.submission_id, 500_000_000), name
+            outcomes[name] = mine
+    assert type(outcomes["failed content"]).__name__ == "Rejection"
+    assert outcomes["used payment"] == Rejection("eval_cost_payment_used")
+    assert getattr(outcomes["credit"], "kind", None) == "credit"

@@ -22,6 +22,7 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
+from cli.tables import cut_cell, fit_widths
 from ledger.log import configure_logging
 from ledger.records import RecordedEvent
 from services.append import BatchAppended, append_batches
@@ -263,15 +264,22 @@ def _recorded_at(text: str, option: str) -> str:
 #: rich table, a long listing printed nothing for a long time and held all of it in memory.
 events_chunk_rows = 1_000
 _EVENT_HEADERS = ("pos", "stream", "ver", "type", "recorded_at", "hash")
+#: How far each column of the listing is cut before any is cut further, on a terminal too
+#: narrow for it: a stream to its category and an id prefix, a time to its date, a hash to
+#: 8 characters; the position, version and type are kept whole the longest.
+_EVENT_CUT_FIRST = (INT_MAX, 20, INT_MAX, INT_MAX, 11, 8)
 
 
 def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
     """Prints the events as aligned columns, a chunk at a time, then how many there were.
 
     The position column is as wide as ``last_position`` needs, the others as the first chunk
-    needs; a longer value later pushes its line out rather than being cut.
+    needs; a longer value later pushes its line out rather than being cut. On a terminal
+    narrower than the first chunk's lines, the widest columns are cut with "…" to fit it
+    (``cli.tables.fit_widths``), and so is every later cell wider than its column.
     """
     widths: list[int] | None = None
+    cut = False
     count, it = 0, iter(rows)
     while chunk := list(islice(it, events_chunk_rows)):
         cells = [(str(r.position), r.stream, str(r.version), f"{r.type} v{r.schema_version}",
@@ -281,8 +289,12 @@ def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
             widths = [max(len(h), *(len(c[i]) for c in cells))
                       for i, h in enumerate(_EVENT_HEADERS)]
             widths[0] = max(widths[0], len(str(last_position)))
-            lines.append(_columns(_EVENT_HEADERS, widths))
-        lines += [_columns(c, widths) for c in cells]
+            room = console.width - len(_COLUMN_GAP) * (len(widths) - 1)
+            floors = [min(w, f) for w, f in zip(widths, _EVENT_CUT_FIRST, strict=True)]
+            fitted = fit_widths(widths, floors, room)
+            cut, widths = fitted != widths, fitted
+            lines.append(_columns(_EVENT_HEADERS, widths, cut))
+        lines += [_columns(c, widths, cut) for c in cells]
         console.print("\n".join(lines), highlight=False)
         count += len(chunk)
     if widths is None:
@@ -290,8 +302,14 @@ def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
     console.print(counted(count, "event"))
 
 
-def _columns(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+_COLUMN_GAP = "  "
+
+
+def _columns(cells: Sequence[str], widths: Sequence[int], cut: bool = False) -> str:
+    shown = [cut_cell(cell, width) if cut else cell
+             for cell, width in zip(cells, widths, strict=True)]
+    return _COLUMN_GAP.join(cell.ljust(width)
+                            for cell, width in zip(shown, widths, strict=True)).rstrip()
 
 
 @app.command()

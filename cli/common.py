@@ -93,7 +93,15 @@ def visible(text: str) -> str:
 class _Console(Console):
     """rich's Console, except that it prints data's control characters visibly (``visible``)
     and that a reader that stops early (``arena-ledger events | head``) ends a table the way
-    ``handle_errors`` ends JSON output, exit 0, not rich's exit 1."""
+    ``handle_errors`` ends JSON output, exit 0, not rich's exit 1.
+
+    ``plain``: the output goes to a pipe or a file, not a person's terminal; tables are then
+    printed without borders (``cli.tables.FittedTable``).
+    """
+
+    def __init__(self, *args: Any, plain: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plain = plain
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -138,7 +146,9 @@ def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
 #: markup=False: what the CLI prints is data (hotkeys, hold reasons, fault details, paths),
 #: and a hotkey may be any printable ASCII: rich's markup would hide ``[b]`` in one (two
 #: hotkeys shown alike) and fail on ``[/]``. Styles are given as ``rich.text.Text``.
-console = _Console(soft_wrap=True, markup=False, width=output_width(sys.stdout, os.environ))
+_stdout_width = output_width(sys.stdout, os.environ)
+console = _Console(soft_wrap=True, markup=False, width=_stdout_width,
+                   plain=_stdout_width is not None)
 err_console = _Console(stderr=True, soft_wrap=True, markup=False)
 
 
@@ -161,19 +171,17 @@ def print_as_of(as_of: int | None, position: int) -> None:
 
 
 def new_table(*headers: str, **options: Any) -> Table:
-    """Returns a rich Table in the house style: cells fold onto another line rather than end
-    in "…" when the terminal is too narrow (a hotkey, id or digest is shown whole), and a
-    title sits at the left. (rich.table is imported here, by the commands that print a
-    table, not by every command.)
-
-    No column is given a least width: rich then prints the table wider than the terminal
-    (a 100-column terminal got 102 columns with the submission id kept at 17) rather than
-    fold the other columns harder, and every line wraps on the screen.
+    """Returns a table in the house style, a title at its left, that fits the width it is
+    printed in (``cli.tables.FittedTable``): a cell wraps between words, a word too wide
+    for any room left is cut with "…", none is split over two lines; piped, no borders.
+    (rich.table is imported here, by the commands that print a table, not by every command.)
     """
-    from rich.table import Column, Table
+    from rich.table import Column
+
+    from cli.tables import FittedTable
 
     options.setdefault("title_justify", "left")
-    return Table(*(Column(header, overflow="fold") for header in headers), **options)
+    return FittedTable(*(Column(header) for header in headers), **options)
 
 
 P = ParamSpec("P")

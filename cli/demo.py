@@ -19,6 +19,7 @@ from cli.common import (
     shown,
     state,
 )
+from cli.render import within_summary_width
 
 __all__ = ["register"]
 
@@ -126,7 +127,8 @@ def demo(
     if as_json:
         emit_json(summary.to_json())
     else:
-        _render(summary)
+        with within_summary_width():
+            _render(summary)
     if not summary.ok:
         raise typer.Exit(4)
 

@@ -87,10 +87,12 @@ def render_cli_md() -> str:
         "where a command keeps the fold it built, so that the next one folds only the events "
         "after it; `--no-snapshots` (`ARENA_LEDGER_NO_SNAPSHOTS=1`) folds from nothing and "
         "writes none ([operations.md](operations.md#fold-snapshots)).",
-        "Every read command takes `--json`; lists print JSON Lines. Tables fit a terminal, "
-        "folding a cell that does not fit onto the next line; piped to a file or another "
-        "program they keep every cell on one line (set `COLUMNS` to lay them out at a given "
-        "width). Text is printed as recorded: square brackets are not markup, and a control "
+        "Every read command takes `--json`; lists print JSON Lines. Tables fit a terminal: "
+        "a cell wraps between words, and a word too wide for the room left is cut with `…`, "
+        "never split over two lines (a bordered table first gives up its borders). Piped to "
+        "a file or another program they have no borders, keep every cell on one line and end "
+        "no line in spaces (set `COLUMNS` to lay them out as on a terminal that wide). Text "
+        "is printed as recorded: square brackets are not markup, and a control "
         "character a terminal would act on (ESC, CR, BEL, a bidirectional override…) is "
         "written out as `\\xNN` or `\\uNNNN`, so free text recorded by another operator or "
         "a foreign bundle cannot move the cursor or rewrite what is on screen.",

@@ -22,9 +22,11 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
+from cli.help import restyle
 from cli.tables import cut_cell, fit_widths
 from ledger.log import configure_logging
 from ledger.records import RecordedEvent
+from ledger.store import DEFAULT_URL
 from services.append import BatchAppended, append_batches
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import read_drafts
@@ -55,15 +57,32 @@ class LogLevel(StrEnum):
     ERROR = "ERROR"
 
 
+def _version(asked: bool) -> None:
+    """Prints the installed package's version and exits 0 (``--version``)."""
+    if not asked:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("arena-ledger")
+    except PackageNotFoundError:  # run from a source tree that pip never installed
+        number = "unknown (not installed)"
+    console.print(f"arena-ledger {number}")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def _global(
     db: str = typer.Option(
-        state.db_url, "--db", envvar="ARENA_LEDGER_DB", help="Database URL (sqlite:///… or "
-        "postgresql+psycopg://…)."
+        state.db_url, "--db", envvar="ARENA_LEDGER_DB", metavar="<url>", show_default=False,
+        help=f"Database URL, sqlite:///FILE or postgresql+psycopg://… (default: "
+        f"{DEFAULT_URL}).",
     ),
     log_level: LogLevel = typer.Option(
-        LogLevel.WARNING, "--log-level", case_sensitive=False,
-        help="Log level for structured logs on stderr.",
+        LogLevel.WARNING, "--log-level", case_sensitive=False, metavar="<level>",
+        show_default=False,
+        help="Level of the structured logs on stderr: debug, info, warning (the default) or "
+        "error, in any case.",
     ),
     snapshot_dir: Path | None = typer.Option(
         None, "--snapshot-dir", envvar="ARENA_LEDGER_SNAPSHOT_DIR", file_okay=False,
@@ -73,6 +92,10 @@ def _global(
     no_snapshots: bool = typer.Option(
         False, "--no-snapshots", envvar="ARENA_LEDGER_NO_SNAPSHOTS",
         help="Fold from nothing and write no snapshot.",
+    ),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version,
+        help="Print the version and exit.",
     ),
 ) -> None:
     state.db_url = db
@@ -157,8 +180,12 @@ def events(
     stream_prefix: str | None = typer.Option(None, "--stream-prefix", help="Only streams "
                                              "starting with this, e.g. attempt-."),
     types: list[str] | None = typer.Option(None, "--type", help="Only this type (repeatable)."),
-    from_position: int = typer.Option(1, "--from-position", min=1, max=INT_MAX),
-    to_position: int | None = typer.Option(None, "--to-position", min=0, max=INT_MAX),
+    from_position: int = typer.Option(
+        1, "--from-position", min=1, max=INT_MAX, help="First position listed."
+    ),
+    to_position: int | None = typer.Option(
+        None, "--to-position", min=0, max=INT_MAX, help="Last position listed."
+    ),
     as_of: int | None = typer.Option(
         None, "--as-of", min=0, max=INT_MAX,
         help="The ledger as of position N (same as --to-position N).",
@@ -167,7 +194,8 @@ def events(
                                      "or a date; UTC where it names no offset)."),
     until: str | None = typer.Option(None, "--until", help="recorded_at < this (RFC 3339, "
                                      "or a date; UTC where it names no offset)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, max=INT_MAX),
+    limit: int | None = typer.Option(None, "--limit", min=1, max=INT_MAX,
+                                     help="Most events listed."),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
 ) -> None:
     """Lists recorded events in position order, with filters."""
@@ -379,6 +407,9 @@ _register_demo(app)
 from cli.ops import register as _register_ops  # noqa: E402
 
 _register_ops(app)
+
+
+restyle(app)  # after every command is registered: help panels by role, usage as read
 
 
 def main() -> None:

@@ -97,7 +97,7 @@ def evaluate(
 
 @handle_errors
 def run_controls(
-    arena_id: str = typer.Argument(...),
+    arena_id: str = typer.Argument(..., help="The arena."),
     block: int = typer.Option(
         ..., "--block", min=0, max=INT_MAX, help="Finalized block of the runs."
     ),

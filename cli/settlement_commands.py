@@ -42,9 +42,16 @@ def _ledger(as_of: int | None = None) -> ArenaLedger:
 
 @handle_errors
 def emission_policy(
-    half_life_blocks: int = typer.Option(..., "--half-life-blocks", min=1, max=INT_MAX),
-    burn_hotkey: str = typer.Option(..., "--burn-hotkey"),
-    validator_hotkey: str = typer.Option(..., "--validator-hotkey"),
+    half_life_blocks: int = typer.Option(
+        ..., "--half-life-blocks", min=1, max=INT_MAX,
+        help="Blocks after which a claim keeps half its credit (hyperbolic decay).",
+    ),
+    burn_hotkey: str = typer.Option(
+        ..., "--burn-hotkey", help="Hotkey that gets the weight no claim earns."
+    ),
+    validator_hotkey: str = typer.Option(
+        ..., "--validator-hotkey", help="The validator the policy is set for."
+    ),
 ) -> None:
     """Sets the emission policy settlements use from this position on."""
     named = options_named(burn_hotkey="--burn-hotkey", validator_hotkey="--validator-hotkey")
@@ -106,7 +113,7 @@ def settle(
 
 @handle_errors
 def rewards(
-    arena_id: str | None = typer.Option(None, "--arena"),
+    arena_id: str | None = typer.Option(None, "--arena", help="Only this arena's."),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
@@ -146,7 +153,7 @@ def _rewards_count(rows: list[dict[str, Any]], arena_id: str | None) -> str:
 
 @handle_errors
 def fees(
-    arena_id: str | None = typer.Option(None, "--arena"),
+    arena_id: str | None = typer.Option(None, "--arena", help="Only this arena's."),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

@@ -372,6 +372,8 @@ def verify(
         report = store.verify(from_position, to_position, tree=tree)
     if as_json:
         emit_json(report.to_json())
+    elif report.ok and report.to_position == 0:  # not "0 events verified (1..0)"
+        console.print("ok: the ledger is empty; there is no event to verify")
     elif report.ok:
         console.print(f"ok: {counted(report.checked, 'event')} verified "
                       f"({report.from_position}..{report.to_position}), "

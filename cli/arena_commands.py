@@ -11,6 +11,7 @@ from cli.common import (
     INT_MAX,
     as_of_option,
     console,
+    counted,
     decision_text,
     emit_json,
     emit_jsonl,
@@ -246,7 +247,8 @@ def expire(
     """Expires submissions whose SLA has passed at the finalized block."""
     with options_named(submission_id="--submission"), _ledger() as ledger:
         expired = ledger.expire(block, sid)
-    console.print(f"expired {len(expired)} submission(s)" + "".join(f"\n  {s}" for s in expired))
+    console.print(f"expired {counted(len(expired), 'submission')}"
+                  + "".join(f"\n  {s}" for s in expired))
 
 
 @handle_errors

@@ -51,7 +51,7 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
             f"    window {info['window']} (orientation {info['orientation']}) ratio {ratio:.4f}"
         )
     elif stage == "audit":
-        console.print(f"    audit: {info['nodes']} node(s) graded")
+        console.print(f"    audit: {counted(info['nodes'], 'node')} graded")
     elif stage == "quality":
         console.print(f"    quality: agreement {info['argmax_agreement']}")
     elif stage == "fault":

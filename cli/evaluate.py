@@ -10,6 +10,7 @@ import typer
 from cli.common import (
     INT_MAX,
     console,
+    counted,
     decision_text,
     emit_json,
     emit_jsonl,
@@ -36,7 +37,7 @@ def _printer(as_json: bool) -> Any:
                 f"{info['candidate_cost_ns']:,} ns, ratio {ratio:.4f}"
             )
         elif stage == "audit":
-            console.print(f"  audit: {info['nodes']} node(s) graded")
+            console.print(f"  audit: {counted(info['nodes'], 'node')} graded")
         elif stage == "quality":
             console.print(
                 f"  quality: agreement {info['argmax_agreement']}, regression "

@@ -157,9 +157,11 @@ def verify_proof_command(
         console.print(f"ok: position {verdict.position} (entry {verdict.entry_hash}) is in the "
                       f"tree of size {verdict.tree_size} signed by {verdict.origin}")
     else:
+        sizes = verdict.checkpoint_sizes
+        against = (f"the checkpoint at size {sizes[0]}" if len(sizes) == 1 else
+                   f"the checkpoints at sizes {', '.join(map(str, sizes))}")
         console.print(f"ok: the tree of size {verdict.from_size} is a prefix of the tree of "
-                      f"size {verdict.tree_size}; checked against checkpoint(s) at size "
-                      f"{', '.join(map(str, verdict.checkpoint_sizes))} of {verdict.origin}")
+                      f"size {verdict.tree_size}; checked against {against} of {verdict.origin}")
 
 
 def _report(verb: str, report: BundleReport, as_json: bool) -> None:

@@ -192,11 +192,11 @@ def downgrade(
 
 
 #: The revisions whose downgrade drops a table of records: revision → (table, the query
-#: for how many records it holds, how a record is called).
+#: for how many records it holds, how one record is called).
 _DROPS_RECORDS = {
-    "0001_initial": ("events", "SELECT MAX(position) FROM events", "recorded events"),
+    "0001_initial": ("events", "SELECT MAX(position) FROM events", "recorded event"),
     "0002_merkle_checkpoints": (
-        "checkpoints", "SELECT COUNT(*) FROM checkpoints", "signed checkpoints"
+        "checkpoints", "SELECT COUNT(*) FROM checkpoints", "signed checkpoint"
     ),
 }
 
@@ -213,7 +213,7 @@ def _refuse_dropping_records(conn: Connection, revision: str) -> None:
             conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
         count = conn.execute(text(query)).scalar() or 0
         if count:
-            held.append(f"the {table} table and its {count:,} {called}")
+            held.append(f"the {table} table and its {count:,} {called}{'' if count == 1 else 's'}")
     if held:
         raise Refused(
             f"downgrading to {revision} would drop {' and '.join(held)}; nothing was changed. "

@@ -250,7 +250,7 @@ def test_expire_with_a_submission_expires_that_one_only(
     cli("intake", cli.write("d3.json", one), "--paid-rao", str(S.FEE_A))
     cli("intake", cli.write("d4.json", other), "--paid-rao", str(S.FEE_A))
     done = cli("expire", "--block", "600000", "--submission", first)
-    assert done.stdout == f"expired 1 submission(s)\n  {first}\n"
+    assert done.stdout == f"expired 1 submission\n  {first}\n"
     statuses = {r["submission_id"]: r["status"] for r in cli.jsonl("submissions")}
     assert (statuses[first], statuses[second]) == ("EXPIRED", "QUEUED")
 

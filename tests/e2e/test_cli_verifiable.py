@@ -298,7 +298,7 @@ def test_the_bundle_and_proof_commands_say_in_one_line_what_their_json_says(
                ledger.note9, "--key", ledger.pub, db=away, cwd=root)
     assert done.stdout == (
         "ok: the tree of size 6 is a prefix of the tree of size 9; checked against "
-        "checkpoint(s) at size 6, 9 of arena-ledger/ops.example\n")
+        "the checkpoints at sizes 6, 9 of arena-ledger/ops.example\n")
 
 
 def test_checkpoint_refuses_a_forged_head_frontier_in_one_line(

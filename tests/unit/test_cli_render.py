@@ -378,7 +378,7 @@ def test_evaluate_prints_each_stage_and_the_verdict_only_on_a_terminal(
     stages = [
         "  window 1 (orientation 1): stock 1,000,000,000 ns, candidate 990,000,000 ns, "
         "ratio 0.9900",
-        "  audit: 4 node(s) graded",
+        "  audit: 4 nodes graded",
         "  quality: agreement 0.998, regression False, envelope True",
         "  infrastructure fault engine_killed at speed",
         "control ctl-kill (engine_kill)",

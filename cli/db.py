@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import console, counted, emit_json, err_console, handle_errors, state
+from cli.common import (
+    console,
+    counted,
+    emit_json,
+    emit_jsonl,
+    err_console,
+    handle_errors,
+    state,
+)
 
 __all__ = ["db_app"]
 
@@ -99,13 +107,15 @@ def current(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 @db_app.command("history")
 @handle_errors
-def history(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def history(
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines, one revision a line."),
+) -> None:
     """Lists the shipped revisions, newest first."""
     from ledger import migrate
 
     revisions = migrate.history()
-    if as_json:
-        emit_json(revisions)
+    if as_json:  # a list: JSON Lines, as every list command prints (docs/cli.md)
+        emit_jsonl(revisions)
         return
     for rev in revisions:
         console.print(f"{rev['down_revision'] or 'base'} -> {rev['revision']}: {rev['doc']}")

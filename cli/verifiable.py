@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli.common import INT_MAX, console, counted, emit_json, handle_errors, new_table, state
+from cli.common import (
+    INT_MAX,
+    console,
+    counted,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    new_table,
+    state,
+)
 from cli.limits import unlisted_shown_max
 from ledger.limits import note_file_bytes_max, proof_document_bytes_max
 
@@ -77,13 +86,13 @@ def checkpoints(
     limit: int = typer.Option(
         checkpoints_listed_default, "--limit", min=1, max=INT_MAX, help="Most to list."
     ),
-    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines, one checkpoint a line."),
 ) -> None:
     """Lists the stored checkpoints, newest first."""
     with state.store() as store:
         rows = store.checkpoints(limit)
-    if as_json:
-        emit_json(rows)
+    if as_json:  # a list: JSON Lines, as every list command prints (docs/cli.md)
+        emit_jsonl(rows)
         return
     table = new_table("id", "tree_size", "root_hash", "origin", "key", "created_at", box=None)
     for row in rows:

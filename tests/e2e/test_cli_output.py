@@ -382,3 +382,26 @@ def test_piped_each_submission_is_one_line_with_its_cause_and_next_step_whole(
     for line, row in zip(lines[1:], rows, strict=True):
         assert line.startswith(row["submission_id"][:16])
         assert line.endswith(row["next_step"]) and row["cause"] in line
+
+
+# --- --json of a list is JSON Lines (docs/cli.md) -------------------------------------------------
+
+
+def test_every_list_command_prints_json_lines_one_object_a_line(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    # docs/cli.md: "lists print JSON Lines"; checkpoints --json printed one indented array.
+    cli = _copy(settled, cli_factory, "lists")
+    cli("key", "generate", "--name", "ops.example", "--out", "ops.key")
+    cli("checkpoint", "--key", "ops.key")
+    cli("register-control", S.ARENA_A, "--id", "ctl-none", "--kind", "honest",
+        "--delta-digest", "0" * 64, "--expect", "PASS")
+    lists = [("events", "--limit", "3"), ("submissions",), ("controls", S.ARENA_A),
+             ("rewards",), ("history", "--hotkey", S.ALICE), ("checkpoints",),
+             ("db", "history")]
+    for args, done in zip(lists, cli.many([((*args, "--json"), 0) for args in lists]),
+                          strict=True):
+        lines = done.stdout.splitlines()
+        assert done.stdout.endswith("\n"), args
+        rows = [json.loads(line) for line in lines]
+        assert rows and all(isinstance(row, dict) for row in rows), args

@@ -23,6 +23,7 @@ from cli.common import (
 )
 from cli.db import db_app
 from cli.help import restyle
+from cli.progress import ProgressBar
 from cli.tables import cut_cell, fit_widths
 from ledger.log import configure_logging
 from ledger.records import RecordedEvent
@@ -150,8 +151,9 @@ def append(
             raise unreadable(file, "input file", exc) from None
     if not lines:
         raise InvalidInput("the input holds no events", path=file)
-    with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger:
-        append_batches(ledger, lines, batch, actor=actor,
+    with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger, \
+            ProgressBar(as_json) as progress:
+        append_batches(ledger, lines, batch, actor=actor, progress=progress,
                        on_batch=lambda appended: _report_append(appended, as_json))
 
 
@@ -368,8 +370,8 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recomputes the hash chain; exit 4 names the first bad position."""
-    with state.store() as store:
-        report = store.verify(from_position, to_position, tree=tree)
+    with state.store() as store, ProgressBar(as_json) as progress:
+        report = store.verify(from_position, to_position, tree=tree, progress=progress)
     if as_json:
         emit_json(report.to_json())
     elif report.ok and report.to_position == 0:  # not "0 events verified (1..0)"

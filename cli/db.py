@@ -16,6 +16,7 @@ from cli.common import (
     handle_errors,
     state,
 )
+from cli.progress import ProgressBar
 
 __all__ = ["db_app"]
 
@@ -52,7 +53,8 @@ def upgrade(
         console.print(f"already at {migrate.current(state.db_url)}; nothing to do")
         return
     console.print("pending: " + ", ".join(todo))
-    report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify)
+    with ProgressBar(as_json=False) as progress:
+        report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify, progress=progress)
     if report.verified is not None:
         checked = counted(report.verified.checked, "event")
         console.print(f"verified {checked} before migrating (head {report.verified.head_hash})")

@@ -24,6 +24,7 @@ from cli.common import (
     state,
 )
 from cli.limits import unlisted_shown_max
+from cli.progress import ProgressBar
 from ledger.limits import note_file_bytes_max, proof_document_bytes_max
 
 if TYPE_CHECKING:
@@ -215,9 +216,9 @@ def export(
     from ledger.checkpoint import load_signer
 
     signer = load_signer(key) if key is not None else None
-    with state.store() as store:
+    with state.store() as store, ProgressBar(as_json) as progress:
         report = export_bundle(store, path, signer=signer, origin=origin,
-                               to_position=to_position)
+                               to_position=to_position, progress=progress)
     _report("exported", report, as_json)
 
 
@@ -237,9 +238,9 @@ def import_(
     from ledger.checkpoint import load_verifier
 
     verifier = load_verifier(key) if key is not None else None
-    with state.store() as store:
+    with state.store() as store, ProgressBar(as_json) as progress:
         report = import_bundle(store, path, verifier, origin=origin,
-                               allow_unsigned=no_signature_check)
+                               allow_unsigned=no_signature_check, progress=progress)
     _report("imported", report, as_json)
 
 
@@ -258,7 +259,9 @@ def verify_bundle_command(
     from ledger.checkpoint import load_verifier
 
     verifier = load_verifier(key) if key is not None else None
-    report = verify_bundle(path, verifier, origin=origin, allow_unsigned=no_signature_check)
+    with ProgressBar(as_json) as progress:
+        report = verify_bundle(path, verifier, origin=origin,
+                               allow_unsigned=no_signature_check, progress=progress)
     _report("verified", report, as_json)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from cli.common import (
     print_as_of,
     state,
 )
+from cli.progress import watched
 from services.arena_ledger import ArenaLedger
 from vocabulary.errors import InvalidInput
 
@@ -286,7 +286,7 @@ def _replay_store(
 class _progress:
     def __init__(self, total: int, quiet: bool) -> None:
         self.total = total
-        self.enabled = not quiet and sys.stderr.isatty()
+        self.enabled = watched(quiet)  # as every long command's bar (cli/progress.py)
         self.bar: Any = None
 
     def __enter__(self) -> Any:

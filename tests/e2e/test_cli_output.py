@@ -143,6 +143,7 @@ def test_the_replay_rate_groups_thousands() -> None:
 def test_the_progress_bar_ends_on_the_last_position_whatever_the_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     bar = _progress(1_001, quiet=False)  # a step of 5: 1,001 is not a multiple of it
     with bar as advance:

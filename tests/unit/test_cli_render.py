@@ -318,10 +318,15 @@ def test_a_replay_that_misses_the_expected_digest_says_which_it_expected() -> No
 def test_the_progress_bar_runs_only_on_a_terminal_and_never_with_json(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     with _progress(1_000, quiet=False) as advance:
         assert advance is None
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with _progress(1_000, quiet=False) as advance:
+        assert advance is None  # stdout piped: nobody watches the bar either
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     with _progress(1_000, quiet=True) as advance:
         assert advance is None
     bar = _progress(40_000, quiet=False)

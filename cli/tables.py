@@ -92,7 +92,7 @@ class FittedTable(Table):
 
     def __init__(self, *columns: Any, **options: Any) -> None:
         super().__init__(*columns, **options)
-        self.asked_box = self.box
+        self.asked = (self.box, self.pad_edge, self.show_edge)  # as asked, before any fit
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         self._fit(console, options.max_width)
@@ -115,7 +115,7 @@ class FittedTable(Table):
             measured.append(_measures(text for text in texts if text is not None))
         naturals = [natural for natural, _ in measured]
         floors = [floor for _, floor in measured]
-        self.box, self.pad_edge, self.show_edge = self.asked_box, True, True
+        self.box, self.pad_edge, self.show_edge = self.asked
         if getattr(console, "plain", False) or sum(floors) > width - self._frame_width():
             self.box, self.pad_edge, self.show_edge = None, False, False
         fitted = fit_widths(naturals, floors, width - self._frame_width())

@@ -168,6 +168,7 @@ def test_the_demo_summary_keeps_within_its_rule(width: int, plain: bool) -> None
     rule = min(width, summary_width_max)
     assert len(lines[0]) == rule and "summary" in lines[0]
     assert max(map(len, lines)) <= rule
+    assert [line for line in lines if line != line.rstrip()] == []  # wrapped, not padded
     cells = [[row["hotkey"], row["status"], row["reason"] or "-", row["cause"]]
              for row in summary.submissions]
     words = text.split()

@@ -22,9 +22,13 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
+from cli.help import restyle
+from cli.progress import ProgressBar
 from cli.projections import projections_app
+from cli.tables import cut_cell, fit_widths
 from ledger.log import configure_logging
 from ledger.records import RecordedEvent
+from ledger.store import DEFAULT_URL
 from services.append import BatchAppended, append_batches
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import read_drafts
@@ -56,15 +60,32 @@ class LogLevel(StrEnum):
     ERROR = "ERROR"
 
 
+def _version(asked: bool) -> None:
+    """Prints the installed package's version and exits 0 (``--version``)."""
+    if not asked:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("arena-ledger")
+    except PackageNotFoundError:  # run from a source tree that pip never installed
+        number = "unknown (not installed)"
+    console.print(f"arena-ledger {number}")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def _global(
     db: str = typer.Option(
-        state.db_url, "--db", envvar="ARENA_LEDGER_DB", help="Database URL (sqlite:///… or "
-        "postgresql+psycopg://…)."
+        state.db_url, "--db", envvar="ARENA_LEDGER_DB", metavar="<url>", show_default=False,
+        help=f"Database URL, sqlite:///FILE or postgresql+psycopg://… (default: "
+        f"{DEFAULT_URL}).",
     ),
     log_level: LogLevel = typer.Option(
-        LogLevel.WARNING, "--log-level", case_sensitive=False,
-        help="Log level for structured logs on stderr.",
+        LogLevel.WARNING, "--log-level", case_sensitive=False, metavar="<level>",
+        show_default=False,
+        help="Level of the structured logs on stderr: debug, info, warning (the default) or "
+        "error, in any case.",
     ),
     snapshot_dir: Path | None = typer.Option(
         None, "--snapshot-dir", envvar="ARENA_LEDGER_SNAPSHOT_DIR", file_okay=False,
@@ -74,6 +95,10 @@ def _global(
     no_snapshots: bool = typer.Option(
         False, "--no-snapshots", envvar="ARENA_LEDGER_NO_SNAPSHOTS",
         help="Fold from nothing and write no snapshot.",
+    ),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version,
+        help="Print the version and exit.",
     ),
 ) -> None:
     state.db_url = db
@@ -128,8 +153,9 @@ def append(
             raise unreadable(file, "input file", exc) from None
     if not lines:
         raise InvalidInput("the input holds no events", path=file)
-    with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger:
-        append_batches(ledger, lines, batch, actor=actor,
+    with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger, \
+            ProgressBar(as_json) as progress:
+        append_batches(ledger, lines, batch, actor=actor, progress=progress,
                        on_batch=lambda appended: _report_append(appended, as_json))
 
 
@@ -158,8 +184,12 @@ def events(
     stream_prefix: str | None = typer.Option(None, "--stream-prefix", help="Only streams "
                                              "starting with this, e.g. attempt-."),
     types: list[str] | None = typer.Option(None, "--type", help="Only this type (repeatable)."),
-    from_position: int = typer.Option(1, "--from-position", min=1, max=INT_MAX),
-    to_position: int | None = typer.Option(None, "--to-position", min=0, max=INT_MAX),
+    from_position: int = typer.Option(
+        1, "--from-position", min=1, max=INT_MAX, help="First position listed."
+    ),
+    to_position: int | None = typer.Option(
+        None, "--to-position", min=0, max=INT_MAX, help="Last position listed."
+    ),
     as_of: int | None = typer.Option(
         None, "--as-of", min=0, max=INT_MAX,
         help="The ledger as of position N (same as --to-position N).",
@@ -168,7 +198,8 @@ def events(
                                      "or a date; UTC where it names no offset)."),
     until: str | None = typer.Option(None, "--until", help="recorded_at < this (RFC 3339, "
                                      "or a date; UTC where it names no offset)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, max=INT_MAX),
+    limit: int | None = typer.Option(None, "--limit", min=1, max=INT_MAX,
+                                     help="Most events listed."),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
 ) -> None:
     """Lists recorded events in position order, with filters."""
@@ -284,15 +315,22 @@ def _recorded_at(text: str, option: str) -> str:
 #: rich table, a long listing printed nothing for a long time and held all of it in memory.
 events_chunk_rows = 1_000
 _EVENT_HEADERS = ("pos", "stream", "ver", "type", "recorded_at", "hash")
+#: How far each column of the listing is cut before any is cut further, on a terminal too
+#: narrow for it: a stream to its category and an id prefix, a time to its date, a hash to
+#: 8 characters; the position, version and type are kept whole the longest.
+_EVENT_CUT_FIRST = (INT_MAX, 20, INT_MAX, INT_MAX, 11, 8)
 
 
 def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
     """Prints the events as aligned columns, a chunk at a time, then how many there were.
 
     The position column is as wide as ``last_position`` needs, the others as the first chunk
-    needs; a longer value later pushes its line out rather than being cut.
+    needs; a longer value later pushes its line out rather than being cut. On a terminal
+    narrower than the first chunk's lines, the widest columns are cut with "…" to fit it
+    (``cli.tables.fit_widths``), and so is every later cell wider than its column.
     """
     widths: list[int] | None = None
+    cut = False
     count, it = 0, iter(rows)
     while chunk := list(islice(it, events_chunk_rows)):
         cells = [(str(r.position), r.stream, str(r.version), f"{r.type} v{r.schema_version}",
@@ -302,8 +340,12 @@ def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
             widths = [max(len(h), *(len(c[i]) for c in cells))
                       for i, h in enumerate(_EVENT_HEADERS)]
             widths[0] = max(widths[0], len(str(last_position)))
-            lines.append(_columns(_EVENT_HEADERS, widths))
-        lines += [_columns(c, widths) for c in cells]
+            room = console.width - len(_COLUMN_GAP) * (len(widths) - 1)
+            floors = [min(w, f) for w, f in zip(widths, _EVENT_CUT_FIRST, strict=True)]
+            fitted = fit_widths(widths, floors, room)
+            cut, widths = fitted != widths, fitted
+            lines.append(_columns(_EVENT_HEADERS, widths, cut))
+        lines += [_columns(c, widths, cut) for c in cells]
         console.print("\n".join(lines), highlight=False)
         count += len(chunk)
     if widths is None:
@@ -311,8 +353,14 @@ def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
     console.print(counted(count, "event"))
 
 
-def _columns(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+_COLUMN_GAP = "  "
+
+
+def _columns(cells: Sequence[str], widths: Sequence[int], cut: bool = False) -> str:
+    shown = [cut_cell(cell, width) if cut else cell
+             for cell, width in zip(cells, widths, strict=True)]
+    return _COLUMN_GAP.join(cell.ljust(width)
+                            for cell, width in zip(shown, widths, strict=True)).rstrip()
 
 
 @app.command()
@@ -343,10 +391,12 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recomputes the hash chain; exit 4 names the first bad position."""
-    with state.store() as store:
-        report = store.verify(from_position, to_position, tree=tree)
+    with state.store() as store, ProgressBar(as_json) as progress:
+        report = store.verify(from_position, to_position, tree=tree, progress=progress)
     if as_json:
         emit_json(report.to_json())
+    elif report.ok and report.to_position == 0:  # not "0 events verified (1..0)"
+        console.print("ok: the ledger is empty; there is no event to verify")
     elif report.ok:
         console.print(f"ok: {counted(report.checked, 'event')} verified "
                       f"({report.from_position}..{report.to_position}), "
@@ -382,6 +432,9 @@ _register_demo(app)
 from cli.ops import register as _register_ops  # noqa: E402
 
 _register_ops(app)
+
+
+restyle(app)  # after every command is registered: help panels by role, usage as read
 
 
 def main() -> None:

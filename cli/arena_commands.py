@@ -11,6 +11,7 @@ from cli.common import (
     INT_MAX,
     as_of_option,
     console,
+    counted,
     decision_text,
     emit_json,
     emit_jsonl,
@@ -27,6 +28,10 @@ from vocabulary.codec import loads
 from vocabulary.errors import IntegrityError, InvalidInput, read_input, read_limited
 
 __all__ = ["register"]
+
+
+_SID_HELP = "The submission (its id, all 64 characters)."
+_BLOCK_HELP = "Finalized block it happens at."
 
 
 def _ledger(as_of: int | None = None) -> ArenaLedger:
@@ -200,9 +205,9 @@ def conclude(
 
 @handle_errors
 def hold(
-    sid: str = typer.Argument(...),
-    reason: str = typer.Option(..., "--reason"),
-    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
+    sid: str = typer.Argument(..., help=_SID_HELP),
+    reason: str = typer.Option(..., "--reason", help="Why it is held (recorded as given)."),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help=_BLOCK_HELP),
 ) -> None:
     """Holds a non-terminal submission."""
     with options_named(reason="--reason"), _ledger() as ledger:
@@ -212,9 +217,9 @@ def hold(
 
 @handle_errors
 def release(
-    sid: str = typer.Argument(...),
-    reason: str = typer.Option(..., "--reason"),
-    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
+    sid: str = typer.Argument(..., help=_SID_HELP),
+    reason: str = typer.Option(..., "--reason", help="Why it is released (recorded as given)."),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help=_BLOCK_HELP),
     operator: str = typer.Option(..., "--operator", help="Operator hotkey."),
 ) -> None:
     """Releases a hold; the submission is queued again."""
@@ -225,9 +230,9 @@ def release(
 
 @handle_errors
 def requeue(
-    sid: str = typer.Argument(...),
-    reason: str = typer.Option(..., "--reason"),
-    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
+    sid: str = typer.Argument(..., help=_SID_HELP),
+    reason: str = typer.Option(..., "--reason", help="Why it is queued again (recorded as given)."),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help=_BLOCK_HELP),
 ) -> None:
     """Queues a completed NO_DECISION again."""
     with options_named(reason="--reason"), _ledger() as ledger:
@@ -237,13 +242,14 @@ def requeue(
 
 @handle_errors
 def expire(
-    block: int = typer.Option(..., "--block", min=0, max=INT_MAX),
+    block: int = typer.Option(..., "--block", min=0, max=INT_MAX, help=_BLOCK_HELP),
     sid: str | None = typer.Option(None, "--submission", help="Only this one."),
 ) -> None:
     """Expires submissions whose SLA has passed at the finalized block."""
     with options_named(submission_id="--submission"), _ledger() as ledger:
         expired = ledger.expire(block, sid)
-    console.print(f"expired {len(expired)} submission(s)" + "".join(f"\n  {s}" for s in expired))
+    console.print(f"expired {counted(len(expired), 'submission')}"
+                  + "".join(f"\n  {s}" for s in expired))
 
 
 @handle_errors
@@ -279,9 +285,11 @@ def explain(
 
 @handle_errors
 def submissions(
-    arena_id: str | None = typer.Option(None, "--arena"),
-    hotkey: str | None = typer.Option(None, "--hotkey"),
-    status: str | None = typer.Option(None, "--status"),
+    arena_id: str | None = typer.Option(None, "--arena", help="Only this arena's."),
+    hotkey: str | None = typer.Option(None, "--hotkey", help="Only this miner hotkey's."),
+    status: str | None = typer.Option(
+        None, "--status", help="Only those in this status (QUEUED, QUALIFIED, FAILED, …)."
+    ),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one submission a line."),
 ) -> None:
@@ -309,7 +317,7 @@ def submissions(
 
 @handle_errors
 def controls(
-    arena_id: str = typer.Argument(...),
+    arena_id: str = typer.Argument(..., help="The arena."),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
@@ -348,10 +356,12 @@ def controls(
 
 @handle_errors
 def grant_credit(
-    credit_id: str = typer.Option(..., "--id"),
-    hotkey: str = typer.Option(..., "--hotkey"),
-    amount_rao: int = typer.Option(..., "--amount-rao", min=0, max=INT_MAX),
-    note: str = typer.Option("", "--note"),
+    credit_id: str = typer.Option(..., "--id", help="Credit id (each granted once)."),
+    hotkey: str = typer.Option(..., "--hotkey", help="The miner hotkey credited."),
+    amount_rao: int = typer.Option(
+        ..., "--amount-rao", min=0, max=INT_MAX, help="Amount in rao; intake spends it as fees."
+    ),
+    note: str = typer.Option("", "--note", help="Why it is granted (recorded as given)."),
 ) -> None:
     """Grants an evaluation credit to a hotkey."""
     named = options_named(credit_id="--id", hotkey="--hotkey", note="--note")

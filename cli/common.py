@@ -96,7 +96,19 @@ def visible(text: str) -> str:
 class _Console(Console):
     """rich's Console, except that it prints data's control characters visibly (``visible``)
     and that a reader that stops early (``arena-ledger events | head``) ends a table the way
-    ``handle_errors`` ends JSON output, exit 0, not rich's exit 1."""
+    ``handle_errors`` ends JSON output, exit 0, not rich's exit 1.
+
+    ``plain``: the output goes to a pipe or a file, not a person's terminal; tables are then
+    printed without borders (``cli.tables.FittedTable``). ``trim``: no line ends in spaces
+    (rich pads a cell, and leaves the space where it wraps a line); not for a console that
+    draws a progress bar, whose frames pad lines to overwrite the one before.
+    """
+
+    def __init__(self, *args: Any, plain: bool = False, trim: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plain = plain
+        self.trim = trim
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -109,11 +121,40 @@ class _Console(Console):
     def render(self, renderable: Any, options: ConsoleOptions | None = None) -> Iterator[Segment]:
         # What did not pass through render_str (a Text built by hand): rich's own control
         # segments (a progress bar's cursor moves) carry ``control`` and are left alone.
-        for segment in super().render(renderable, options):
-            if segment.control or not _CONTROLS.search(segment.text):
-                yield segment
-            else:
-                yield Segment(visible(segment.text), segment.style)
+        segments = (
+            segment if segment.control or not _CONTROLS.search(segment.text)
+            else Segment(visible(segment.text), segment.style)
+            for segment in super().render(renderable, options)
+        )
+        yield from _trimmed(segments) if self.trim else segments
+
+
+def _trimmed(segments: Iterable[Segment]) -> Iterator[Segment]:
+    """Yields ``segments`` without the spaces that end a line (kept where no line end
+    follows them, as before a progress bar's cursor move)."""
+    pending: list[Segment] = []  # spaces seen since the last text: trailing, if a line ends
+    for segment in segments:
+        if segment.control:
+            yield from pending
+            pending.clear()
+            yield segment
+            continue
+        *ended, last = segment.text.split("\n")
+        for part in ended:
+            part = part.rstrip(" ")
+            if part:
+                yield from pending
+                yield Segment(part, segment.style)
+            pending.clear()
+            yield Segment("\n")
+        text = last.rstrip(" ")
+        if text:
+            yield from pending
+            pending.clear()
+            yield Segment(text, segment.style)
+        if len(text) < len(last):
+            pending.append(Segment(last[len(text):], segment.style))
+    yield from pending
 
 
 #: The width tables are laid out in when stdout is neither a terminal nor sized by COLUMNS
@@ -141,7 +182,9 @@ def output_width(stream: Any, environ: Mapping[str, str]) -> int | None:
 #: markup=False: what the CLI prints is data (hotkeys, hold reasons, fault details, paths),
 #: and a hotkey may be any printable ASCII: rich's markup would hide ``[b]`` in one (two
 #: hotkeys shown alike) and fail on ``[/]``. Styles are given as ``rich.text.Text``.
-console = _Console(soft_wrap=True, markup=False, width=output_width(sys.stdout, os.environ))
+_stdout_width = output_width(sys.stdout, os.environ)
+console = _Console(soft_wrap=True, markup=False, width=_stdout_width,
+                   plain=_stdout_width is not None, trim=True)
 err_console = _Console(stderr=True, soft_wrap=True, markup=False)
 
 
@@ -164,19 +207,17 @@ def print_as_of(as_of: int | None, position: int) -> None:
 
 
 def new_table(*headers: str, **options: Any) -> Table:
-    """Returns a rich Table in the house style: cells fold onto another line rather than end
-    in "…" when the terminal is too narrow (a hotkey, id or digest is shown whole), and a
-    title sits at the left. (rich.table is imported here, by the commands that print a
-    table, not by every command.)
-
-    No column is given a least width: rich then prints the table wider than the terminal
-    (a 100-column terminal got 102 columns with the submission id kept at 17) rather than
-    fold the other columns harder, and every line wraps on the screen.
+    """Returns a table in the house style, a title at its left, that fits the width it is
+    printed in (``cli.tables.FittedTable``): a cell wraps between words, a word too wide
+    for any room left is cut with "…", none is split over two lines; piped, no borders.
+    (rich.table is imported here, by the commands that print a table, not by every command.)
     """
-    from rich.table import Column, Table
+    from rich.table import Column
+
+    from cli.tables import FittedTable
 
     options.setdefault("title_justify", "left")
-    return Table(*(Column(header, overflow="fold") for header in headers), **options)
+    return FittedTable(*(Column(header) for header in headers), **options)
 
 
 P = ParamSpec("P")

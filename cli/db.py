@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import console, counted, emit_json, err_console, handle_errors, state
+from cli.common import (
+    console,
+    counted,
+    emit_json,
+    emit_jsonl,
+    err_console,
+    handle_errors,
+    state,
+)
+from cli.progress import ProgressBar
 
 __all__ = ["db_app"]
 
@@ -44,9 +53,7 @@ def upgrade(
         console.print(f"already at {migrate.current(state.db_url)}; nothing to do")
         return
     console.print("pending: " + ", ".join(todo))
-    from cli.projections import progress_bar
-
-    with progress_bar("backfilling the read models") as progress:
+    with ProgressBar(as_json=False) as progress:
         report = ops.upgrade(state.db_url, revision, skip_verify=skip_verify, progress=progress)
     if report.verified is not None:
         checked = counted(report.verified.checked, "event")
@@ -102,13 +109,15 @@ def current(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 @db_app.command("history")
 @handle_errors
-def history(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def history(
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines, one revision a line."),
+) -> None:
     """Lists the shipped revisions, newest first."""
     from ledger import migrate
 
     revisions = migrate.history()
-    if as_json:
-        emit_json(revisions)
+    if as_json:  # a list: JSON Lines, as every list command prints (docs/cli.md)
+        emit_jsonl(revisions)
         return
     for rev in revisions:
         console.print(f"{rev['down_revision'] or 'base'} -> {rev['revision']}: {rev['doc']}")

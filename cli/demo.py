@@ -19,6 +19,7 @@ from cli.common import (
     shown,
     state,
 )
+from cli.render import within_summary_width
 
 __all__ = ["register"]
 
@@ -58,7 +59,7 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
             f"    window {info['window']} (orientation {info['orientation']}) ratio {ratio:.4f}"
         )
     elif stage == "audit":
-        console.print(f"    audit: {info['nodes']} node(s) graded")
+        console.print(f"    audit: {counted(info['nodes'], 'node')} graded")
     elif stage == "quality":
         console.print(f"    quality: agreement {info['argmax_agreement']}")
     elif stage == "fault":
@@ -154,7 +155,8 @@ def demo(
     if as_json:
         emit_json(summary.to_json())
     else:
-        _render(summary)
+        with within_summary_width():
+            _render(summary)
     if not summary.ok:
         raise typer.Exit(4)
 

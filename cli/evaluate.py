@@ -10,6 +10,7 @@ import typer
 from cli.common import (
     INT_MAX,
     console,
+    counted,
     decision_text,
     emit_json,
     emit_jsonl,
@@ -37,7 +38,7 @@ def _printer(as_json: bool) -> Any:
                 "above 1 is slower)"
             )
         elif stage == "audit":
-            console.print(f"  audit: {info['nodes']} node(s) graded")
+            console.print(f"  audit: {counted(info['nodes'], 'node')} graded")
         elif stage == "quality":
             console.print(
                 f"  quality: agreement {info['argmax_agreement']}, regression "
@@ -98,7 +99,7 @@ def evaluate(
 
 @handle_errors
 def run_controls(
-    arena_id: str = typer.Argument(...),
+    arena_id: str = typer.Argument(..., help="The arena."),
     block: int = typer.Option(
         ..., "--block", min=0, max=INT_MAX, help="Finalized block of the runs."
     ),

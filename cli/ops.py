@@ -23,6 +23,7 @@ from cli.common import (
     state,
 )
 from cli.db import db_app
+from cli.progress import ProgressBar
 from services import operations as ops
 
 __all__ = ["register"]
@@ -46,7 +47,8 @@ def backup(
     PostgreSQL: a pg_dump custom-format archive (pg_dump must be on PATH); verify it by
     restoring it into a new database with `db restore`. See docs/operations.md.
     """
-    report = ops.backup(state.db_url, path)
+    with ProgressBar(as_json) as progress:
+        report = ops.backup(state.db_url, path, progress=progress)
     if as_json:
         emit_json(report.to_json())
         return
@@ -73,7 +75,8 @@ def restore(
     is verified before the target is touched (exit 4 if it fails). PostgreSQL: pg_restore
     into a freshly created database, then verify.
     """
-    report = ops.restore(state.db_url, path)
+    with ProgressBar(as_json) as progress:
+        report = ops.restore(state.db_url, path, progress=progress)
     if as_json:
         emit_json(report.to_json())
         return

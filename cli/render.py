@@ -1,14 +1,37 @@
-"""Renders explanations for people: windows, looks, audit nodes, quality and the decision."""
+"""Renders for people: explanations (windows, looks, audit nodes, quality and the decision)
+and summaries laid out within a rule's width."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from rich.text import Text
 
 from cli.common import console, new_table, shown, visible
 
-__all__ = ["render_explain"]
+__all__ = ["render_explain", "summary_width_max", "within_summary_width"]
+
+#: The widest a summary (the demo's, under its rule) is laid out, on a wide terminal or in a
+#: file alike: a summary is read at a glance, not scrolled sideways.
+summary_width_max = 80
+
+
+@contextlib.contextmanager
+def within_summary_width() -> Iterator[None]:
+    """Lays out what is printed inside within ``summary_width_max`` columns (or the
+    terminal's, if fewer): lines wrap between words and tables fit (``cli.tables``).
+
+    Why: printed at a pipe's width or a wide terminal's, the demo summary's rows ran to 160
+    characters under its 80-character rule.
+    """
+    width, soft_wrap = console.width, console.soft_wrap
+    console.width, console.soft_wrap = min(width, summary_width_max), False
+    try:
+        yield
+    finally:
+        console.width, console.soft_wrap = width, soft_wrap
 
 
 def render_explain(kind: str, document: dict[str, Any]) -> None:

@@ -3,7 +3,6 @@ replay."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from cli.common import (
     print_as_of,
     state,
 )
+from cli.progress import watched
 from services.arena_ledger import ArenaLedger
 from vocabulary.errors import InvalidInput
 
@@ -44,9 +44,16 @@ def _ledger(as_of: int | None = None) -> ArenaLedger:
 
 @handle_errors
 def emission_policy(
-    half_life_blocks: int = typer.Option(..., "--half-life-blocks", min=1, max=INT_MAX),
-    burn_hotkey: str = typer.Option(..., "--burn-hotkey"),
-    validator_hotkey: str = typer.Option(..., "--validator-hotkey"),
+    half_life_blocks: int = typer.Option(
+        ..., "--half-life-blocks", min=1, max=INT_MAX,
+        help="Blocks after which a claim keeps half its credit (hyperbolic decay).",
+    ),
+    burn_hotkey: str = typer.Option(
+        ..., "--burn-hotkey", help="Hotkey that gets the weight no claim earns."
+    ),
+    validator_hotkey: str = typer.Option(
+        ..., "--validator-hotkey", help="The validator the policy is set for."
+    ),
 ) -> None:
     """Sets the emission policy settlements use from this position on."""
     named = options_named(burn_hotkey="--burn-hotkey", validator_hotkey="--validator-hotkey")
@@ -144,7 +151,7 @@ _HOTKEY_HELP = "Only this hotkey's."
 
 @handle_errors
 def rewards(
-    arena_id: str | None = typer.Option(None, "--arena"),
+    arena_id: str | None = typer.Option(None, "--arena", help="Only this arena's."),
     hotkey: str | None = typer.Option(None, "--hotkey", help=_HOTKEY_HELP),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
@@ -233,7 +240,7 @@ def _counts(counts: dict[str, int]) -> str:
 
 @handle_errors
 def fees(
-    arena_id: str | None = typer.Option(None, "--arena"),
+    arena_id: str | None = typer.Option(None, "--arena", help="Only this arena's."),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -367,7 +374,7 @@ def _replay_store(
 class _progress:
     def __init__(self, total: int, quiet: bool) -> None:
         self.total = total
-        self.enabled = not quiet and sys.stderr.isatty()
+        self.enabled = watched(quiet)  # as every long command's bar (cli/progress.py)
         self.bar: Any = None
 
     def __enter__(self) -> Any:

@@ -13,8 +13,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli.common import INT_MAX, console, counted, emit_json, handle_errors, new_table, state
+from cli.common import (
+    INT_MAX,
+    console,
+    counted,
+    emit_json,
+    emit_jsonl,
+    handle_errors,
+    new_table,
+    state,
+)
 from cli.limits import unlisted_shown_max
+from cli.progress import ProgressBar
 from ledger.limits import note_file_bytes_max, proof_document_bytes_max
 from vocabulary.errors import InvalidInput
 
@@ -132,13 +142,13 @@ def checkpoints(
     limit: int = typer.Option(
         checkpoints_listed_default, "--limit", min=1, max=INT_MAX, help="Most to list."
     ),
-    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines, one checkpoint a line."),
 ) -> None:
     """Lists the stored checkpoints, newest first."""
     with state.store() as store:
         rows = store.checkpoints(limit)
-    if as_json:
-        emit_json(rows)
+    if as_json:  # a list: JSON Lines, as every list command prints (docs/cli.md)
+        emit_jsonl(rows)
         return
     table = new_table("id", "tree_size", "root_hash", "origin", "key", "created_at", box=None)
     for row in rows:
@@ -212,9 +222,11 @@ def verify_proof_command(
         console.print(f"ok: position {verdict.position} (entry {verdict.entry_hash}) is in the "
                       f"tree of size {verdict.tree_size} signed by {verdict.origin}")
     else:
+        sizes = verdict.checkpoint_sizes
+        against = (f"the checkpoint at size {sizes[0]}" if len(sizes) == 1 else
+                   f"the checkpoints at sizes {', '.join(map(str, sizes))}")
         console.print(f"ok: the tree of size {verdict.from_size} is a prefix of the tree of "
-                      f"size {verdict.tree_size}; checked against checkpoint(s) at size "
-                      f"{', '.join(map(str, verdict.checkpoint_sizes))} of {verdict.origin}")
+                      f"size {verdict.tree_size}; checked against {against} of {verdict.origin}")
 
 
 def _report(verb: str, report: BundleReport, as_json: bool) -> None:
@@ -259,9 +271,9 @@ def export(
     from ledger.checkpoint import load_signer
 
     signer = load_signer(key) if key is not None else None
-    with state.store() as store:
+    with state.store() as store, ProgressBar(as_json) as progress:
         report = export_bundle(store, path, signer=signer, origin=origin,
-                               to_position=to_position)
+                               to_position=to_position, progress=progress)
     _report("exported", report, as_json)
 
 
@@ -281,16 +293,15 @@ def import_(
     from ledger.checkpoint import load_verifier
 
     verifier = load_verifier(key) if key is not None else None
-    from cli.projections import progress_bar
     from services.projections import rebuild_ledger
 
-    with state.store() as store:
-        report = import_bundle(store, path, verifier, origin=origin,
-                               allow_unsigned=no_signature_check)
-    # The bundle's events went in without the guard: the read models follow them now (until
-    # then the queries fold, so an interruption here costs speed, not answers).
-    with progress_bar("building the read models") as progress:
-        rebuild_ledger(state.db_url, progress if not as_json else None)
+    with ProgressBar(as_json) as progress:
+        with state.store() as store:
+            report = import_bundle(store, path, verifier, origin=origin,
+                                   allow_unsigned=no_signature_check, progress=progress)
+        # The bundle's events went in without the guard: the read models follow them now
+        # (until then the queries fold, so an interruption here costs speed, not answers).
+        rebuild_ledger(state.db_url, progress)
     _report("imported", report, as_json)
 
 
@@ -309,7 +320,9 @@ def verify_bundle_command(
     from ledger.checkpoint import load_verifier
 
     verifier = load_verifier(key) if key is not None else None
-    report = verify_bundle(path, verifier, origin=origin, allow_unsigned=no_signature_check)
+    with ProgressBar(as_json) as progress:
+        report = verify_bundle(path, verifier, origin=origin,
+                               allow_unsigned=no_signature_check, progress=progress)
     _report("verified", report, as_json)
 
 

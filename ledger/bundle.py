@@ -60,6 +60,7 @@ from ledger.limits import (
 from ledger.log import get_logger
 from ledger.merkle import EMPTY_ROOT, CompactRange, leaf_hash, node_hash
 from ledger.note import Checkpoint, Signer, Verifier
+from ledger.progress import Progress, Tick, ticker
 from ledger.records import RecordedEvent
 from ledger.stored_tree import advance_frontier, frontier_root
 from ledger.verify import head_and_last_position, raw_rows
@@ -468,15 +469,18 @@ def _tail_problem(blocks: _Blocks, size: int) -> None:
         raise _line_error(size + 1, "does not end in a newline (the file is truncated)")
 
 
-def _scan_sequential(bundle: Path, sink: Sink | None = None) -> _Scan:
+def _scan_sequential(bundle: Path, sink: Sink | None = None, tick: Tick | None = None) -> _Scan:
     """Streams events.jsonl once in this process, verifying every line in order.
 
     Verified chunks go to ``sink`` (the importer). The first bad line raises, by number.
+    ``tick`` hears how many lines are verified (and sunk).
     """
     blocks, state = _Blocks(bundle), _Pass(sink)
     for lines in blocks.runs():
         for start in range(0, len(lines), import_chunk_events):
             state.lines(lines[start : start + import_chunk_events])
+            if tick is not None:
+                tick(state.size)
     _tail_problem(blocks, state.size)
     head = state.previous.hex() if state.size else GENESIS_HASH
     return _Scan(state.size, head, state.compact.root().hex(), blocks.digest.hexdigest(),
@@ -604,8 +608,9 @@ def _stated_hash(raw: bytes) -> bytes:
         raise _Suspect from None
 
 
-def _scan_parallel(bundle: Path, workers: int) -> _Scan:
-    """Verifies events.jsonl on ``workers`` processes; raises _Suspect on any fault."""
+def _scan_parallel(bundle: Path, workers: int, tick: Tick | None = None) -> _Scan:
+    """Verifies events.jsonl on ``workers`` processes; raises _Suspect on any fault.
+    ``tick`` hears how many lines are verified, in order."""
     import multiprocessing
 
     # fork, not spawn or forkserver: those re-run the caller's main module in each worker,
@@ -619,8 +624,12 @@ def _scan_parallel(bundle: Path, workers: int) -> _Scan:
             in_flight.append(pool.submit(_verify_chunk, first, previous, b"\n".join(lines)))
             if len(in_flight) > workers:
                 stitcher.absorb(in_flight.popleft().result())
+                if tick is not None:
+                    tick(stitcher.size)
         while in_flight:
             stitcher.absorb(in_flight.popleft().result())
+            if tick is not None:
+                tick(stitcher.size)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     head = stitcher.head.hex() if stitcher.size else GENESIS_HASH
@@ -636,7 +645,7 @@ def _workers() -> int:
     return min(parallel_workers_max, usable)
 
 
-def _scan_events(bundle: Path, expected_events: int) -> _Scan:
+def _scan_events(bundle: Path, expected_events: int, progress: Progress | None = None) -> _Scan:
     """Verifies events.jsonl: on worker processes when it is large, else in this process.
 
     The parallel pass only ever accepts; at the first sign of a fault (or if workers
@@ -647,12 +656,12 @@ def _scan_events(bundle: Path, expected_events: int) -> _Scan:
     workers = _workers() if "fork" in multiprocessing.get_all_start_methods() else 1
     if workers > 1 and expected_events >= parallel_events_min:
         try:
-            return _scan_parallel(bundle, workers)
+            return _scan_parallel(bundle, workers, ticker(progress, "verifying", expected_events))
         except _Suspect:
             pass
         except (OSError, RuntimeError) as exc:  # BrokenProcessPool is a RuntimeError
             _log.warning("parallel_verify_unavailable", error=str(exc))
-    return _scan_sequential(bundle)
+    return _scan_sequential(bundle, tick=ticker(progress, "verifying", expected_events))
 
 
 def _check_totals(scan: _Scan, manifest: Manifest, *, root: bool = True) -> None:
@@ -719,16 +728,17 @@ class BundleReport:
 
 def verify_bundle(
     bundle: Path, verifier: Verifier | None, *, origin: str | None = None,
-    allow_unsigned: bool = False,
+    allow_unsigned: bool = False, progress: Progress | None = None,
 ) -> BundleReport:
     """Checks a bundle offline: manifest, checkpoint signature, every line, root and digests.
 
     Touches no database. Raises IntegrityError naming the first fault; without a
-    ``verifier`` it refuses unless ``allow_unsigned`` is set.
+    ``verifier`` it refuses unless ``allow_unsigned`` is set. ``progress`` hears how many
+    lines are verified.
     """
     manifest = read_manifest(bundle)
     signed = _bundle_checkpoint(bundle, manifest, verifier, origin, allow_unsigned)
-    scan = _scan_events(bundle, manifest.events)
+    scan = _scan_events(bundle, manifest.events, progress)
     _check_totals(scan, manifest)
     return BundleReport(
         str(bundle), scan.events, scan.head_hash, scan.merkle_root, scan.sha256,
@@ -759,7 +769,9 @@ def _export_line(position: int, stream: str, version: int, kind: str, schema: in
     return _dumps(document, option=_LINE_OPTIONS) + b"\n"
 
 
-def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
+def _write_events(
+    store: EventStore, file: IO[bytes], size: int, tick: Tick | None = None
+) -> _Scan:
     """Streams positions 1..size into ``file``, re-checking the chain as it goes.
 
     Reads the driver's rows a position window at a time (``ledger.verify``'s reader) and
@@ -782,6 +794,8 @@ def _write_events(store: EventStore, file: IO[bytes], size: int) -> _Scan:
         digest.update(line)
         total += len(line)
         compact.append(previous)
+        if tick is not None:
+            tick(count)
     if count != size:
         raise IntegrityError(f"the ledger's events end at position {count}, not at {size}",
                              reason="chain_broken", position=count + 1)
@@ -825,10 +839,11 @@ def _unwritable(bundle: Path, exc: OSError) -> InvalidInput:
 
 
 def _export_to(
-    store: EventStore, work: Path, size: int, signer: Signer | None, origin: str | None
+    store: EventStore, work: Path, size: int, signer: Signer | None, origin: str | None,
+    progress: Progress | None,
 ) -> tuple[Manifest, str | None]:
     with (work / EVENTS_FILE).open("wb") as file:
-        scan = _write_events(store, file, size)
+        scan = _write_events(store, file, size, ticker(progress, "exporting", size))
         file.flush()
         os.fsync(file.fileno())
     stored_size, stored_root = store.merkle_root(size)
@@ -851,13 +866,14 @@ def _export_to(
 
 def export_bundle(
     store: EventStore, bundle: Path, *, signer: Signer | None = None, origin: str | None = None,
-    to_position: int | None = None,
+    to_position: int | None = None, progress: Progress | None = None,
 ) -> BundleReport:
     """Writes positions 1..``to_position`` (default: the head) as a bundle directory.
 
     With ``signer`` the bundle's size is signed (and the checkpoint stored); otherwise the
     latest stored checkpoint of exactly that size is included, if there is one. The
-    directory appears only once complete (written aside, then renamed).
+    directory appears only once complete (written aside, then renamed). ``progress``
+    hears how many events are written.
     """
     if bundle.exists() or bundle.is_symlink():
         raise InvalidInput(f"export target {bundle} already exists; name a new directory",
@@ -883,7 +899,7 @@ def export_bundle(
     except OSError as exc:
         raise _unwritable(bundle, exc) from None
     try:
-        manifest, note = _export_to(store, work, size, signer, origin)
+        manifest, note = _export_to(store, work, size, signer, origin, progress)
         work.rename(bundle)
     except OSError as exc:
         shutil.rmtree(work, ignore_errors=True)
@@ -951,11 +967,11 @@ def _empty_ledger_transaction(store: EventStore) -> Iterator[Connection]:
 
 def _insert_pass(
     store: EventStore, bundle: Path, first: _Scan, signed: tuple[Checkpoint, str] | None,
-    key_name: str | None,
+    key_name: str | None, progress: Progress | None = None,
 ) -> None:
     with _empty_ledger_transaction(store) as conn:
         inserter = _Inserter(conn, store.backend)
-        second = _scan_sequential(bundle, inserter)
+        second = _scan_sequential(bundle, inserter, ticker(progress, "importing", first.events))
         if second != first:
             raise IntegrityError(f"{EVENTS_FILE} changed while it was being imported",
                                  reason="changed_during_import")
@@ -998,14 +1014,15 @@ def _check_events(rows: list[Row], _: list[bytes]) -> None:
 
 def import_bundle(
     store: EventStore, bundle: Path, verifier: Verifier | None, *, origin: str | None = None,
-    allow_unsigned: bool = False,
+    allow_unsigned: bool = False, progress: Progress | None = None,
 ) -> BundleReport:
     """Imports a bundle into an empty ledger after verifying all of it; all or nothing.
 
     The bundle is verified exactly as ``verify_bundle`` does before any write; then, in one
     transaction holding the head lock, it is streamed again, re-verified and inserted
     (events with their entry hashes, Merkle nodes, head row and frontier, and the verified
-    checkpoint). Idempotency keys are not part of a bundle.
+    checkpoint). Idempotency keys are not part of a bundle. ``progress`` hears both passes
+    ("verifying", then "importing").
     """
     store.require_initialised()
     manifest = read_manifest(bundle)
@@ -1018,10 +1035,12 @@ def import_bundle(
         )
     # In-process passes only: no worker is forked from a process holding database
     # connections, and the inserting pass dominates an import's time anyway.
-    first = _scan_sequential(bundle, sink=_check_events)
+    first = _scan_sequential(bundle, sink=_check_events,
+                             tick=ticker(progress, "verifying", manifest.events))
     _check_totals(first, manifest)
     try:
-        _insert_pass(store, bundle, first, signed, verifier.name if verifier else None)
+        _insert_pass(store, bundle, first, signed, verifier.name if verifier else None,
+                     progress)
     except LedgerError:
         raise
     except Exception as exc:

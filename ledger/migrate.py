@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from ledger.database import cannot_open, safe_url, store_error
+from ledger.progress import Progress
 from ledger.store import make_engine, missing_sqlite_file, no_ledger_file
 from vocabulary.errors import InvalidInput, Refused, SchemaNotInitialised, StoreError
 
@@ -154,12 +155,12 @@ def upgrade(
     revision: str = "head",
     *,
     sql: bool = False,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> str:
     """Upgrades the store to ``revision``; with ``sql`` returns the SQL instead of running it.
 
-    ``progress`` is called with (done, total) by a revision that works through the recorded
-    events (the read models' backfill), so a command can draw a bar.
+    ``progress`` hears from a revision that works through the recorded events (the read
+    models' backfill), so a command can draw a bar.
     """
     require_revision(revision)
     if sql:
@@ -203,11 +204,11 @@ def downgrade(
 
 
 #: The revisions whose downgrade drops a table of records: revision → (table, the query
-#: for how many records it holds, how a record is called).
+#: for how many records it holds, how one record is called).
 _DROPS_RECORDS = {
-    "0001_initial": ("events", "SELECT MAX(position) FROM events", "recorded events"),
+    "0001_initial": ("events", "SELECT MAX(position) FROM events", "recorded event"),
     "0002_merkle_checkpoints": (
-        "checkpoints", "SELECT COUNT(*) FROM checkpoints", "signed checkpoints"
+        "checkpoints", "SELECT COUNT(*) FROM checkpoints", "signed checkpoint"
     ),
 }
 
@@ -224,7 +225,7 @@ def _refuse_dropping_records(conn: Connection, revision: str) -> None:
             conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
         count = conn.execute(text(query)).scalar() or 0
         if count:
-            held.append(f"the {table} table and its {count:,} {called}")
+            held.append(f"the {table} table and its {count:,} {called}{'' if count == 1 else 's'}")
     if held:
         raise Refused(
             f"downgrading to {revision} would drop {' and '.join(held)}; nothing was changed. "

@@ -517,8 +517,8 @@ class Checkpoint:
         lines = body[:-1].split("\n")
         if len(lines) < _CHECKPOINT_LINES_MIN:
             raise InvalidInput(
-                f"checkpoint body has {len(lines)} line(s); it needs origin, tree size "
-                "and root hash"
+                f"checkpoint body has {len(lines)} line{'' if len(lines) == 1 else 's'}; it "
+                "needs origin, tree size and root hash"
             )
         origin, size_text, root_text, *extensions = lines
         if not _TREE_SIZE_TEXT.fullmatch(size_text):

@@ -41,6 +41,7 @@ from ledger.database import (
 from ledger.limits import sqlite_insert_rows_max
 from ledger.log import get_logger
 from ledger.merkle import right_edge
+from ledger.progress import Progress
 from ledger.records import (
     ANY,
     NO_STREAM,
@@ -996,14 +997,15 @@ class EventStore:
 
     @_store_errors
     def verify(
-        self, from_position: int = 1, to_position: int | None = None, *, tree: bool = False
+        self, from_position: int = 1, to_position: int | None = None, *, tree: bool = False,
+        progress: Progress | None = None,
     ) -> VerifyReport:
         """Streams the ledger, recomputes every entry hash, and names the first bad position;
-        with ``tree``, also holds the stored Merkle tree to the entry hashes
-        (``ledger.verify.verify_chain``)."""
+        with ``tree``, also holds the stored Merkle tree to the entry hashes; ``progress``
+        hears how far it has got (``ledger.verify.verify_chain``)."""
 
         started = time.perf_counter()
-        report = verify_chain(self, from_position, to_position, tree=tree)
+        report = verify_chain(self, from_position, to_position, tree=tree, progress=progress)
         _log.info(
             "verify",
             ok=report.ok,

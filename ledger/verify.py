@@ -19,6 +19,7 @@ from sqlalchemy import text
 from ledger.chain import GENESIS_HASH, chained
 from ledger.database import Database, database_errors, store_error
 from ledger.merkle import node_hash
+from ledger.progress import Progress, ticker
 from ledger.records import Head, VerifyReport
 from ledger.stored_tree import advance_frontier, frontier_root, stored_level_min
 from vocabulary import limits
@@ -43,6 +44,7 @@ def verify_chain(
     to_position: int | None = None,
     *,
     tree: bool = False,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Recomputes entry hashes from ``from_position`` to ``to_position`` (default: head).
 
@@ -52,7 +54,7 @@ def verify_chain(
     holds every stored node under the last position, and the head row's frontier when the
     last position is the head, to it (``tree_mismatch``, naming the first node that
     differs): the stored tree is what checkpoints sign and proofs read, and the chain does
-    not cover it.
+    not cover it. ``progress`` hears how many of the range's events are checked.
     """
     if tree and from_position != 1:
         raise InvalidInput(
@@ -89,6 +91,7 @@ def verify_chain(
     previous = bytes.fromhex(previous_hex)
     expected_position = start
     checked = 0
+    tick = ticker(progress, "verifying", max(last - start + 1, 0))
     for row, computed in chained(previous, raw_rows(store, start, last)):
         position, stored = row[0], row[8]
         if position != expected_position:
@@ -117,6 +120,8 @@ def verify_chain(
             )
         checked += 1
         expected_position += 1
+        if tick is not None:
+            tick(checked)
     if expected_position <= last:
         return _bad(
             start,

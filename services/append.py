@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from ledger.progress import Progress
 from ledger.records import AppendResult, EventDraft
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import DraftLine
@@ -56,11 +57,13 @@ def append_batches(
     *,
     actor: str,
     on_batch: Callable[[BatchAppended], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[BatchAppended]:
     """Appends ``lines`` in batches of ``size``; returns what each batch appended.
 
-    ``on_batch`` hears of each batch once the ledger holds it. An error names the input
-    line it came from and, when earlier batches of this run committed, which ones stay.
+    ``on_batch`` hears of each batch once the ledger holds it, ``progress`` how many of
+    the lines are appended. An error names the input line it came from and, when earlier
+    batches of this run committed, which ones stay.
     """
     if not lines:
         raise InvalidInput("the input holds no events")
@@ -79,6 +82,9 @@ def append_batches(
             ledger.store.prepare([line.draft for line in batch])
     ledger.store.require_writable()  # before the fold: a read-only file is said at once
     done: list[BatchAppended] = []
+    appended_lines = 0
+    if progress is not None:
+        progress("appending", 0, len(lines))
     try:
         for batch in batches:
             with _lines_named(batch):
@@ -91,6 +97,9 @@ def append_batches(
             if on_batch is not None:
                 on_batch(appended)
             done.append(appended)
+            appended_lines += len(batch)
+            if progress is not None:
+                progress("appending", appended_lines, len(lines))
     except LedgerError as exc:
         written = _spans(done)
         if written:  # earlier batches of this run committed: say so, in the one line

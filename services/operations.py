@@ -21,7 +21,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import tables as schema
+from ledger.progress import Progress
 from ledger.records import Head, VerifyReport
 from ledger.store import EventStore, safe_url
 from machines.projection import FoldCounts, LedgerFold
@@ -92,17 +93,15 @@ class UpgradeReport:
 
 
 def upgrade(
-    url: str,
-    revision: str = "head",
-    *,
-    skip_verify: bool = False,
-    progress: Callable[[int, int], None] | None = None,
+    url: str, revision: str = "head", *, skip_verify: bool = False,
+    progress: Progress | None = None,
 ) -> UpgradeReport:
     """Verifies the hash chain, then upgrades the store's tables to ``revision``.
 
     A ledger that fails verification is not migrated (IntegrityError, exit 4, naming the first
     bad position); a database without ledger tables upgrades without a check. With
     ``skip_verify`` the check is left out (see docs/operations.md for when that is right).
+    ``progress`` hears how far the check has got.
     """
     # alembic: imported by the commands that need it, not at every CLI start
     from ledger import migrate
@@ -113,7 +112,7 @@ def upgrade(
     todo = migrate.pending(url)
     if not todo:
         return UpgradeReport(before, before, [], None)
-    checked = None if skip_verify else verify_before_upgrade(url)
+    checked = None if skip_verify else verify_before_upgrade(url, progress)
     migrate.upgrade(url, revision, progress=progress)
     after = migrate.current(url)
     applied = todo[: todo.index(after) + 1] if after in todo else todo
@@ -147,12 +146,12 @@ def refuse_foreign_sqlite(url: str) -> None:
             )
 
 
-def verify_before_upgrade(url: str) -> VerifyReport | None:
+def verify_before_upgrade(url: str, progress: Progress | None = None) -> VerifyReport | None:
     """Verifies an existing ledger's chain (None when the database holds no ledger yet)."""
     with EventStore(url) as store:
         if not store.is_initialised():
             return None
-        report = store.verify()
+        report = store.verify(progress=progress)
     if not report.ok:
         raise IntegrityError(
             f"the ledger fails verification at position {report.first_bad_position} "
@@ -213,12 +212,13 @@ class RestoreReport:
         }
 
 
-def backup(url: str, path: str | Path) -> BackupReport:
+def backup(url: str, path: str | Path, *, progress: Progress | None = None) -> BackupReport:
     """Copies the ledger at ``url`` to the new file ``path`` (never overwrites one).
 
     SQLite: an online, consistent copy whose chain is then verified (IntegrityError when it
-    fails; the copy is kept as ``PATH.unverified`` for investigation). PostgreSQL: a
-    ``pg_dump --format=custom`` archive; verify it by restoring it (``restore``).
+    fails; the copy is kept as ``PATH.unverified`` for investigation; ``progress`` hears how
+    far that check has got). PostgreSQL: a ``pg_dump --format=custom`` archive; verify it
+    by restoring it (``restore``).
     """
     target = Path(path)
     if target.exists():
@@ -230,24 +230,25 @@ def backup(url: str, path: str | Path) -> BackupReport:
         if store.backend == "sqlite":
             _require_sqlite_file(store)
             store.require_initialised()
-            return _backup_sqlite(store, target)
+            return _backup_sqlite(store, target, progress)
         store.require_initialised()
         return _backup_postgres(store, target)
 
 
-def restore(url: str, path: str | Path) -> RestoreReport:
+def restore(url: str, path: str | Path, *, progress: Progress | None = None) -> RestoreReport:
     """Restores the backup at ``path`` into the empty or new ledger at ``url``, then verifies.
 
     A target that holds recorded events is refused (InvalidInput, nothing changed). A backup
     whose chain fails verification is refused on SQLite before the target is touched; on
     PostgreSQL the verification follows ``pg_restore`` (IntegrityError either way).
+    ``progress`` hears how far the verification has got.
     """
     source = Path(path)
     require_file(source, "backup file", regular=True)
     with EventStore(url) as store:
         if store.backend == "sqlite":
-            return _restore_sqlite(store, source)
-        return _restore_postgres(store, source)
+            return _restore_sqlite(store, source, progress)
+        return _restore_postgres(store, source, progress)
 
 
 def _head_json(head: Head) -> dict[str, Any]:
@@ -335,16 +336,16 @@ def _fsync(path: Path) -> None:
         os.close(directory)
 
 
-def _verify_file(file: Path) -> tuple[VerifyReport, Head]:
+def _verify_file(file: Path, progress: Progress | None) -> tuple[VerifyReport, Head]:
     """Verifies the ledger in a SQLite file; returns the report and its head."""
     with EventStore(f"sqlite:///{file}") as copy:
         copy.require_initialised()
-        report = copy.verify()
+        report = copy.verify(progress=progress)
         head = copy.head()
     return report, head
 
 
-def _backup_sqlite(store: EventStore, target: Path) -> BackupReport:
+def _backup_sqlite(store: EventStore, target: Path, progress: Progress | None) -> BackupReport:
     with _scratch(target.with_name(target.name + ".partial")) as partial:
         raw = store.engine.raw_connection()
         try:
@@ -352,7 +353,7 @@ def _backup_sqlite(store: EventStore, target: Path) -> BackupReport:
                 _sqlite_copy(raw.driver_connection, partial, _dbapi(store))
         finally:
             raw.close()
-        report, head = _verify_file(partial)
+        report, head = _verify_file(partial, progress)
         _fsync(partial)
         if not report.ok:
             kept = target.with_name(target.name + ".unverified")
@@ -432,7 +433,9 @@ def _sqlite_objects(store: EventStore) -> int:
         raw.close()
 
 
-def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
+def _restore_sqlite(
+    store: EventStore, source: Path, progress: Progress | None
+) -> RestoreReport:
 
     # alembic: imported by the commands that need it, not at every CLI start
     from ledger import migrate
@@ -445,7 +448,7 @@ def _restore_sqlite(store: EventStore, source: Path) -> RestoreReport:
                 _sqlite_copy(backup_conn, partial, _dbapi(store))
         finally:
             backup_conn.close()
-        report, head = _verify_file(partial)
+        report, head = _verify_file(partial, progress)
         # A backup a newer release migrated: this release could neither write to it nor
         # say what it needs; refused before anything is installed.
         migrate.require_known(f"sqlite:///{partial}")
@@ -541,7 +544,9 @@ def _backup_postgres(store: EventStore, target: Path) -> BackupReport:
     return BackupReport(str(target), "pg_dump", target.stat().st_size, head, None, note)
 
 
-def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
+def _restore_postgres(
+    store: EventStore, source: Path, progress: Progress | None
+) -> RestoreReport:
 
     # alembic: imported by the commands that need it, not at every CLI start
     from ledger import migrate
@@ -571,7 +576,7 @@ def _restore_postgres(store: EventStore, source: Path) -> RestoreReport:
                   env, StoreError)
     except StoreError as exc:
         raise _collision_named(exc, store) from None
-    report = store.verify()
+    report = store.verify(progress=progress)
     if not report.ok:
         raise IntegrityError(
             f"the restored ledger fails verification at position {report.first_bad_position} "

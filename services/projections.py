@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ledger import read_models
+from ledger.progress import Progress, ticker
 from ledger.store import EventStore, safe_url
 from ledger.tables import SCHEMA_REVISION
 from machines.arena import ArenaState
@@ -48,8 +49,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-#: Called with (events folded, events in all) as a rebuild goes.
-Progress = Callable[[int, int], None]
 
 #: Events folded between two writes of a rebuild's rows (bounds its memory).
 rebuild_flush_events = 20_000
@@ -379,18 +378,17 @@ def rebuild(
     last = read_models.head_position(source)
     read_models.clear(target)
     fold, rows = LedgerFold(), ReadModelRows()
+    tick = ticker(progress, "building the read models", last)
     for position, stream, payload, event in _recorded(source, last):
         _, touched = fold.apply_tracked(position, stream, event, payload)
         rows.observe(fold, position, stream, event, touched)
         if rows.events >= rebuild_flush_events:
             rows.write(target)
             rows.events = 0
-        if progress is not None and position % 1_000 == 0:
-            progress(position, last)
+        if tick is not None:
+            tick(position)
     rows.write(target)
     read_models.set_position(target, last)
-    if progress is not None:
-        progress(last, last)
     return last
 
 

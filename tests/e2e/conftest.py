@@ -31,15 +31,21 @@ class Cli:
     root: Path
     db: str
 
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ARENA_LEDGER_")}
-        env.update({"ARENA_LEDGER_DB": self.db, "COLUMNS": "200", "NO_COLOR": "1"})
+    def env(self, columns: int | None = 200) -> dict[str, str]:
+        """The environment of a run: tables laid out at ``columns``, or, with None, as for
+        a pipe (stdout is one here: COLUMNS unset)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("ARENA_LEDGER_") and k != "COLUMNS"}
+        env.update({"ARENA_LEDGER_DB": self.db, "NO_COLOR": "1"})
+        if columns is not None:
+            env["COLUMNS"] = str(columns)
         return env
 
-    def __call__(self, *args: str | Path, expect: int = 0,
-                 stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *args: str | Path, expect: int = 0, stdin: str | None = None,
+                 columns: int | None = 200) -> subprocess.CompletedProcess[str]:
         """Runs the script; asserts the exit code and that no traceback reached stderr."""
-        done = subprocess.run([str(SCRIPT), *map(str, args)], cwd=self.root, env=self.env(),
+        done = subprocess.run([str(SCRIPT), *map(str, args)], cwd=self.root,
+                              env=self.env(columns),
                               input=stdin, capture_output=True, text=True, timeout=120,
                               check=False)
         assert done.returncode == expect, (args, done.returncode, done.stdout, done.stderr)

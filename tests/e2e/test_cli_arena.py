@@ -244,7 +244,7 @@ def test_requeue_hold_release_and_expire(story: Story) -> None:
     assert (held["status"], held["reason"]) == ("HELD", "operator review")
     [queued] = story.docs["queued"]
     assert (queued["submission_id"], queued["status"]) == (story.ids["b"], "QUEUED")
-    assert story.out["expire"].stdout.strip() == f"expired 1 submission(s)\n  {story.ids['b']}"
+    assert story.out["expire"].stdout.strip() == f"expired 1 submission\n  {story.ids['b']}"
     [expired] = story.docs["final"]
     assert (expired["submission_id"], expired["status"], expired["reason"]) == (
         story.ids["b"], "EXPIRED", "sla_expired")

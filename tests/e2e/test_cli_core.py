@@ -585,3 +585,11 @@ def test_commands_that_reason_texts_tell_users_to_run_exist(help_report: dict[st
     assert help_report["named_in_reasons"], "the reason table names no command at all?"
     missing = [name for name in help_report["named_in_reasons"] if not exists(name)]
     assert missing == [], f"reason texts name commands that do not exist: {missing}"
+
+
+def test_an_empty_ledger_verifies_as_empty_not_as_0_events_from_1_to_0(cli: Any) -> None:
+    cli("init")
+    done = cli("verify")
+    assert done.stdout == "ok: the ledger is empty; there is no event to verify\n"
+    report = cli.json("verify")
+    assert (report["ok"], report["checked"]) == (True, 0)

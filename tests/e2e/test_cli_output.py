@@ -143,6 +143,7 @@ def test_the_replay_rate_groups_thousands() -> None:
 def test_the_progress_bar_ends_on_the_last_position_whatever_the_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     bar = _progress(1_001, quiet=False)  # a step of 5: 1,001 is not a multiple of it
     with bar as advance:
@@ -250,7 +251,7 @@ def test_expire_with_a_submission_expires_that_one_only(
     cli("intake", cli.write("d3.json", one), "--paid-rao", str(S.FEE_A))
     cli("intake", cli.write("d4.json", other), "--paid-rao", str(S.FEE_A))
     done = cli("expire", "--block", "600000", "--submission", first)
-    assert done.stdout == f"expired 1 submission(s)\n  {first}\n"
+    assert done.stdout == f"expired 1 submission\n  {first}\n"
     statuses = {r["submission_id"]: r["status"] for r in cli.jsonl("submissions")}
     assert (statuses[first], statuses[second]) == ("EXPIRED", "QUEUED")
 
@@ -323,3 +324,86 @@ def test_granting_a_recorded_credit_again_says_nothing_was_written(
 def _position_of(cli: Any, stream: str) -> int:
     (event,) = cli.jsonl("events", "--stream", stream, "--type", "CreditGranted")
     return int(event["position"])
+
+
+# --- tables at 80 columns and piped (cli/tables.py) -----------------------------------------------
+
+#: Every command that prints a table, with its arguments.
+TABLE_COMMANDS = [
+    ("submissions",), ("history", "--hotkey", S.ALICE), ("rewards",), ("fees",),
+    ("controls", S.ARENA_A), ("checkpoints",), ("stats",), ("events",),
+    ("explain", "attempt", "att-a1"),
+]
+#: rich's border characters: not words.
+_BORDERS = "".join(chr(c) for c in range(0x2500, 0x2580))
+
+
+def _words(text: str) -> list[str]:
+    return text.translate({ord(c): " " for c in _BORDERS}).split()
+
+
+@pytest.mark.parametrize("args", TABLE_COMMANDS, ids=lambda args: args[0])
+def test_at_80_columns_a_table_fits_and_no_word_is_split(
+    settled: tuple[Any, Any], args: tuple[str, ...],
+) -> None:
+    # At 80 columns rich split words anywhere (referenc|e, NO_DECISI|ON, orientatio|n).
+    # Piped, every cell is whole on one line: its words are the words a table may show,
+    # whole or cut with "…", never in pieces.
+    cli, _ = settled
+    narrow = cli(*args, columns=80).stdout
+    piped = cli(*args, columns=None).stdout
+    whole = set(_words(piped))
+    pieces = [word for word in _words(narrow) if word not in whole and not (
+        word.endswith("…") and any(w.startswith(word[:-1]) for w in whole))]
+    assert pieces == [], narrow
+    # stats and explain print lines of text too (a head hash, a quality): those are printed
+    # the same piped. A table's line is laid out at the width, and fits it.
+    text_lines = set(piped.splitlines()) if args[0] in ("stats", "explain") else set()
+    assert [line for line in narrow.splitlines()
+            if len(line) > 80 and line not in text_lines] == []
+
+
+@pytest.mark.parametrize("args", TABLE_COMMANDS, ids=lambda args: args[0])
+def test_piped_a_table_has_no_borders_and_no_line_ends_in_padding(
+    settled: tuple[Any, Any], args: tuple[str, ...],
+) -> None:
+    # Piped, submissions wrote lines of some 300 characters, mostly spaces.
+    cli, _ = settled
+    piped = cli(*args, columns=None).stdout
+    assert [line for line in piped.splitlines() if line != line.rstrip()] == []
+    assert not set(piped) & set(_BORDERS)
+
+
+def test_piped_each_submission_is_one_line_with_its_cause_and_next_step_whole(
+    settled: tuple[Any, Any],
+) -> None:
+    cli, _ = settled
+    lines = cli("submissions", columns=None).stdout.splitlines()
+    rows = cli.jsonl("submissions")
+    assert len(lines) == 1 + len(rows)
+    for line, row in zip(lines[1:], rows, strict=True):
+        assert line.startswith(row["submission_id"][:16])
+        assert line.endswith(row["next_step"]) and row["cause"] in line
+
+
+# --- --json of a list is JSON Lines (docs/cli.md) -------------------------------------------------
+
+
+def test_every_list_command_prints_json_lines_one_object_a_line(
+    settled: tuple[Any, Any], cli_factory: Callable[[str], Any],
+) -> None:
+    # docs/cli.md: "lists print JSON Lines"; checkpoints --json printed one indented array.
+    cli = _copy(settled, cli_factory, "lists")
+    cli("key", "generate", "--name", "ops.example", "--out", "ops.key")
+    cli("checkpoint", "--key", "ops.key")
+    cli("register-control", S.ARENA_A, "--id", "ctl-none", "--kind", "honest",
+        "--delta-digest", "0" * 64, "--expect", "PASS")
+    lists = [("events", "--limit", "3"), ("submissions",), ("controls", S.ARENA_A),
+             ("rewards",), ("history", "--hotkey", S.ALICE), ("checkpoints",),
+             ("db", "history")]
+    for args, done in zip(lists, cli.many([((*args, "--json"), 0) for args in lists]),
+                          strict=True):
+        lines = done.stdout.splitlines()
+        assert done.stdout.endswith("\n"), args
+        rows = [json.loads(line) for line in lines]
+        assert rows and all(isinstance(row, dict) for row in rows), args

@@ -96,12 +96,14 @@ def test_checkpoints_are_notes_listed_newest_first(
     monkeypatch.delenv("COLUMNS", raising=False)  # piped, as to a file: no cell cut to fit
     assert ledger.note6.read_text().startswith("arena-ledger/ops.example\n6\n")
     assert "\n\n— ops.example " in ledger.note6.read_text()
-    listed = json.loads(cli("checkpoints", "--json", db=ledger.db, cwd=ledger.root).stdout)
+    # A list, so JSON Lines (docs/cli.md): one checkpoint a line (was one indented array).
+    text = cli("checkpoints", "--json", db=ledger.db, cwd=ledger.root).stdout
+    listed = [json.loads(line) for line in text.splitlines()]
+    assert len(listed) == 3 and text.endswith("}\n")
     assert [row["tree_size"] for row in listed] == [9, 9, 6]  # export --key signed one more
     assert listed[-1]["note"] == ledger.note6.read_text()
-    newest = json.loads(cli("checkpoints", "--limit", "1", "--json", db=ledger.db,
-                            cwd=ledger.root).stdout)
-    assert newest == listed[:1]
+    newest = cli("checkpoints", "--limit", "1", "--json", db=ledger.db, cwd=ledger.root).stdout
+    assert [json.loads(line) for line in newest.splitlines()] == listed[:1]
     # The table a person reads: one row per checkpoint, newest first, and the count.
     shown = cli("checkpoints", db=ledger.db, cwd=ledger.root).stdout.splitlines()
     assert shown[0].split() == ["id", "tree_size", "root_hash", "origin", "key", "created_at"]
@@ -344,7 +346,7 @@ def test_the_bundle_and_proof_commands_say_in_one_line_what_their_json_says(
     done = cli("import", ledger.bundle, "--no-signature-check", db=waived, cwd=root)
     assert done.stdout == _line(
         "imported", checked, "checkpoint.note not checked, not imported (--no-signature-check)")
-    assert json.loads(cli("checkpoints", "--json", db=waived, cwd=root).stdout) == []
+    assert cli("checkpoints", "--json", db=waived, cwd=root).stdout == ""  # no line: none
 
     (root / "line-inc.json").write_text(cli("prove", "inclusion", "--position", "2", "--size",
                                             "6", db=ledger.db, cwd=root).stdout)
@@ -361,7 +363,7 @@ def test_the_bundle_and_proof_commands_say_in_one_line_what_their_json_says(
                ledger.note9, "--key", ledger.pub, db=away, cwd=root)
     assert done.stdout == (
         "ok: the tree of size 6 is a prefix of the tree of size 9; checked against "
-        "checkpoint(s) at size 6, 9 of arena-ledger/ops.example\n")
+        "the checkpoints at sizes 6, 9 of arena-ledger/ops.example\n")
 
 
 def test_checkpoint_refuses_a_forged_head_frontier_in_one_line(

@@ -955,9 +955,9 @@ def test_a_restore_copies_the_backup_next_to_the_target(
     verified: list[Path] = []
     real = ops._verify_file
 
-    def spy(file: Path) -> Any:
+    def spy(file: Path, *rest: Any) -> Any:
         verified.append(file)
-        return real(file)
+        return real(file, *rest)
 
     monkeypatch.setattr(ops, "_verify_file", spy)
     ops.restore(f"sqlite:///{tmp_path / 'live' / 'ledger.db'}", backup)

@@ -115,11 +115,12 @@ def test_a_ledger_of_the_previous_revision_is_backfilled_by_the_upgrade(store_ur
         for at in range(0, len(items), 500):
             old.append([EventDraft.of(s, e) for s, e in items[at:at + 500]])
         head = old.head().position
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[str, int, int]] = []
     with pytest.raises(SchemaNotInitialised, match="no read models"):
         projections.check_ledger(store_url)
-    migrate.upgrade(store_url, progress=lambda done, total: seen.append((done, total)))
-    assert seen[-1] == (head, head) and len(seen) > 1
+    migrate.upgrade(store_url, progress=lambda *report: seen.append(report))
+    assert seen[0] == ("building the read models", 0, head)
+    assert seen[-1] == ("building the read models", head, head) and len(seen) > 2
     assert projections.check_ledger(store_url) == head
     assert answers(store_url) == answers(store_url, as_of=head)
     # Downgrading drops the read models and keeps every event.

@@ -266,8 +266,8 @@ def test_export_onto_a_full_disk_names_the_bundle_and_removes_what_it_wrote(
     if stage == "events":  # a write of events.jsonl fails half way (no file name given)
         original = bundle_module._write_events
 
-        def fills_up(store: EventStore, file: Any, size: int) -> Any:
-            original(store, file, size // 2)
+        def fills_up(store: EventStore, file: Any, size: int, *rest: Any) -> Any:
+            original(store, file, size // 2, *rest)
             raise full
 
         monkeypatch.setattr(bundle_module, "_write_events", fills_up)
@@ -1270,9 +1270,9 @@ def test_a_bundle_of_exactly_the_parallel_threshold_goes_to_the_workers(
     calls: list[int] = []
     original = bundle_module._scan_parallel
 
-    def spy(bundle: Path, workers: int) -> Any:
+    def spy(bundle: Path, workers: int, *rest: Any) -> Any:
         calls.append(workers)
-        return original(bundle, workers)
+        return original(bundle, workers, *rest)
 
     monkeypatch.setattr(bundle_module, "_scan_parallel", spy)
     assert verify_bundle(published, signer.verifier()).events == 12

@@ -9,6 +9,7 @@
   Alembic only in ``ledger/migrate.py`` and ``migrations/``.
 - torch, sglang and transformers only inside ``engine_bridge/``, and never at module level of
   ``engine_bridge/__init__.py`` or ``engine_bridge/protocol.py``.
+- rich, typer and click only in ``cli/``: below it, progress is a callback, never a bar.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ SQLALCHEMY_MODULES = {
 SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}
 ENGINE_LIBRARIES = ("torch", "sglang", "transformers")
+TERMINAL_LIBRARIES = ("rich", "typer", "click")
 ENGINE_ENTRY_MODULES = {"engine_bridge/__init__.py", "engine_bridge/protocol.py"}
 
 
@@ -332,6 +334,17 @@ def test_alembic_lives_only_in_migrate_and_migrations() -> None:
     offenders = [
         str(i) for package in PACKAGES if package != "migrations" for i in _imports(package)
         if _top(i.module) == "alembic" and i.file not in ALEMBIC_MODULES
+    ]
+    assert offenders == []
+
+
+def test_terminal_libraries_live_only_in_cli() -> None:
+    # The library reports progress through callbacks (ledger.progress) and draws nothing:
+    # the CLI decides whether a bar is shown, so rich and typer stay out of every layer
+    # below it, type-only imports included.
+    offenders = [
+        str(i) for package in PACKAGES if package != "cli" for i in _imports(package)
+        if _top(i.module) in TERMINAL_LIBRARIES
     ]
     assert offenders == []
 

@@ -316,7 +316,8 @@ def test_checkpoint_body_has_the_exact_c2sp_layout() -> None:
     ("body", "message"),
     [
         ("o\n1\n" + "A" * 43 + "=", "ending in a newline"),
-        ("o\n1\n", "has 2 line(s)"),
+        ("o\n1\n", "has 2 lines;"),
+        ("o\n", "has 1 line;"),
         ("o\n01\nSBNJTRN+FjG7owHVrKtue7eqdM4RhdRWVl71HXN2d7I=\n", "'01' is not a decimal"),
         ("o\n+1\nSBNJTRN+FjG7owHVrKtue7eqdM4RhdRWVl71HXN2d7I=\n", "'+1' is not a decimal"),
         ("o\n-1\nSBNJTRN+FjG7owHVrKtue7eqdM4RhdRWVl71HXN2d7I=\n", "'-1' is not a decimal"),

@@ -27,10 +27,11 @@ ROLES: dict[str, tuple[str, ...]] = {
     "Operator: set up, migrate, correct, sign and export": (
         "init", "db", "commission", "register-control", "emission-policy", "hold", "release",
         "requeue", "grant-credit", "key", "checkpoint", "export", "import", "verify", "stats",
+        "projections",
     ),
     "Auditor: read, explain and check": (
         "events", "head", "explain", "submissions", "controls", "history", "rewards", "fees",
-        "checkpoints", "prove", "verify-proof", "verify-bundle",
+        "earnings", "checkpoints", "prove", "verify-proof", "verify-bundle",
     ),
     "Engine: evaluate on the reference engine": ("evaluate", "run-controls", "demo"),
 }

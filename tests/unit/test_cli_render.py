@@ -382,7 +382,7 @@ def test_evaluate_prints_each_stage_and_the_verdict_only_on_a_terminal(
     assert _printer(as_json=True) is None  # --json: one document at the end, nothing else
     stages = [
         "  window 1 (orientation 1): stock 1,000,000,000 ns, candidate 990,000,000 ns, "
-        "ratio 0.9900",
+        "ratio 0.9900 (candidate ÷ stock: above 1 is slower)",
         "  audit: 4 nodes graded",
         "  quality: agreement 0.998, regression False, envelope True",
         "  infrastructure fault engine_killed at speed",

@@ -138,7 +138,8 @@ def _summary() -> DemoSummary:
             for _, _, hotkey, status, reason in ROWS
         ],
         controls=[
-            {"control_id": name, "verdict": "FAIL", "outcome": "as_expected"}
+            {"control_id": name, "verdict": "FAIL", "reason": "slot_audit_failed",
+             "outcome": "as_expected", "block": 100_005}
             for name in ("faithful", "wrong-mlp", "skip-mlp", "engine-kill")
         ],
         fees={"total": {"net_rao": 200_000_000, "consumed_rao": 200_000_000,
@@ -149,6 +150,9 @@ def _summary() -> DemoSummary:
         replay={"ok": True, "events": 120, "verdicts_checked": 5, "settlements_checked": 1,
                 "settlement_digest": "ab" * 32},
         verify={"ok": True},
+        credits={"control_runs": 4, "control_runs_rao": 400_000_000, "miners": 1,
+                 "miners_rao": 100_000_000},
+        keys={"public": "arena-ledger-demo/validator.key.pub"},
     )
 
 

@@ -44,6 +44,7 @@ from ledger.tables import (
     rm_event_types,
     rm_owed,
     rm_payments,
+    rm_qualifications,
     rm_settlements,
     rm_state,
     rm_submissions,
@@ -76,7 +77,7 @@ UPSERTED: dict[str, Table] = {
     table.name: table
     for table in (
         rm_arenas, rm_submissions, rm_attempts, rm_payments, rm_credits, rm_counters,
-        rm_windows, rm_settlements, rm_owed,
+        rm_windows, rm_qualifications, rm_settlements, rm_owed,
     )
 }
 
@@ -410,7 +411,7 @@ class Reader:
             statement = select(chosen).where(chosen.c[column].in_(part)).order_by(order)
             found += [dict(row._mapping) for row in self.conn.execute(statement)]
         if len(values) > 500:
-            found.sort(key=lambda row: row.get("first_position", 0))
+            found.sort(key=lambda row: row.get("first_position", row.get("position", 0)))
         return found
 
     def row(self, table: str, **key: Any) -> Row | None:

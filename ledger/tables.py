@@ -39,6 +39,7 @@ __all__ = [
     "rm_event_types",
     "rm_owed",
     "rm_payments",
+    "rm_qualifications",
     "rm_settlements",
     "rm_state",
     "rm_submissions",
@@ -263,6 +264,15 @@ rm_windows = Table(
     Column("ratio", Text, nullable=False),
 )
 
+rm_qualifications = Table(
+    "rm_qualifications",
+    metadata,
+    #: Each QualificationStarted: the attempts a submission was evaluated in, in order.
+    Column("submission_id", _Id, primary_key=True),
+    Column("position", _Position, primary_key=True),
+    Column("attempt_id", _Name, nullable=False),
+)
+
 rm_payments = Table(
     "rm_payments",
     metadata,
@@ -275,7 +285,9 @@ rm_payments = Table(
     Column("first_position", _Position, nullable=False),
     Column("last_position", _Position, nullable=False),
 )
-Index("ix_rm_payments_arena", rm_payments.c.arena_id)
+# Covering: fees per arena sum from the index alone.
+Index("ix_rm_payments_arena", rm_payments.c.arena_id, rm_payments.c.status,
+      rm_payments.c.amount_rao)
 Index("ix_rm_payments_submission", rm_payments.c.submission_id)
 
 rm_credits = Table(
@@ -334,6 +346,7 @@ Index("ix_rm_settlements_block", rm_settlements.c.block)
 
 #: Every read model table, in the order a rebuild empties and fills them.
 read_model_tables = (
-    rm_state, rm_arenas, rm_controls, rm_submissions, rm_attempts, rm_windows, rm_payments,
-    rm_credits, rm_owed, rm_counters, rm_event_types, rm_settlements,
+    rm_state, rm_arenas, rm_controls, rm_submissions, rm_attempts, rm_windows,
+    rm_qualifications, rm_payments, rm_credits, rm_owed, rm_counters, rm_event_types,
+    rm_settlements,
 )

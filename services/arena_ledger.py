@@ -1058,13 +1058,15 @@ class ArenaLedger:
                 rows.append(submission_row(sub, describe))
         return rows
 
-    def submissions_of(self, hotkey: str) -> tuple[int, list[SubmissionState]]:
-        """Returns every submission of ``hotkey`` (by arena, then arrival key) with the
-        position the answer is as of."""
+    def history(self, hotkey: str) -> tuple[int, list[dict[str, Any]]]:
+        """Returns every submission of ``hotkey`` as a row with its fee, the attempts it was
+        evaluated in and the positions of its first and latest events, in arrival-key order,
+        with the position the answer is as of."""
         require_hotkey(hotkey)
         with self._view() as view:
             if view is not None:
-                return view.position, view.submissions(hotkey=hotkey)
+                found = view.submissions(hotkey=hotkey)
+                return view.position, _history_rows(found, view.histories(found))
         fold = self.fold
         found = [
             sub
@@ -1072,7 +1074,16 @@ class ArenaLedger:
             for sub in fold.submissions(arena.arena_id)
             if sub.hotkey == hotkey
         ]
-        return fold.position, found
+        extra: dict[str, dict[str, Any]] = {}
+        for sub in found:
+            recorded = self.read_stream(f"submission-{sub.submission_id}")
+            extra[sub.submission_id] = {
+                "attempt_ids": [str(r.payload["attempt_id"]) for r in recorded
+                                if r.type == "QualificationStarted"],
+                "arrived_position": recorded[0].position if recorded else None,
+                "latest_position": recorded[-1].position if recorded else None,
+            }
+        return fold.position, _history_rows(found, extra)
 
     def controls(self, arena_id: str) -> list[dict[str, Any]]:
         """Returns the arena's controls with expected and observed outcomes."""
@@ -1086,6 +1097,20 @@ class ArenaLedger:
 
 
 _HEX = frozenset("0123456789abcdef")
+
+
+def _history_rows(
+    subs: list[SubmissionState], extra: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Returns ``history``'s rows: each submission's row, fee and ``extra``, in arrival-key
+    order across arenas."""
+    rows = []
+    for sub in subs:
+        row = submission_row(sub, describe)
+        row["fee"] = None if sub.fee is None else dict(sub.fee._asdict())
+        rows.append({**row, **extra[sub.submission_id]})
+    rows.sort(key=lambda r: (*r["arrival"], r["content_hash"], r["arena_id"]))
+    return rows
 
 
 def _require_arena(view: ReadView, arena_id: str | None) -> None:

@@ -36,7 +36,6 @@ from machines.projection import FoldCounts, LedgerFold
 from machines.submission import STATES
 from services.arena_ledger import ArenaLedger
 from services.limits import tool_message_chars_max
-from services.projections import submission_row
 from services.read_view import read_view
 from vocabulary.errors import (
     IntegrityError,
@@ -831,16 +830,4 @@ def history_at(
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
 
     with ArenaLedger(url, actor="history", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
-        position, found = ledger.submissions_of(hotkey)
-        rows = []
-        for sub in found:
-            row = submission_row(sub)
-            row["fee"] = None if sub.fee is None else dict(sub.fee._asdict())
-            rows.append(row)
-            recorded = ledger.read_stream(f"submission-{row['submission_id']}")
-            row["attempt_ids"] = [str(r.payload["attempt_id"]) for r in recorded
-                                  if r.type == "QualificationStarted"]
-            row["arrived_position"] = recorded[0].position if recorded else None
-            row["latest_position"] = recorded[-1].position if recorded else None
-    rows.sort(key=lambda r: (*r["arrival"], r["content_hash"], r["arena_id"]))
-    return position, rows
+        return ledger.history(hotkey)

@@ -31,7 +31,7 @@ from machines.submission import Fee, SubmissionState
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.codec import canonical_bytes, canonical_decimal, loads
 from vocabulary.errors import IntegrityError, SchemaNotInitialised
-from vocabulary.events import Event, SettlementComputed, WindowMeasured
+from vocabulary.events import Event, QualificationStarted, SettlementComputed, WindowMeasured
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -122,6 +122,11 @@ class ReadModelRows:
         if type(event) is WindowMeasured:
             aid = stream.partition("-")[2]
             self._put("rm_windows", (aid, position), _window(aid, position, event))
+        elif type(event) is QualificationStarted:
+            sid = stream.partition("-")[2]
+            self._put("rm_qualifications", (sid, position), {
+                "submission_id": sid, "position": position, "attempt_id": event.attempt_id,
+            })
         elif type(event) is SettlementComputed:
             self._put("rm_settlements", (position,), _settlement(position, event))
 

@@ -69,6 +69,22 @@ class ReadView:
         found = [state_of(row) for row in self.reader.submissions(arena_id, hotkey, status)]
         return sorted(found, key=_arena_then_arrival)
 
+    def histories(self, subs: list[SubmissionState]) -> dict[str, dict[str, Any]]:
+        """Returns, per submission, the attempts it was evaluated in (in order) and the
+        positions of its first and latest events (what ``history`` adds to a row)."""
+        sids = [sub.submission_id for sub in subs]
+        found: dict[str, dict[str, Any]] = {
+            sid: {"attempt_ids": [], "arrived_position": None, "latest_position": None}
+            for sid in sids
+        }
+        for row in self.reader.rows_by("rm_qualifications", "submission_id", sids):
+            found[row["submission_id"]]["attempt_ids"].append(row["attempt_id"])
+        for row in self.reader.rows_by("rm_submissions", "submission_id", sids):
+            entry = found[row["submission_id"]]
+            entry["arrived_position"] = row["first_position"]
+            entry["latest_position"] = row["last_position"]
+        return found
+
     def controls(self, arena_id: str) -> list[ControlRow]:
         """Returns the arena's control report, as ``LedgerFold.controls`` does."""
         registered = {

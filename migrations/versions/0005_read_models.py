@@ -29,7 +29,8 @@ depends_on: str | Sequence[str] | None = None
 
 _TABLES = (
     "rm_settlements", "rm_event_types", "rm_counters", "rm_owed", "rm_credits", "rm_payments",
-    "rm_windows", "rm_attempts", "rm_submissions", "rm_controls", "rm_arenas", "rm_state",
+    "rm_qualifications", "rm_windows", "rm_attempts", "rm_submissions", "rm_controls",
+    "rm_arenas", "rm_state",
 )
 
 
@@ -141,6 +142,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("attempt_id", "position", name=op.f("pk_rm_windows")),
     )
     op.create_table(
+        "rm_qualifications",
+        sa.Column("submission_id", sa.String(64), nullable=False),
+        sa.Column("position", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("attempt_id", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("submission_id", "position", name=op.f("pk_rm_qualifications")),
+    )
+    op.create_table(
         "rm_payments",
         sa.Column("payment_ref", sa.Text(), nullable=False),
         sa.Column("submission_id", sa.String(64), nullable=False),
@@ -152,7 +160,9 @@ def upgrade() -> None:
         sa.Column("last_position", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("payment_ref", name=op.f("pk_rm_payments")),
     )
-    op.create_index(op.f("ix_rm_payments_arena"), "rm_payments", ["arena_id"])
+    op.create_index(
+        op.f("ix_rm_payments_arena"), "rm_payments", ["arena_id", "status", "amount_rao"]
+    )
     op.create_index(op.f("ix_rm_payments_submission"), "rm_payments", ["submission_id"])
     op.create_table(
         "rm_credits",

@@ -50,14 +50,16 @@ from services.operations import history_at, stats  # noqa: E402
 
 #: Runs the console script's ``main`` in this interpreter and prints its peak RSS (KiB) last
 #: on stderr; with ``--imports-only`` it only imports the CLI (the start-up baseline).
+#: VmHWM, not getrusage: a child forked from this large process reports the parent's peak.
 _PROBE = (
-    "import resource, sys\n"
+    "import sys\n"
     "from cli.app import main\n"
     "if sys.argv[1:2] != ['--imports-only']:\n"
     "    sys.argv = ['arena-ledger', *sys.argv[1:]]\n"
     "    try:\n        main()\n"
     "    except SystemExit:\n        pass\n"
-    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+    "print(hwm, file=sys.stderr)\n"
 )
 
 
@@ -126,6 +128,41 @@ def _console(url: str, args: Sequence[str], runs: int) -> tuple[float, int]:
     return statistics.median(walls), max(peaks)
 
 
+def _writes(url: str, rounds: int, seeded: bool) -> dict[str, list[float]]:
+    """Times intake, claim, a fault and conclude, each in a fresh ledger (a new process's
+    first write: the fold seeded from the read models, or folded from every event)."""
+    from machines import samples
+
+    times: dict[str, list[float]] = {"intake": [], "claim": [], "conclude": []}
+    with ArenaLedger(url) as ledger:
+        arena = ledger.fold.arenas()[0]
+        block = max(s.arrival_block for s in ledger.fold.queue(arena.arena_id)) + 1
+    tag = time.time_ns()
+    for n in range(rounds):
+        arrived = samples.arrived(arena.arena_id, hotkey=f"5Bench{n % 7}",
+                                  content=f"bench-{tag}-{n}", block=block, index=n,
+                                  payment_ref=f"pay-bench-{tag}-{n}")
+        fields = arrived.model_dump(mode="json", exclude_unset=True)
+        fields.pop("submission_id")
+        started = time.perf_counter()
+        with ArenaLedger(url, seed_from_read_models=seeded) as ledger:
+            ledger.intake(fields, payment_amount_rao=arena.fee_rao)
+        times["intake"].append(time.perf_counter() - started)
+        aid = f"bench-{tag}-{n}"
+        started = time.perf_counter()
+        with ArenaLedger(url, seed_from_read_models=seeded) as ledger:
+            ledger.claim(attempt_id=aid, pair_id="pair-bench", validator_hotkey="5Val",
+                         block=block, arena_id=arena.arena_id)
+        times["claim"].append(time.perf_counter() - started)
+        with ArenaLedger(url, seed_from_read_models=seeded) as ledger:
+            ledger.fault(aid, "engine_killed", "speed", "bench")
+        started = time.perf_counter()
+        with ArenaLedger(url, seed_from_read_models=seeded) as ledger:
+            ledger.conclude(aid, block)
+        times["conclude"].append(time.perf_counter() - started)
+    return times
+
+
 def _append_rates(url: str, path: Path, batches: int) -> dict[str, float]:
     """Events/s of guarded appends (read models kept) and of plain ones, on copies."""
     from bench import fold as fold_bench
@@ -166,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--append-batches", type=int, default=20)
+    parser.add_argument("--write-rounds", type=int, default=20)
+    parser.add_argument("--whole-fold-writes", action="store_true",
+                        help="also time each write once on a fold of every event (slow)")
     args = parser.parse_args(argv)
     print(describe_machine())
     scratch = None
@@ -199,6 +239,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nin-process on {head:,} events (ms; fold: one run, as_of the head)")
         print(render_markdown_table(
             ["question", "p50", "p99", "by folding", "speed-up"], rows, numeric=[1, 2, 3, 4]))
+        write_rows = []
+        seeded = _writes(url, args.write_rounds, True)
+        whole = _writes(url, 1, False) if args.whole_fold_writes else None
+        for name, samples_s in seeded.items():
+            p50, p99 = _ms(samples_s)
+            folded = "–" if whole is None else f"{whole[name][0] * 1000:,.0f}"
+            write_rows.append([name, f"{p50:.1f}", f"{p99:.1f}", folded])
+        print(f"\nwrites, each in a fresh ledger ({args.write_rounds} rounds; ms)")
+        print(render_markdown_table(["write", "p50 seeded", "p99 seeded", "whole fold (1 run)"],
+                                    write_rows, numeric=[1, 2, 3]))
         base, base_rss = _console(url, ["--imports-only"], args.runs)
         console_rows = []
         for name, cli_args in (

@@ -411,7 +411,7 @@ class Reader:
             statement = select(chosen).where(chosen.c[column].in_(part)).order_by(order)
             found += [dict(row._mapping) for row in self.conn.execute(statement)]
         if len(values) > 500:
-            found.sort(key=lambda row: row.get("first_position", row.get("position", 0)))
+            found.sort(key=lambda row: int(row.get("first_position") or row.get("position") or 0))
         return found
 
     def row(self, table: str, **key: Any) -> Row | None:
@@ -454,6 +454,21 @@ class Reader:
                    a.commission_digest == commission_digest)
         )
         return [dict(row._mapping) for row in self.conn.execute(statement)]
+
+    def stream_events(self, streams: Sequence[str]) -> list[tuple[int, str, str, int, bytes]]:
+        """Returns (position, stream, type, schema version, payload) of every event of these
+        streams, in position order (one index range per stream, a few queries in all)."""
+        c = events_table.c
+        found: list[tuple[int, str, str, int, bytes]] = []
+        for at in range(0, len(streams), 500):
+            part = list(streams[at:at + 500])
+            rows = self.conn.execute(
+                select(c.position, c.stream, c.type, c.schema_version, c.payload)
+                .where(c.stream.in_(part))
+            )
+            found += [(int(p), str(s), str(t), int(v), bytes(d)) for p, s, t, v, d in rows]
+        found.sort()
+        return found
 
     def latest_of_type(self, event_type: str) -> tuple[int, bytes] | None:
         """Returns (schema version, payload) of the latest event of ``event_type``, or None

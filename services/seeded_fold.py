@@ -35,7 +35,7 @@ from machines.submission import LIVE, TERMINALS
 from services.projections import state_of
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.codec import loads
-from vocabulary.events import AttemptClaimed, EmissionPolicySet
+from vocabulary.events import AttemptClaimed, EmissionPolicySet, Event
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -112,7 +112,7 @@ class ReadModelArchive:
     def _finished(self, reader: read_models.Reader, rows: list[Row]) -> list[Finished]:
         """Returns each submission's record as the fold archives it: state, reward group,
         attempts, the payment of its fee and the credit it spent."""
-        return _records(reader, rows, self.arenas, self.store)
+        return _records(reader, rows, self.arenas)
 
 
 _TARGETS = {
@@ -142,13 +142,17 @@ class _Reading:
 
 
 def _records(
-    reader: read_models.Reader, rows: list[Row], arenas: Mapping[str, ArenaState],
-    store: EventStore,
+    reader: read_models.Reader, rows: list[Row], arenas: Mapping[str, ArenaState]
 ) -> list[Finished]:
     sids = [row["submission_id"] for row in rows]
     attempts: dict[str, dict[str, AttemptState | AttemptSummary]] = {sid: {} for sid in sids}
-    for row in reader.rows_by("rm_attempts", "submission_id", sids):
-        attempts[row["submission_id"]][row["attempt_id"]] = _attempt(reader, row, arenas, store)
+    found = reader.rows_by("rm_attempts", "submission_id", sids)
+    running = _running(reader, [row["attempt_id"] for row in found if row["verdict"] is None],
+                       arenas)
+    for row in found:
+        attempts[row["submission_id"]][row["attempt_id"]] = (
+            running[row["attempt_id"]] if row["verdict"] is None else _summary(row)
+        )
     payments: dict[str, list[PaymentState]] = {}
     for row in reader.rows_by("rm_payments", "submission_id", sids):
         payments.setdefault(row["submission_id"], []).append(_payment(row))
@@ -168,24 +172,33 @@ def _records(
     return records
 
 
-def _attempt(
-    reader: read_models.Reader, row: Row, arenas: Mapping[str, ArenaState], store: EventStore
-) -> AttemptState | AttemptSummary:
-    """Returns an attempt as a fold keeps it: the summary of a decided one, else its whole
-    state folded from its stream (windows, looks and audit counts)."""
-    if row["verdict"] is not None:
-        decision = Decision(row["verdict"], row["reason"], row["disposition"], row["speedup"],
-                            row["pass_line"], row["look_window"])
-        return AttemptSummary(
-            row["attempt_id"], row["submission_id"], row["arena_id"], row["commission_digest"],
-            row["plan"], row["claimed_block"], row["status"], decision, row["decided_block"],
-        )
-    records = store.read_stream(f"attempt-{row['attempt_id']}", conn=reader.conn)
-    events = [record.event() for record in records]
-    claimed = events[0]
-    assert isinstance(claimed, AttemptClaimed)
-    params = arenas[claimed.arena_id].commissions[claimed.commission_digest].params
-    return attempt_machine.fold(claimed, params, events[1:])
+def _summary(row: Row) -> AttemptSummary:
+    """Returns a decided attempt as a fold keeps it: its summary."""
+    decision = Decision(row["verdict"], row["reason"], row["disposition"], row["speedup"],
+                        row["pass_line"], row["look_window"])
+    return AttemptSummary(
+        row["attempt_id"], row["submission_id"], row["arena_id"], row["commission_digest"],
+        row["plan"], row["claimed_block"], row["status"], decision, row["decided_block"],
+    )
+
+
+def _running(
+    reader: read_models.Reader, attempt_ids: list[str], arenas: Mapping[str, ArenaState]
+) -> dict[str, AttemptState]:
+    """Returns the whole state of each attempt not decided yet (windows, looks, audit
+    counts), folded from its stream; the streams are read together."""
+    events: dict[str, list[Event]] = {aid: [] for aid in attempt_ids}
+    decode = CATALOGUE.decode
+    rows = reader.stream_events([f"attempt-{aid}" for aid in attempt_ids])
+    for _, stream, kind, version, payload in rows:
+        events[stream.partition("-")[2]].append(decode(kind, version, loads(payload)))
+    running = {}
+    for aid, found in events.items():
+        claimed = found[0]
+        assert isinstance(claimed, AttemptClaimed)
+        params = arenas[claimed.arena_id].commissions[claimed.commission_digest].params
+        running[aid] = attempt_machine.fold(claimed, params, found[1:])
+    return running
 
 
 def _payment(row: Row) -> PaymentState:
@@ -280,7 +293,7 @@ def seeded_fold(
     )
     arenas = {arena_id: _arena(store, conn, arena_id) for arena_id in reader.arena_ids()}
     archive.arenas = arenas
-    live = _records(reader, reader.submissions_in(LIVE), arenas, store)
+    live = _records(reader, reader.submissions_in(LIVE), arenas)
     unspent = [_credit(row) for row in reader.unspent_credits()]
     tables: dict[str, dict[str, int]] = {"decided": {}, "no_decision": {}, "holds_placed": {}}
     for name, key, value in reader.counters():

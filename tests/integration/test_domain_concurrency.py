@@ -120,3 +120,71 @@ def test_a_ledger_with_a_stale_fold_cannot_claim_what_another_claimed(store_url:
         assert second.store.head() == head
         assert second.fold.submission(sid).attempt_id == "att-a"  # type: ignore[union-attr]
         assert first.fold.payment("pay-d1").amount_rao == FEE  # type: ignore[union-attr]
+
+
+def act_in_race(url: str, me: int, action: str, argument: Any, barrier: Any,
+                results: Any) -> None:
+    """Runs in a spawned process: wait for the start, do ``action`` once, report how it went."""
+    from vocabulary.errors import ConcurrencyConflict
+
+    with ArenaLedger(url, actor=f"validator-{me}") as ledger:
+        try:
+            ledger.fold  # seeded before the start: both decide from the same head
+            barrier.wait(timeout=60)
+            if action == "intake":
+                outcome = ledger.intake(argument[me], payment_amount_rao=FEE)
+                found = ("admitted" if outcome.admitted else "rejected", outcome.reason)
+            else:
+                ledger.conclude(argument, 1_020)
+                found = ("concluded", "")
+        except Refused as exc:
+            found = ("refused", str(exc.context.get("reason")))
+        except ConcurrencyConflict:
+            found = ("conflict", "")
+        except BaseException as exc:  # reported, so the parent fails with the reason
+            found = ("error", repr(exc))
+        results.put((me, *found))
+
+
+def race_once(url: str, action: str, argument: Any) -> list[tuple[int, str, str]]:
+    """Runs CONTENDERS processes doing ``action`` at the same moment; their outcomes."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(CONTENDERS), context.Queue()
+    workers = [context.Process(target=act_in_race,
+                               args=(url, me, action, argument, barrier, results))
+               for me in range(CONTENDERS)]
+    for worker in workers:
+        worker.start()
+    found = sorted(results.get(timeout=120) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    return found
+
+
+def test_two_writers_racing_for_one_payment_and_one_decision_leave_one_and_true_read_models(
+    desk: Desk, store_url: str
+) -> None:
+    from services import projections
+
+    desk.commission()
+    # Two arrivals naming one payment: one admission consumes it.
+    arrivals = [Desk.arrival(content=f"rival-{me}", hotkey=f"5Rival{me}", payment_ref="pay-1")
+                for me in range(CONTENDERS)]
+    outcomes = race_once(store_url, "intake", arrivals)
+    assert not [o for o in outcomes if o[1] == "error"], outcomes
+    assert [o[1] for o in outcomes].count("admitted") == 1, outcomes
+    assert all(o[1:] in {("admitted", ""), ("rejected", "eval_cost_payment_used"),
+                         ("refused", "intake_mismatch"), ("conflict", "")}
+               for o in outcomes), outcomes
+    assert desk.types("payment-pay-1") == ["PaymentConsumed"]
+    # One attempt, two validators concluding it: one AttemptDecided.
+    sid = desk.admitted("concluded")
+    desk.claim(sid, "att-race")
+    desk.ledger.fault("att-race", "engine_killed", "speed", "raced")
+    outcomes = race_once(store_url, "conclude", "att-race")
+    assert not [o for o in outcomes if o[1] == "error"], outcomes
+    assert desk.types("attempt-att-race").count("AttemptDecided") == 1
+    assert [o[1] for o in outcomes].count("concluded") >= 1, outcomes
+    # The read models agree with the events, after both races, on the ledger they share.
+    assert projections.check_ledger(store_url) == desk.head

@@ -9,6 +9,15 @@ a pipe; the parent kills it at seeded random points, reopens the ledger and chec
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 from reliability_harness import ci_crash_kills, crash_batch, crash_campaign, seed
 
 from ledger.store import EventStore
@@ -34,3 +43,46 @@ def test_crash_batches_are_deterministic_and_span_the_copy_path() -> None:
     sizes = [len(crash_batch("t", i)[1]) for i in range(200)]
     assert min(sizes) == 1
     assert max(sizes) >= 64
+
+
+_DOMAIN_WRITER = """
+import sys
+sys.path.append(sys.argv[2])
+from bench import fold
+from services.arena_ledger import ArenaLedger
+items = [(s, e) for _, s, _, e in fold.generate(3_000, 41, 16, emission_share_ppm=150_000)]
+with ArenaLedger(sys.argv[1], actor="crash") as ledger:
+    for at in range(0, len(items), 20):
+        result = ledger.append(items[at:at + 20])
+        print(result.positions[-1], flush=True)
+"""
+
+
+@pytest.mark.parametrize("kill_after", [3, 17, 41])
+def test_a_writer_killed_mid_append_leaves_read_models_equal_to_its_events(
+    store: EventStore, kill_after: int
+) -> None:
+    """A domain writer (the guard writing read models in each append's transaction) is
+    killed after ``kill_after`` acknowledged batches, at a moment no one chooses: the
+    read models then equal a rebuild from the events, and the next writer seeds from them."""
+    from services import projections
+    from services.arena_ledger import ArenaLedger
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root}
+    child = subprocess.Popen([sys.executable, "-c", _DOMAIN_WRITER, store.url, root],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert child.stdout is not None
+    acknowledged = 0
+    for _ in range(kill_after):
+        line = child.stdout.readline()
+        assert line, child.stderr.read().decode() if child.stderr else ""
+        acknowledged = int(line)
+    time.sleep(random.Random(kill_after).uniform(0, 0.05))  # somewhere in the next append
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    head = store.head().position
+    assert head >= acknowledged  # nothing acknowledged is lost
+    assert projections.check_ledger(store.url) == head
+    with ArenaLedger(store.url, actor="next") as ledger:
+        assert ledger.fold.position == head and ledger.guard.seeded

@@ -805,8 +805,9 @@ def untargeted_notes(scale_run: BenchRun | None) -> list[str]:
         f"{shown['arena-ledger explain submission']}, `arena-ledger history --hotkey` "
         f"{shown['arena-ledger history --hotkey (typical)']}, of which interpreter start and "
         f"imports are {shown['CLI start-up (arena-ledger --help)']}; each command folds the "
-        "whole ledger before it answers (`--no-snapshots`; restored from a fold snapshot, "
-        "see \"Fold snapshots\"). On a fold that has caught up (p50 / p99), "
+        "whole ledger from nothing before it answers (the ledger is appended without the "
+        "domain guard, so its read models stand behind the head; bench/queries.py times the "
+        "read models). On a fold that has caught up (p50 / p99), "
         f"`explain_submission` takes {shown['explain submission (caught-up fold)']} and "
         "`submissions(hotkey=…)` for the busiest hotkey "
         f"{shown['submissions(hotkey=…) busiest (caught-up fold)']}.",

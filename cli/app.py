@@ -6,7 +6,6 @@ import sys
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from itertools import islice
-from pathlib import Path
 from typing import IO
 
 import typer
@@ -32,7 +31,6 @@ from ledger.store import DEFAULT_URL
 from services.append import BatchAppended, append_batches
 from services.arena_ledger import ArenaLedger
 from services.draft_lines import read_drafts
-from services.fold_cache import default_directory
 from vocabulary import limits
 from vocabulary.catalogue import check_stream_name
 from vocabulary.errors import InvalidInput, open_input, unreadable
@@ -87,22 +85,12 @@ def _global(
         help="Level of the structured logs on stderr: debug, info, warning (the default) or "
         "error, in any case.",
     ),
-    snapshot_dir: Path | None = typer.Option(
-        None, "--snapshot-dir", envvar="ARENA_LEDGER_SNAPSHOT_DIR", file_okay=False,
-        help="Directory of the fold snapshots that spare a command refolding a long ledger "
-        "(default: $XDG_CACHE_HOME/arena-ledger/snapshots; see docs/operations.md).",
-    ),
-    no_snapshots: bool = typer.Option(
-        False, "--no-snapshots", envvar="ARENA_LEDGER_NO_SNAPSHOTS",
-        help="Fold from nothing and write no snapshot.",
-    ),
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=_version,
         help="Print the version and exit.",
     ),
 ) -> None:
     state.db_url = db
-    state.snapshot_dir = None if no_snapshots else snapshot_dir or default_directory()
     configure_logging(log_level.value)
 
 
@@ -153,7 +141,7 @@ def append(
             raise unreadable(file, "input file", exc) from None
     if not lines:
         raise InvalidInput("the input holds no events", path=file)
-    with ArenaLedger(state.db_url, actor=actor, snapshot_dir=state.snapshot_dir) as ledger, \
+    with ArenaLedger(state.db_url, actor=actor) as ledger, \
             ProgressBar(as_json) as progress:
         append_batches(ledger, lines, batch, actor=actor, progress=progress,
                        on_batch=lambda appended: _report_append(appended, as_json))

@@ -35,9 +35,7 @@ _BLOCK_HELP = "Finalized block it happens at."
 
 
 def _ledger(as_of: int | None = None) -> ArenaLedger:
-    return ArenaLedger(
-        state.db_url, actor=state.actor, as_of=as_of, snapshot_dir=state.snapshot_dir
-    )
+    return ArenaLedger(state.db_url, actor=state.actor, as_of=as_of)
 
 
 def _read_json(path: str) -> Any:

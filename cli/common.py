@@ -9,7 +9,6 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
@@ -230,8 +229,6 @@ class State:
 
     db_url: str = DEFAULT_URL
     actor: str = "cli"
-    #: Where commands keep the fold's snapshot (``services.fold_cache``); None: no snapshots.
-    snapshot_dir: Path | None = None
 
     def store(self, *, require: bool = True) -> EventStore:
         """Opens the store at the configured URL, refusing an uninitialised one by default."""

@@ -83,9 +83,7 @@ def evaluate(
         claimed_block="--block",
         plan="--plan",
     )
-    with named, ArenaLedger(
-        state.db_url, actor=state.actor, snapshot_dir=state.snapshot_dir
-    ) as ledger:
+    with named, ArenaLedger(state.db_url, actor=state.actor) as ledger:
         result = evaluate_submission(
             ledger, submission_id, block=block, attempt_id=attempt_id, pair_id=pair,
             validator_hotkey=validator, plan=plan, delta_file=delta_file,
@@ -110,9 +108,7 @@ def run_controls(
     from services.evaluation import run_arena_controls
 
     named = options_named(validator_hotkey="--validator", claimed_block="--block")
-    with named, ArenaLedger(
-        state.db_url, actor=state.actor, snapshot_dir=state.snapshot_dir
-    ) as ledger:
+    with named, ArenaLedger(state.db_url, actor=state.actor) as ledger:
         rows = run_arena_controls(
             ledger, arena_id, block=block, validator_hotkey=validator,
             progress=_printer(as_json),

@@ -102,7 +102,7 @@ def stats(
     (NO_DECISION verdicts / decided attempts, 6 places). With --as-of N, as of position N:
     the last checkpoint is then the newest whose tree covers at most N positions.
     """
-    document = ops.stats(state.db_url, as_of, state.snapshot_dir)
+    document = ops.stats(state.db_url, as_of)
     if as_json:
         emit_json(document)
         return
@@ -175,7 +175,7 @@ def history(
 ) -> None:
     """Lists a hotkey's submissions across arenas in arrival order, with cause and next step."""
     with options_named(hotkey="--hotkey"):
-        position, rows = ops.history_at(state.db_url, hotkey, as_of, state.snapshot_dir)
+        position, rows = ops.history_at(state.db_url, hotkey, as_of)
     if as_json:
         emit_jsonl(rows)
         return

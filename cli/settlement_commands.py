@@ -37,9 +37,7 @@ __all__ = ["register"]
 
 
 def _ledger(as_of: int | None = None) -> ArenaLedger:
-    return ArenaLedger(
-        state.db_url, actor=state.actor, as_of=as_of, snapshot_dir=state.snapshot_dir
-    )
+    return ArenaLedger(state.db_url, actor=state.actor, as_of=as_of)
 
 
 @handle_errors

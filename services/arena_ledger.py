@@ -11,7 +11,6 @@ gets ``Refused`` carrying the machine, state, event and a stable reason code.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,8 +31,6 @@ from machines.projection import LedgerFold, Touched
 from machines.reasons import describe
 from machines.settlement_rules import Settlement, settlement_payload
 from machines.submission import STATES
-from services import fold_cache
-from services.fold_cache import SnapshotCache
 from services.limits import submission_prefix_min
 from services.projections import ReadModelRows, submission_row
 from services.read_view import ReadView, read_view
@@ -133,15 +130,6 @@ class DomainGuard:
         #: Fold no further than this position, and decide no batch (a read-only view of the
         #: ledger as it stood then; ``ArenaLedger.as_of``). None: every committed event.
         self.as_of = as_of
-        #: Where the fold is restored from before its first catch-up and saved to by
-        #: ``save_snapshot`` (``services.fold_cache``); None: always folded from nothing.
-        self.snapshots: SnapshotCache | None = None
-        #: The position of the snapshot restored (or last saved); 0 when none was.
-        self.snapshot_position = 0
-        self._restore_pending = True
-        #: Whether the last catch-up ran to its end: a fold an exception left mid-event (an
-        #: interrupt, a fault) is never written as a snapshot.
-        self._caught_up = False
 
     def catch_up(self, store: EventStore, conn: Connection | None = None) -> int:
         """Folds every committed event after the fold's position; returns how many.
@@ -158,19 +146,13 @@ class DomainGuard:
         last = store.head(conn).position
         if self.as_of is not None:
             last = min(last, self.as_of)
-        if self._restore_pending:
-            self._restore_pending = False
-            if self.snapshots is not None and self.fold.position == 0:
-                self._restore(self.snapshots, store, conn, last)
         apply, count = self.fold.apply, 0
         first = self.fold.position + 1
-        self._caught_up = False
         for row, payload, event in decoded_rows(store, first, last, conn):
             apply(row[0], row[1], event, payload)
             if type(event) is EmissionPolicySet:  # decode returns catalogue classes, exactly
                 self.emission_policy = event
             count += 1
-        self._caught_up = True
         return count
 
     def _seed_if_stale(self, store: EventStore, conn: Connection | None) -> None:
@@ -200,44 +182,6 @@ class DomainGuard:
             and result.positions[-1] == self._pending
         ):
             self._pending = None
-
-    def _restore(
-        self, snapshots: SnapshotCache, store: EventStore, conn: Connection | None, last: int
-    ) -> None:
-        """Takes the fold from the snapshot, when there is one that fits the ledger up to
-        ``last`` (``SnapshotCache.load`` says what fits)."""
-        restored = snapshots.load(last, lambda position: store.stored_entry_hash(position, conn))
-        if restored is not None:
-            self.fold = restored.fold
-            self.emission_policy = restored.emission_policy
-            self.snapshot_position = restored.position
-
-    def save_snapshot(self, store: EventStore) -> bool:
-        """Writes the fold to the snapshot cache when it has folded at least
-        ``services.fold_cache.snapshot_events_min`` events past the last snapshot (or from
-        nothing), its last catch-up ran to the end and no decision was cut short; never for a
-        view ``as_of`` a position, nor for an archiving fold (``SnapshotCache.save`` refuses
-        one, and ``ArenaLedger`` gives such a fold no cache). Returns whether one was
-        written; a failure to write is logged, not raised (the snapshot is a cache)."""
-        fold = self.fold
-        if (
-            self.snapshots is None
-            or self.seeded
-            or not self._caught_up
-            or fold.deciding
-            or self.as_of is not None
-            or fold.position - self.snapshot_position < fold_cache.snapshot_events_min
-        ):
-            return False
-        try:
-            entry = store.stored_entry_hash(fold.position)
-        except LedgerError as exc:  # the store gone meanwhile: the command's result stands
-            fold_cache.log.warning("snapshot_not_written", reason=exc.message)
-            return False
-        if entry is None or not self.snapshots.save(fold, self.emission_policy, entry):
-            return False
-        self.snapshot_position = fold.position
-        return True
 
     def __call__(self, store: EventStore, conn: Connection, batch: Sequence[PreparedEvent]) -> None:
         """Raises ``Refused`` for the first event of ``batch`` the machines refuse
@@ -405,15 +349,9 @@ class ArenaLedger:
     #: to it say (a later event is not seen), and nothing can be appended (InvalidInput).
     #: Past the head it is the head. None: the ledger up to its head, writable.
     as_of: int | None = None
-    #: Restore the fold from a snapshot in this directory before folding, and write one there
-    #: on ``close`` once enough events were folded (``services.fold_cache``; the CLI's default is
-    #: ``services.fold_cache.default_directory()``). Every answer is the same; a process that
-    #: opens a long ledger folds only what came after the snapshot. Not with
-    #: ``archive_finished``. None: the fold always starts from nothing.
-    snapshot_dir: str | os.PathLike[str] | None = None
     #: Start the machines' fold from the read models at the head instead of folding every
-    #: event (``services.seeded_fold``): the default. False folds the whole ledger (restored
-    #: from a fold snapshot when there is one), as a replay does.
+    #: event (``services.seeded_fold``): the default. False folds the whole ledger from
+    #: nothing, as a replay does.
     seed_from_read_models: bool = True
     store: EventStore = field(init=False)
     guard: DomainGuard = field(init=False)
@@ -427,17 +365,10 @@ class ArenaLedger:
         self.guard = DomainGuard(fold, self.as_of, seeded=self.seed_from_read_models)
         self.store = EventStore(self.url, guard=self.guard)
         self.store.require_initialised()
-        if self.snapshot_dir is not None and not self.archive_finished:
-
-            self.guard.snapshots = SnapshotCache(self.snapshot_dir, self.url)
 
     def close(self) -> None:
-        """Writes a snapshot when one is due (``DomainGuard.save_snapshot``), then releases
-        the store's connections (and drops the archive, if any)."""
-        try:
-            self.guard.save_snapshot(self.store)
-        finally:
-            self.store.close()
+        """Releases the store's connections (and drops the archive, if any)."""
+        self.store.close()
         archive = self.guard.fold.archive
         if archive is not None:
             archive.close()

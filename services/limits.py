@@ -5,7 +5,6 @@ from __future__ import annotations
 __all__ = [
     "head_block_page_positions",
     "line_bytes_max",
-    "snapshot_header_bytes_max",
     "submission_prefix_min",
     "tool_message_chars_max",
 ]
@@ -18,9 +17,6 @@ submission_prefix_min = 8
 
 #: Longest stderr excerpt of pg_dump / pg_restore quoted in an error, in characters.
 tool_message_chars_max = 400
-
-#: Largest header line read (a header is ~400 bytes; a longer first line is not a snapshot).
-snapshot_header_bytes_max = 4_096
 
 #: Positions read at a time, backwards from the head, looking for the head's block
 #: (``services.weights_preview.head_block``).

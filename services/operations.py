@@ -701,19 +701,15 @@ def _last_checkpoint(store: EventStore, head: Head) -> dict[str, Any] | None:
     return row
 
 
-def stats(
-    url: str,
-    as_of: int | None = None,
-    snapshot_dir: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:
+def stats(url: str, as_of: int | None = None) -> dict[str, Any]:
     """Returns the ledger's vital signs as of its head.
 
     Head and chain tip, Merkle root, the last checkpoint and its age in positions, events by
     type, submissions by status per arena, holds by reason (now held, and every hold ever
     placed), and each arena's NO_DECISION rate (NO_DECISION verdicts / decided attempts).
-    The machines' figures come from the fold (``LedgerFold.counts``: only events the
-    machines accepted count), restored from and saved to ``snapshot_dir`` when given
-    (``ArenaLedger.snapshot_dir``); events by type from one query over the same positions.
+    The machines' figures (only events the machines accepted count) come from the read
+    models, or from the fold (``LedgerFold.counts``) for a view ``as_of`` a position or
+    read models behind the head; events by type from the same positions.
 
     With ``as_of`` (past the head, the head) every figure is the ledger's as it stood at
     that position: the head is that position and its entry hash, the Merkle root is the
@@ -724,7 +720,7 @@ def stats(
     from ledger import migrate
 
     require_as_of(as_of)
-    with ArenaLedger(url, actor="stats", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
+    with ArenaLedger(url, actor="stats", as_of=as_of) as ledger:
         store = ledger.store
         # The head row is held to the tables first: a damaged one stops stats before the fold.
         head, size, root = _snapshot(store, as_of)
@@ -819,15 +815,11 @@ def history(url: str, hotkey: str, as_of: int | None = None) -> list[dict[str, A
 
 
 def history_at(
-    url: str,
-    hotkey: str,
-    as_of: int | None = None,
-    snapshot_dir: str | os.PathLike[str] | None = None,
+    url: str, hotkey: str, as_of: int | None = None
 ) -> tuple[int, list[dict[str, Any]]]:
     """Returns ``history``'s rows with the position they answer as of: the head, or
-    ``as_of`` when given (the head when ``as_of`` is past it), from the same read; the fold
-    restored from and saved to ``snapshot_dir`` when given (``ArenaLedger.snapshot_dir``)."""
+    ``as_of`` when given (the head when ``as_of`` is past it), from the same read."""
     require_hotkey(hotkey)  # before the fold catches up: a typo fails at once
 
-    with ArenaLedger(url, actor="history", as_of=as_of, snapshot_dir=snapshot_dir) as ledger:
+    with ArenaLedger(url, actor="history", as_of=as_of) as ledger:
         return ledger.history(hotkey)

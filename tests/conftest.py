@@ -16,10 +16,7 @@ connection (default ``postgresql://postgres@127.0.0.1:5432/postgres``).
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,11 +43,6 @@ PG_DB_PER_TEST = os.environ.get("ARENA_LEDGER_PG_DB_PER_TEST") == "1"
 
 
 _ROOT = Path(__file__).resolve().parents[1]
-
-# The CLI keeps fold snapshots under the user's cache by default (services.fold_cache); the
-# suite's commands, in process and in subprocesses, keep theirs in a directory of their own.
-os.environ["ARENA_LEDGER_SNAPSHOT_DIR"] = tempfile.mkdtemp(prefix="arena-ledger-snapshots-")
-atexit.register(shutil.rmtree, os.environ["ARENA_LEDGER_SNAPSHOT_DIR"], ignore_errors=True)
 
 
 def _compiled_extensions() -> list[tuple[Path, Path]]:

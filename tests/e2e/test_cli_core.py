@@ -515,6 +515,14 @@ def test_an_unknown_log_level_is_a_usage_error_naming_the_levels(cli: Any) -> No
     assert "ledger ready" in loud.stdout
 
 
+def test_the_removed_fold_snapshot_options_are_usage_errors(cli: Any, tmp_path: Any) -> None:
+    # The commands read the read models now; an operator's old script is told, not ignored.
+    for options in (["--no-snapshots"], ["--snapshot-dir", str(tmp_path / "cache")]):
+        bad = cli(*options, "head", expect=2)
+        assert f"No such option: {options[0]}" in bad.stderr and bad.stdout == ""
+    assert not (tmp_path / "cache").exists()
+
+
 HELP_DRIVER = r"""
 import contextlib, io, json, re, sys
 import typer.main

@@ -55,7 +55,7 @@ class ReadOnlyLedger:
             ) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ARENA_LEDGER_")}
         env.update({"ARENA_LEDGER_DB": f"sqlite:///{self.file}", "COLUMNS": "200",
-                    "NO_COLOR": "1", "ARENA_LEDGER_NO_SNAPSHOTS": "1"})
+                    "NO_COLOR": "1"})
         argv = [*([] if as_owner else self.prefix), str(SCRIPT), *map(str, args)]
         done = subprocess.run(argv, cwd=self.directory, env=env, capture_output=True,
                               text=True, timeout=120, check=False)

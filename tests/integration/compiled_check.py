@@ -1,8 +1,8 @@
 """Builds setup.py's optional mypyc extensions in a scratch copy and runs replay's tests on them.
 
 ``python compiled_check.py OUT`` copies the tree into OUT, compiles the five modules, asks
-the copy what it imports, then runs the replay, fold, settlement, tracker and snapshot
-tests with that copy first on the path, and writes what each step gave to OUT/result.json
+the copy what it imports, then runs the replay, fold, settlement and tracker tests with
+that copy first on the path, and writes what each step gave to OUT/result.json
 (written last, so its presence means the check ended). tests/integration/
 test_compiled_build.py asserts on it, running this in its pytest-xdist worker while the
 other worker goes on. Its own test run is one process (``-n 0``): it already has a core of
@@ -35,9 +35,6 @@ SUITES = [
     "tests/integration/test_replay_sources.py",
     "tests/integration/test_tracker_generated.py",
     "tests/integration/test_archive.py",
-    # A snapshot pickles the compiled fold (mypyc's native class) and restores it.
-    "tests/unit/test_snapshot_roundtrip.py",
-    "tests/integration/test_snapshots.py",
 ]
 
 #: Where result.json is written inside OUT.

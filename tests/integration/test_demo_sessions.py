@@ -94,8 +94,8 @@ def test_the_summary_says_what_the_credits_count_and_where_the_public_key_is(
 
     monkeypatch.setattr("services.demo.make_engine", lambda *args, **kwargs: FakeEngine())
     workdir = tmp_path / "wd"
-    done = CliRunner().invoke(app, ["--db", store_url, "--no-snapshots", "demo", "--workdir",
-                                    str(workdir)], env={"COLUMNS": "200"})
+    done = CliRunner().invoke(app, ["--db", store_url, "demo", "--workdir", str(workdir)],
+                              env={"COLUMNS": "200"})
     assert done.exit_code == 0, done.output
     out = done.output
     # Window ratios and speedups are inverse ways round: the narration says which is which.

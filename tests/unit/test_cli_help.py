@@ -80,7 +80,6 @@ def test_the_global_options_show_their_choices_and_defaults_whole() -> None:
     words = set(re.findall(r"[\w$:/.+-]+", text))
     assert {"debug", "info", "warning", "error"} <= words
     assert DEFAULT_URL in words
-    assert "$XDG_CACHE_HOME/arena-ledger/snapshots" in words
     assert "…" not in text.replace("postgresql+psycopg://…", "")
     assert max(len(line) for line in text.splitlines()) <= WIDTH
 

@@ -100,10 +100,10 @@ def _render(summary: Any) -> None:
     console.print(f"settlement digest: {summary.settlement_digest}")
     cp = summary.checkpoint
     console.print(f"checkpoint: size {cp['tree_size']} root {cp['root_hash']} ({cp['origin']})")
-    console.print(
-        f"validator public key: {summary.keys['public']} "
-        "(for verify-bundle --key and replay --key)"
-    )
+    # A path is copied, not read: it is never folded inside, even past the summary's rule.
+    console.print(f"validator public key: {summary.keys['public']}", overflow="ignore",
+                  crop=False)
+    console.print("  (for verify-bundle --key and replay --key)")
     replay = summary.replay
     console.print(
         f"replay: {'reproduced' if summary.ok else 'DIVERGED'} "

@@ -161,8 +161,9 @@ def test_a_stored_checkpoint_written_to_a_file_verifies_a_proof(ledger: Ledger) 
     assert printed == ledger.note6.read_text()
     newest = json.loads(cli("checkpoint", "show", "--json", db=ledger.db,
                             cwd=ledger.root).stdout)
-    listed = json.loads(cli("checkpoints", "--limit", "1", "--json", db=ledger.db,
-                            cwd=ledger.root).stdout)
+    listed = [json.loads(line) for line in cli(  # JSON Lines, as every list prints
+        "checkpoints", "--limit", "1", "--json", db=ledger.db, cwd=ledger.root
+    ).stdout.splitlines()]
     assert {k: v for k, v in newest.items() if k != "out"} == listed[0]
     # A file is never replaced unless asked; a size never signed names the sizes there are.
     done = cli("checkpoint", "show", "--size", "9", "--out", "shown6.note", db=ledger.db,

@@ -102,8 +102,8 @@ def test_the_summary_says_what_the_credits_count_and_where_the_public_key_is(
     assert ("a window's ratio is candidate ÷ stock cost (above 1: the candidate is slower);\n"
             "speedup is stock ÷ candidate (above 1: the candidate is faster)\n") in out
     assert (workdir / "validator.key.pub").is_file()
-    assert (f"validator public key: {workdir}/validator.key.pub (for verify-bundle --key "
-            "and replay --key)\n") in out
+    assert (f"validator public key: {workdir}/validator.key.pub\n"
+            "  (for verify-bundle --key and replay --key)\n") in out
     # 4 control runs and Bob's credit, the fee (0.1 TAO) each; it read "credits 500,000,000
     # rao" and nothing said that four fifths of that were the validator's own controls.
     assert ("credits spent (every session): 500,000,000 rao (waived fees, not revenue)\n"

@@ -129,7 +129,7 @@ def act_in_race(url: str, me: int, action: str, argument: Any, barrier: Any,
 
     with ArenaLedger(url, actor=f"validator-{me}") as ledger:
         try:
-            ledger.fold  # seeded before the start: both decide from the same head
+            assert ledger.fold.position  # seeded before the start: both decide from one head
             barrier.wait(timeout=60)
             if action == "intake":
                 outcome = ledger.intake(argument[me], payment_amount_rao=FEE)

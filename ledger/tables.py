@@ -226,7 +226,7 @@ Index(
 Index("ix_rm_submissions_hotkey", rm_submissions.c.hotkey)
 Index("ix_rm_submissions_status", rm_submissions.c.status, rm_submissions.c.arena_id)
 Index("ix_rm_submissions_delta", rm_submissions.c.arena_id, rm_submissions.c.delta_digest)
-Index("ix_rm_submissions_content", rm_submissions.c.content_hash)
+Index("ix_rm_submissions_content", rm_submissions.c.content_hash, rm_submissions.c.status)
 
 rm_attempts = Table(
     "rm_attempts",

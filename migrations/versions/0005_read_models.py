@@ -105,7 +105,9 @@ def upgrade() -> None:
         ["arena_id", "arrival_block", "arrival_event_index", "arrival_event_subindex"],
     )
     op.create_index(op.f("ix_rm_submissions_delta"), "rm_submissions", ["arena_id", "delta_digest"])
-    op.create_index(op.f("ix_rm_submissions_content"), "rm_submissions", ["content_hash"])
+    op.create_index(
+        op.f("ix_rm_submissions_content"), "rm_submissions", ["content_hash", "status"]
+    )
     op.create_index(op.f("ix_rm_submissions_hotkey"), "rm_submissions", ["hotkey"])
     op.create_index(op.f("ix_rm_submissions_status"), "rm_submissions", ["status", "arena_id"])
     op.create_table(

@@ -244,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         whole = _writes(url, 1, False) if args.whole_fold_writes else None
         for name, samples_s in seeded.items():
             p50, p99 = _ms(samples_s)
-            folded = "–" if whole is None else f"{whole[name][0] * 1000:,.0f}"
-            write_rows.append([name, f"{p50:.1f}", f"{p99:.1f}", folded])
+            by_folding = "–" if whole is None else f"{whole[name][0] * 1000:,.0f}"
+            write_rows.append([name, f"{p50:.1f}", f"{p99:.1f}", by_folding])
         print(f"\nwrites, each in a fresh ledger ({args.write_rounds} rounds; ms)")
         print(render_markdown_table(["write", "p50 seeded", "p99 seeded", "whole fold (1 run)"],
                                     write_rows, numeric=[1, 2, 3]))

@@ -309,17 +309,30 @@ class Reader:
         delta_digests: Sequence[str] | None = None,
     ) -> list[Row]:
         """Returns the rows of the submissions the filters select (in no set order)."""
-        statement = select(rm_submissions)
-        c = rm_submissions.c
-        if arena_id is not None:
-            statement = statement.where(c.arena_id == arena_id)
-        if hotkey is not None:
-            statement = statement.where(c.hotkey == hotkey)
-        if status is not None:
-            statement = statement.where(c.status == status)
+        where, params = ["1 = 1"], []
+        for column, value in (("arena_id", arena_id), ("hotkey", hotkey), ("status", status)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
         if delta_digests is not None:
-            statement = statement.where(c.delta_digest.in_(list(delta_digests)))
-        return _rows_of(self.conn.execute(statement))
+            where.append(f"delta_digest IN ({', '.join('?' * len(delta_digests))})")
+            params += list(delta_digests)
+        return self._raw(rm_submissions, " AND ".join(where), params, "first_position")
+
+    def qualifications_of(self, hotkey: str) -> list[tuple[str, str]]:
+        """Returns (submission, attempt) of every QualificationStarted of the hotkey's
+        submissions, in position order."""
+        sql = ("SELECT q.submission_id, q.attempt_id FROM rm_qualifications q JOIN "
+               "rm_submissions s ON s.submission_id = q.submission_id WHERE s.hotkey = ? "
+               "ORDER BY q.position")
+        if self.conn.dialect.name == "postgresql":
+            sql = sql.replace("?", "%s")
+        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql, [hotkey])
+            return [(str(sid), str(aid)) for sid, aid in cursor.fetchall()]
+        finally:
+            cursor.close()
 
     def controls(self, arena_id: str) -> list[Row]:
         """Returns the arena's registered controls in registration order."""

@@ -996,8 +996,7 @@ class ArenaLedger:
         require_hotkey(hotkey)
         with self._view() as view:
             if view is not None:
-                found = view.submissions(hotkey=hotkey)
-                return view.position, _history_rows(found, view.histories(found))
+                return view.position, _history_rows(*view.history(hotkey))
         fold = self.fold
         found = [
             sub
@@ -1005,7 +1004,7 @@ class ArenaLedger:
             for sub in fold.submissions(arena.arena_id)
             if sub.hotkey == hotkey
         ]
-        extra: dict[str, dict[str, Any]] = {}
+        extra = {}
         for sub in found:
             recorded = self.read_stream(f"submission-{sub.submission_id}")
             extra[sub.submission_id] = {

@@ -69,21 +69,22 @@ class ReadView:
         found = [state_of(row) for row in self.reader.submissions(arena_id, hotkey, status)]
         return sorted(found, key=_arena_then_arrival)
 
-    def histories(self, subs: list[SubmissionState]) -> dict[str, dict[str, Any]]:
-        """Returns, per submission, the attempts it was evaluated in (in order) and the
-        positions of its first and latest events (what ``history`` adds to a row)."""
-        sids = [sub.submission_id for sub in subs]
-        found: dict[str, dict[str, Any]] = {
-            sid: {"attempt_ids": [], "arrived_position": None, "latest_position": None}
-            for sid in sids
+    def history(
+        self, hotkey: str
+    ) -> tuple[list[SubmissionState], dict[str, dict[str, Any]]]:
+        """Returns the hotkey's submissions (by arena, then arrival key) and, per submission,
+        the attempts it was evaluated in (in order) and the positions of its first and
+        latest events (what ``history`` adds to a row): two queries."""
+        rows = self.reader.submissions(hotkey=hotkey)
+        extra: dict[str, dict[str, Any]] = {
+            row["submission_id"]: {"attempt_ids": [], "arrived_position": row["first_position"],
+                                   "latest_position": row["last_position"]}
+            for row in rows
         }
-        for row in self.reader.rows_by("rm_qualifications", "submission_id", sids):
-            found[row["submission_id"]]["attempt_ids"].append(row["attempt_id"])
-        for row in self.reader.rows_by("rm_submissions", "submission_id", sids):
-            entry = found[row["submission_id"]]
-            entry["arrived_position"] = row["first_position"]
-            entry["latest_position"] = row["last_position"]
-        return found
+        for sid, aid in self.reader.qualifications_of(hotkey):
+            extra[sid]["attempt_ids"].append(aid)
+        subs = sorted((state_of(row) for row in rows), key=_arena_then_arrival)
+        return subs, extra
 
     def controls(self, arena_id: str) -> list[ControlRow]:
         """Returns the arena's control report, as ``LedgerFold.controls`` does."""

@@ -195,6 +195,25 @@ def _append_rates(url: str, path: Path, batches: int) -> dict[str, float]:
     return rates
 
 
+def _copy_to(url: str, target: str) -> int:
+    """Copies the SQLite ledger at ``url`` into the empty database ``target`` (events as
+    recorded, without the guard, then ``projections rebuild``); returns its head."""
+    from ledger import migrate
+
+    migrate.upgrade(target)
+    with EventStore(url) as source, EventStore(target) as copy:
+        batch: list[EventDraft] = []
+        for recorded in source.read_all():
+            batch.append(EventDraft(recorded.stream, recorded.type, recorded.payload,
+                                    recorded.schema_version))
+            if len(batch) == 10_000:
+                copy.append(batch, actor="bench")
+                batch = []
+        if batch:
+            copy.append(batch, actor="bench")
+    return projections.rebuild_ledger(target)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -204,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--append-batches", type=int, default=20)
     parser.add_argument("--write-rounds", type=int, default=20)
+    parser.add_argument("--postgres", metavar="URL",
+                        help="copy the ledger into this empty PostgreSQL database and measure "
+                        "there instead")
     parser.add_argument("--whole-fold-writes", action="store_true",
                         help="also time each write once on a fold of every event (slow)")
     args = parser.parse_args(argv)
@@ -223,6 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds = time.perf_counter() - started
             print(f"projections rebuild (the upgrade's backfill): {head:,} events in "
                   f"{seconds:.1f} s, {head / seconds:,.0f} events/s")
+        if args.postgres:
+            started = time.perf_counter()
+            _copy_to(url, args.postgres)
+            print(f"copied into PostgreSQL and rebuilt in {time.perf_counter() - started:.0f} s")
+            url = args.postgres
         with EventStore(url) as store:
             head = store.head().position
         hotkey, arena, sids = _busiest(url)

@@ -275,10 +275,8 @@ class Reader:
 
     def submission(self, sid: str) -> Row | None:
         """Returns a submission's row, or None."""
-        row = self.conn.execute(
-            select(rm_submissions).where(rm_submissions.c.submission_id == sid)
-        ).first()
-        return None if row is None else dict(row._mapping)
+        found = self._raw(rm_submissions, "submission_id = ?", [sid], "submission_id")
+        return found[0] if found else None
 
     def ids_starting_with(self, prefix: str, limit: int = 2) -> list[str]:
         """Returns up to ``limit`` submission ids that start with ``prefix`` (lower-case hex),
@@ -427,6 +425,19 @@ class Reader:
             found.sort(key=lambda row: int(row[order]))
         return found
 
+    def _scalar(self, sql: str, params: Sequence[Any]) -> Any:
+        """Returns the first column of the first row of ``sql`` (``?`` parameters), read on
+        the driver's cursor; None without a row."""
+        if self.conn.dialect.name == "postgresql":
+            sql = sql.replace("?", "%s")
+        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql, list(params))
+            found = cursor.fetchone()
+        finally:
+            cursor.close()
+        return None if found is None else found[0]
+
     def _raw(self, table: Table, where: str, params: Sequence[Any], order: str) -> list[Row]:
         """Returns ``SELECT * FROM table WHERE where ORDER BY order`` as dicts, read on the
         driver's cursor: seeding a fold reads thousands of rows, and SQLAlchemy's result rows
@@ -446,9 +457,9 @@ class Reader:
     def row(self, table: str, **key: Any) -> Row | None:
         """Returns the row of read model ``table`` with this key, or None."""
         chosen = UPSERTED[table]
-        statement = select(chosen).where(*(chosen.c[name] == value for name, value in key.items()))
-        found = self.conn.execute(statement).first()
-        return None if found is None else dict(found._mapping)
+        where = " AND ".join(f"{chosen.c[name].name} = ?" for name in key)
+        found = self._raw(chosen, where, list(key.values()), chosen.c[next(iter(key))].name)
+        return found[0] if found else None
 
     def unspent_credits(self) -> list[Row]:
         """Returns the credits not yet spent, in grant order."""
@@ -465,24 +476,20 @@ class Reader:
     def admissions(self, hotkey: str, first_block: int, last_block: int) -> int:
         """Returns how many of the hotkey's submissions that arrived in blocks ``first_block``
         to ``last_block`` were admitted (an admission records their fee)."""
-        c = rm_submissions.c
-        statement = select(func.count()).where(
-            c.hotkey == hotkey, c.fee_kind.is_not(None),
-            c.arrival_block >= first_block, c.arrival_block <= last_block,
-        )
-        return int(self.conn.execute(statement).scalar() or 0)
+        return int(self._scalar(
+            "SELECT COUNT(*) FROM rm_submissions WHERE hotkey = ? AND fee_kind IS NOT NULL "
+            "AND arrival_block >= ? AND arrival_block <= ?", [hotkey, first_block, last_block],
+        ) or 0)
 
     def failed_with(self, content_hash: str, commission_digest: str) -> list[Row]:
         """Returns the FAILED submissions of this content whose deciding attempt ran under
         this commission."""
-        s, a = rm_submissions.c, rm_attempts.c
-        statement = (
-            select(rm_submissions)
-            .select_from(rm_submissions.join(rm_attempts, a.attempt_id == s.attempt_id))
-            .where(s.content_hash == content_hash, s.status == "FAILED",
-                   a.commission_digest == commission_digest)
+        where = (
+            "content_hash = ? AND status = 'FAILED' AND attempt_id IN (SELECT attempt_id FROM "
+            "rm_attempts WHERE commission_digest = ? AND attempt_id = rm_submissions.attempt_id)"
         )
-        return _rows_of(self.conn.execute(statement))
+        return self._raw(rm_submissions, where, [content_hash, commission_digest],
+                         "first_position")
 
     def stream_events(self, streams: Sequence[str]) -> list[tuple[int, str, str, int, bytes]]:
         """Returns (position, stream, type, schema version, payload) of every event of these

@@ -174,6 +174,26 @@ def _append_rates(url: str, path: Path, batches: int) -> dict[str, float]:
     # Events the generator gives after the ones the ledger holds would clash with them
     # (same arenas, same ids); a fresh ledger per contender takes the first ones instead.
     rates: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as scratch:  # the peer: eventsourcing, no rules at all
+        from bench.store import Arena as EsApplication
+        from bench.store import Attempt as EsAttempt
+        from bench.store import window_payload
+
+        app = EsApplication(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                                 "SQLITE_DBNAME": str(Path(scratch) / "es.db")})
+        payloads = [window_payload(i) for i in range(batches * 1_000)]
+        started = time.perf_counter()
+        for at in range(0, len(payloads), 1_000):
+            attempts = []
+            for first in range(at, at + 1_000, 10):  # 100 aggregates of 10 events a save
+                attempt = EsAttempt(**payloads[first])
+                for window in payloads[first + 1:first + 10]:
+                    attempt.measure(**window)
+                attempts.append(attempt)
+            app.save(*attempts)
+        rates["eventsourcing Application.save (peer)"] = len(payloads) / (
+            time.perf_counter() - started)
+        app.close()
     for name in ("plain EventStore.append", "guarded ArenaLedger.append"):
         with tempfile.TemporaryDirectory() as scratch:
             copy = Path(scratch) / "append.db"

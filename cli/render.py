@@ -73,6 +73,7 @@ def _attempt(doc: dict[str, Any]) -> None:
         "candidate ns",
         "ratio",
         title="speed windows",
+        caption="ratio = candidate ÷ stock cost: above 1, the candidate was slower",
     )
     for w in doc.get("windows", []):
         windows.add_row(
@@ -95,6 +96,7 @@ def _attempt(doc: dict[str, Any]) -> None:
         "pass line L",
         "S-1 ≥ L?",
         title="looks",
+        caption="S = speedup, stock ÷ candidate: above 1, the candidate is faster",
     )
     for k in doc.get("looks", []):
         looks.add_row(

@@ -179,6 +179,9 @@ def test_futility_and_a_fault_are_shown_and_an_undecided_attempt_shows_dashes() 
     # One window, no look and no audit: a line each says so, not headers over nothing.
     assert "looks: none taken" in lines and "audit: no node graded" in lines
     assert "speed windows" in lines  # a window: its table
+    # Which way round a ratio is (a speedup is the other way), under the table it reads.
+    assert any("ratio = candidate ÷ stock cost: above 1, the candidate was slower" in line
+               for line in lines)
     assert not any("S-1 ≥ L?" in line or "near misses" in line for line in lines)
     empty = _rendered("attempt", dict(doc, windows=[], looks=[], audit={})).splitlines()
     assert [line for line in empty if line.endswith(("measured", "taken", "graded"))] == [

@@ -317,6 +317,27 @@ class Reader:
             params += list(delta_digests)
         return self._raw(rm_submissions, " AND ".join(where), params, "first_position")
 
+    def settlement_rows(
+        self, statuses: Sequence[str], excluded_hotkey: str
+    ) -> list[tuple[Row, str | None]]:
+        """Returns the rows of the submissions in ``statuses`` (but ``excluded_hotkey``'s)
+        with the speedup their latest attempt recorded: what a settlement reads."""
+        names = [c.name for c in rm_submissions.columns]
+        sql = (
+            f"SELECT {', '.join('s.' + n for n in names)}, a.speedup FROM rm_submissions s "
+            "LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
+            f"WHERE s.status IN ({', '.join('?' * len(statuses))}) AND s.hotkey <> ?"
+        )
+        if self.conn.dialect.name == "postgresql":
+            sql = sql.replace("?", "%s")
+        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql, [*statuses, excluded_hotkey])
+            found = cursor.fetchall()
+        finally:
+            cursor.close()
+        return [(dict(zip(names, values[:-1], strict=True)), values[-1]) for values in found]
+
     def qualifications_of(self, hotkey: str) -> list[tuple[str, str]]:
         """Returns (submission, attempt) of every QualificationStarted of the hotkey's
         submissions, in position order."""

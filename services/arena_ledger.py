@@ -29,14 +29,21 @@ from machines.control import CONTROL_HOTKEY
 from machines.intake import Admission, Rejection, intake
 from machines.projection import LedgerFold, Touched
 from machines.reasons import describe
-from machines.settlement_rules import Settlement, settlement_payload
+from machines.settlement_rules import Settlement, explain_rewards, settlement_payload
 from machines.submission import STATES
 from services.limits import submission_prefix_min
 from services.projections import ReadModelRows, submission_row
 from services.read_view import ReadView, read_view
 from services.replay import decoded_rows
 from services.seeded_fold import ReadModelArchive, seeded_fold
-from services.settlements import check_recorded, compute, fee_summary, rewards
+from services.settlements import (
+    arena_inputs,
+    check_recorded,
+    compute,
+    compute_from_read_models,
+    fee_summary,
+    rewards,
+)
 from vocabulary.catalogue import CATALOGUE, schema_error
 from vocabulary.codec import digest, loads
 from vocabulary.errors import (
@@ -173,6 +180,12 @@ class DomainGuard:
         self.fold, self._archive, self.emission_policy = seeded_fold(store, conn)
         self._fresh, self._pending = True, None
 
+    def release(self) -> None:
+        """Forgets the connection a seeded fold's archive read through (a snapshot that is
+        closing): its later reads open their own."""
+        if self._archive is not None:
+            self._archive.conn = None
+
     def confirm(self, result: AppendResult) -> None:
         """Notes that an append this guard accepted committed (``ArenaLedger`` calls it)."""
         if (
@@ -242,7 +255,11 @@ class DomainGuard:
                 reason="settlement_not_at_head",
                 index=index,
             )
-        difference = check_recorded(self.fold, self.emission_policy, event, payload)
+        reader = None
+        if self.seeded and self._archive is not None and self._archive.conn is not None:
+            # The seeded fold's archive reads this transaction: so does the settlement.
+            reader = read_models.Reader(self._archive.conn, self.fold.position)
+        difference = check_recorded(self.fold, self.emission_policy, event, payload, reader)
         if difference is not None:
             name, recorded, recomputed = difference
             raise Refused(
@@ -821,10 +838,31 @@ class ArenaLedger:
 
     # -- settlement ------------------------------------------------------------------------
 
+    @contextmanager
+    def _settlement_reader(self) -> Iterator[read_models.Reader | None]:
+        """Yields the read models with the guard's seeded fold at their head (one snapshot),
+        for a settlement computed from them; None when the fold is not seeded (a view as
+        of a position, or read models behind the head): the caller computes from the fold."""
+        if not self.guard.seeded:
+            yield None
+            return
+        with self.store.reading() as conn:
+            try:
+                self.guard.catch_up(self.store, conn)
+                seeded = self.guard.seeded  # still: the read models reflect this head
+                yield read_models.Reader(conn, self.guard.fold.position) if seeded else None
+            finally:
+                self.guard.release()
+
     def weights(self, block: int) -> Settlement:
         """Computes the settlement at ``block`` as of the head (or ``as_of``) without
         appending it: as of a recorded SettlementComputed's ``as_of_position``, the same
         settlement, digest and all."""
+        with self._settlement_reader() as reader:
+            if reader is not None:
+                return compute_from_read_models(
+                    reader, self.guard.fold.arenas(), self.guard.emission_policy, block
+                )
         fold = self.fold
         return compute(fold, self.guard.emission_policy, block)
 
@@ -848,9 +886,16 @@ class ArenaLedger:
         """
         if hotkey is not None:
             require_hotkey(hotkey)
-        fold = self.fold
-        _require_commissioned(fold, arena_id, self.as_of is not None)
-        rows = rewards(fold, arena_id)
+        with self._settlement_reader() as reader:
+            if reader is not None:
+                fold = self.guard.fold
+                _require_commissioned(fold, arena_id)
+                arenas = [a for a in fold.arenas() if arena_id is None or a.arena_id == arena_id]
+                rows = explain_rewards(arena_inputs(reader, arenas))
+        if reader is None:
+            fold = self.fold
+            _require_commissioned(fold, arena_id, self.as_of is not None)
+            rows = rewards(fold, arena_id)
         return rows if hotkey is None else [row for row in rows if row["hotkey"] == hotkey]
 
     def fees(self, arena_id: str | None = None) -> dict[str, Any]:

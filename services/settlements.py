@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ledger import read_models
 from ledger.log import get_logger
 from machines import settlement_rules as rules
 from machines.control import CONTROL_HOTKEY
+from services.projections import state_of
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.errors import LedgerError, Refused
 from vocabulary.events import AttemptDecided, EmissionPolicySet, SettlementComputed
@@ -30,8 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SettlementTracker",
+    "arena_inputs",
     "check_recorded",
     "compute",
+    "compute_from_read_models",
     "fee_summary",
     "rewards",
     "settlement_input",
@@ -40,10 +44,8 @@ __all__ = [
 _log = get_logger("arena_ledger.settle")
 
 
-def settlement_input(
-    fold: LedgerFold, policy: EmissionPolicySet | None, block: int
-) -> SettlementInput:
-    """Returns the settlement input of the ledger as folded, at settlement ``block``."""
+def _require_policy(policy: EmissionPolicySet | None) -> EmissionPolicySet:
+    """Returns ``policy``; Refused when the ledger has none yet."""
     if policy is None:
         raise Refused(
             "no settlement (settle, weights, a replay's check) can be computed until the "
@@ -51,6 +53,14 @@ def settlement_input(
             "emission-policy`); nothing was written",
             reason="emission_policy_missing",
         )
+    return policy
+
+
+def settlement_input(
+    fold: LedgerFold, policy: EmissionPolicySet | None, block: int
+) -> SettlementInput:
+    """Returns the settlement input of the ledger as folded, at settlement ``block``."""
+    policy = _require_policy(policy)
     arenas = [_arena_input(fold, arena) for arena in fold.arenas()]
     return rules.SettlementInput(
         block=block,
@@ -163,19 +173,74 @@ def compute(fold: LedgerFold, policy: EmissionPolicySet | None, block: int) -> S
     return rules.compute_settlement(settlement_input(fold, policy, block))
 
 
+def arena_inputs(
+    reader: read_models.Reader, arenas: Sequence[ArenaState]
+) -> list[rules.ArenaInput]:
+    """Returns each arena's ArenaInput from the read models, as ``_arena_input`` builds it
+    from a fold: only the submissions a settlement reads (a PASS, or a live one that may
+    block one), in arrival-key order, each with its reward group and recorded speedup."""
+    by_arena: dict[str, list[tuple[SubmissionState, str | None, str | None]]] = {}
+    for row, speedup in reader.settlement_rows(sorted(_RELEVANT), CONTROL_HOTKEY):
+        sub = state_of(row)
+        by_arena.setdefault(sub.arena_id, []).append((sub, row["reward_group"], speedup))
+    found = []
+    for arena in arenas:
+        subs = sorted(by_arena.get(arena.arena_id, ()), key=lambda entry: entry[0].arrival_key)
+        found.append(_arena_header(arena, [
+            rules.SubmissionInput.folded(
+                sub.submission_id, sub.hotkey, sub.content_hash, sub.arrival_key[:3],
+                sub.status, group or arena.incumbent_digest,
+                "PASS" if sub.status == "QUALIFIED" else _verdict(sub),
+                speedup if sub.status == "QUALIFIED" else None,
+            )
+            for sub, group, speedup in subs
+        ]))
+    return found
+
+
+def compute_from_read_models(
+    reader: read_models.Reader,
+    arenas: Sequence[ArenaState],
+    policy: EmissionPolicySet | None,
+    block: int,
+) -> Settlement:
+    """Is ``compute`` on the read models of a ledger at ``reader.position`` (``arenas``: its
+    arenas' states then): the same settlement, digest and all, without a fold's archive."""
+    policy = _require_policy(policy)
+    inputs = rules.SettlementInput(
+        block=block,
+        as_of_position=reader.position,
+        policy=rules.EmissionPolicy.from_event(policy),
+        arenas=arena_inputs(reader, sorted(arenas, key=lambda a: a.arena_id)),
+    )
+    shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
+    return rules.settle_assessed(
+        inputs.block, inputs.as_of_position, inputs.policy, shares,
+        rules.assess_rewards(inputs.arenas),
+        rules.fee_summary(shares, reader.fee_sums()),
+    )
+
+
 def check_recorded(
     fold: LedgerFold,
     policy: EmissionPolicySet | None,
     event: SettlementComputed,
     payload: dict[str, Any],
+    reader: read_models.Reader | None = None,
 ) -> tuple[str, Any, Any] | None:
     """Returns (field, recorded, recomputed) of the first difference, or None when equal.
 
-    The fold must stand at the position right before the SettlementComputed.
+    The fold must stand at the position right before the SettlementComputed; ``reader``,
+    when given, reads the read models at that position (the guard's seeded fold), and the
+    settlement is computed from them.
     """
     if event.as_of_position != fold.position:
         return ("as_of_position", event.as_of_position, fold.position)
-    expected = rules.settlement_payload(compute(fold, policy, event.block))
+    if reader is not None:
+        computed = compute_from_read_models(reader, fold.arenas(), policy, event.block)
+    else:
+        computed = compute(fold, policy, event.block)
+    expected = rules.settlement_payload(computed)
     differing = rules.diff_settlement_payload(expected, payload)
     if not differing:
         return None

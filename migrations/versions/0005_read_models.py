@@ -8,8 +8,9 @@ Every query used to fold the whole ledger into memory first. These tables hold w
 fold derives (arenas and their controls, submissions, attempts, windows, payments, credits,
 the counters `stats` reports, events per type, settlements), written by the machines' guard
 in the same transaction as the events they come from, so a query reads only the rows it
-needs. ``upgrade`` creates them and backfills them from the recorded events (one pass of
-the fold, with a progress callback when the caller gives one); ``downgrade`` drops them and
+needs. ``upgrade`` creates them and, when it is the head revision, backfills them from the
+recorded events (one pass of the fold, with a progress callback when the caller gives one);
+a later revision that is the head backfills them itself. ``downgrade`` drops them and
 touches no record. docs/read-models.md documents each table.
 """
 
@@ -212,6 +213,10 @@ def upgrade() -> None:
     op.create_index(op.f("ix_rm_settlements_block"), "rm_settlements", ["block"])
     if context.is_offline_mode():
         return  # SQL only: the backfill folds the events, which needs the database
+    # The backfill writes the rows this release's code writes. When a later revision is the
+    # head, the tables may still change on the way there: that revision fills them instead.
+    if context.script.get_current_head() != revision:
+        return
     rebuild(op.get_bind(), progress=context.config.attributes.get("progress"))
 
 

@@ -40,8 +40,12 @@ SHIPPED_REVISION_SHA256 = {
     ),
     "0003_sqlite_position_rowid.py": (
         "e75bc4630b93180db5b504bab23f1edd89aab4136333e97a66a4d2ebbf26d525"
-    ),    "0004_pg_recorded_at_brin.py": (
+    ),
+    "0004_pg_recorded_at_brin.py": (
         "cd41467c46a74bab56aca454c723ecc897f47cc0938ff83fba35d03bf58d889a"
+    ),
+    "0005_read_models.py": (
+        "980cbe0663ef85318153f46c41e994d912200bbfb415e289a816798089cbd4dc"
     ),
 }
 

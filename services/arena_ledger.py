@@ -2,10 +2,13 @@
 
 This is the application layer (ports and adapters): it composes the event store with the
 pure machines. Every domain event — appended here or through ``arena-ledger append`` — is
-decided by ``machines.projection.LedgerFold`` *inside* the append transaction, after the
-fold has caught up with every committed event, so two validators sharing a PostgreSQL
-ledger can never both act on the same state. A refused event is not recorded; the caller
-gets ``Refused`` carrying the machine, state, event and a stable reason code.
+decided by ``machines.projection.LedgerFold`` *inside* the append transaction, with the fold
+at the head it has just locked (seeded from the read models there, ``services.seeded_fold``,
+or caught up with every committed event), so two validators sharing a PostgreSQL ledger can
+never both act on the same state. In the same transaction the guard writes the read models
+the accepted events change (``services.projections``); the queries read them
+(``services.read_view``). A refused event is not recorded; the caller gets ``Refused``
+carrying the machine, state, event and a stable reason code.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class ReadModelArchive:
         #: finished (set by ``seeded_fold``; the fold's own arenas).
         self.arenas: Mapping[str, ArenaState] = {}
 
-    def _reader(self) -> Any:
+    def _reader(self) -> _Reading:
         return _Reading(self)
 
     # -- the Archive protocol ---------------------------------------------------------------
@@ -71,6 +71,7 @@ class ReadModelArchive:
         """Keeps nothing: the read models were written with the events."""
 
     def get(self, space: str, key: str) -> bytes | None:
+        """Returns a submission's record (space "submission"), or None."""
         if space != "submission":
             return None
         with self._reader() as reader:
@@ -80,6 +81,7 @@ class ReadModelArchive:
             return encode_finished(self._finished(reader, [row])[0])
 
     def target(self, space: str, key: str) -> str | None:
+        """Returns the submission an attempt, payment or credit belongs to, or None."""
         table = _TARGETS.get(space)
         if table is None:
             return None
@@ -88,12 +90,14 @@ class ReadModelArchive:
         return None if row is None else row["submission_id"]
 
     def might_hold(self, space: str, key: str) -> bool:
+        """Tells whether the tables know the id (no filter in memory: one indexed seek)."""
         if space == "submission":
             with self._reader() as reader:
                 return reader.submission(key) is not None
         return self.target(space, key) is not None
 
     def values(self, space: str, tag: str | None = None) -> Iterator[bytes]:
+        """Returns the records of the finished submissions (of arena ``tag`` when given)."""
         if space != "submission":
             return iter(())
         with self._reader() as reader:
@@ -102,6 +106,7 @@ class ReadModelArchive:
         return iter([encode_finished(record) for record in records])
 
     def links(self, space: str) -> Iterator[tuple[str, str]]:
+        """Lists no links: the read-throughs answer the fold's failures and admissions."""
         return iter(())
 
     def close(self) -> None:

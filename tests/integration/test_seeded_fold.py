@@ -23,7 +23,7 @@ from ledger import migrate
 from machines.intake import Rejection
 from machines.submission import submission_id_of
 from services.arena_ledger import ArenaLedger
-from vocabulary.events import Event, IncumbentAdvanced, SubmissionArrived
+from vocabulary.events import CreditGranted, Event, IncumbentAdvanced, SubmissionArrived
 
 
 @pytest.fixture
@@ -190,3 +190,40 @@ def test_a_settlement_from_the_read_models_is_the_whole_folds_byte_for_byte(
     with ArenaLedger(ledger_url) as ledger:
         report = replay_store(ledger.store)
     assert report.ok and report.settlements_checked == 1
+
+
+def test_a_batch_accepted_but_not_committed_makes_the_next_append_seed_again(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard folds a batch as it accepts it; when the transaction then fails, the fold
+    is ahead of the ledger, so the next append seeds it again instead of trusting it."""
+    import ledger.store as store_module
+    from vocabulary.errors import StoreError
+
+    items = generated(400, seed=37)
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        ledger.append(items[:300])
+        head = ledger.store.head().position
+        failing = store_module.chain_rows
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise store_module.OperationalError("INSERT", None, Exception("disk I/O error"))
+
+        monkeypatch.setattr(store_module, "chain_rows", broken)
+        with pytest.raises(StoreError):
+            ledger.append(items[300:320])
+        assert ledger.store.head().position == head  # nothing was written...
+        assert ledger.guard.fold.position == head + 20  # ...but the fold took the batch
+        monkeypatch.setattr(store_module, "chain_rows", failing)
+        # Another writer appends as many other events: the head is where the fold is, but
+        # the fold holds a batch the ledger does not.
+        with ArenaLedger(ledger_url, actor="other") as other:
+            other.append([(f"credit-other-{n}", CreditGranted(
+                credit_id=f"other-{n}", hotkey="5Other", amount_rao=1, note="meanwhile"))
+                for n in range(20)])
+        assert ledger.store.head().position == ledger.guard.fold.position
+        ledger.append(items[300:320])  # decided from a fold seeded anew: accepted again
+        assert ledger.store.head().position == head + 40
+        for batch in batches(items[320:], random.Random(37), 20):
+            ledger.append(batch)
+    _same_state(ledger_url)

@@ -38,6 +38,7 @@ from ledger.tables import (
     read_model_tables,
     rm_arenas,
     rm_attempts,
+    rm_claims,
     rm_controls,
     rm_counters,
     rm_credits,
@@ -48,6 +49,7 @@ from ledger.tables import (
     rm_settlements,
     rm_state,
     rm_submissions,
+    rm_weights,
     rm_windows,
 )
 
@@ -77,7 +79,7 @@ UPSERTED: dict[str, Table] = {
     table.name: table
     for table in (
         rm_arenas, rm_submissions, rm_attempts, rm_payments, rm_credits, rm_counters,
-        rm_windows, rm_qualifications, rm_settlements, rm_owed,
+        rm_windows, rm_qualifications, rm_settlements, rm_owed, rm_claims, rm_weights,
     )
 }
 

@@ -33,6 +33,7 @@ __all__ = [
     "read_model_tables",
     "rm_arenas",
     "rm_attempts",
+    "rm_claims",
     "rm_controls",
     "rm_counters",
     "rm_credits",
@@ -43,6 +44,7 @@ __all__ = [
     "rm_settlements",
     "rm_state",
     "rm_submissions",
+    "rm_weights",
     "rm_windows",
 ]
 
@@ -58,7 +60,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 #: The Alembic revision these tables are (the shipped head, checked by the migration
 #: tests): the store appends only to a ledger at this revision (``EventStore.append``).
-SCHEMA_REVISION = "0005_read_models"
+SCHEMA_REVISION = "0006_read_model_claims"
 
 events = Table(
     "events",
@@ -344,9 +346,36 @@ rm_settlements = Table(
 )
 Index("ix_rm_settlements_block", rm_settlements.c.block)
 
+rm_claims = Table(
+    "rm_claims",
+    metadata,
+    #: Each claim a recorded settlement paid (revision 0006): a rewarded PASS and its credit.
+    Column("position", _Position, primary_key=True),
+    Column("submission_id", _Id, primary_key=True),
+    Column("block", BigInteger, nullable=False),
+    Column("arena_id", _Name, nullable=False),
+    Column("hotkey", _Name, nullable=False),
+    Column("incumbent_digest", _Id, nullable=False),
+    Column("speedup_ppm", BigInteger, nullable=False),
+    Column("arrival_block", BigInteger, nullable=False),
+    Column("credit", BigInteger, nullable=False),
+)
+Index("ix_rm_claims_hotkey", rm_claims.c.hotkey)
+
+rm_weights = Table(
+    "rm_weights",
+    metadata,
+    #: Each hotkey's weight in each recorded settlement (revision 0006).
+    Column("position", _Position, primary_key=True),
+    Column("hotkey", _Name, primary_key=True),
+    Column("block", BigInteger, nullable=False),
+    Column("weight_ppm", BigInteger, nullable=False),
+)
+Index("ix_rm_weights_hotkey", rm_weights.c.hotkey)
+
 #: Every read model table, in the order a rebuild empties and fills them.
 read_model_tables = (
     rm_state, rm_arenas, rm_controls, rm_submissions, rm_attempts, rm_windows,
     rm_qualifications, rm_payments, rm_credits, rm_owed, rm_counters, rm_event_types,
-    rm_settlements,
+    rm_settlements, rm_claims, rm_weights,
 )

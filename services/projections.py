@@ -129,6 +129,20 @@ class ReadModelRows:
             })
         elif type(event) is SettlementComputed:
             self._put("rm_settlements", (position,), _settlement(position, event))
+            for claim in event.claims:
+                sid = claim["submission_id"]
+                self._put("rm_claims", (position, sid), {
+                    "position": position, "submission_id": sid, "block": event.block,
+                    "arena_id": claim["arena_id"], "hotkey": claim["hotkey"],
+                    "incumbent_digest": claim["incumbent_digest"],
+                    "speedup_ppm": claim["speedup_ppm"], "arrival_block": claim["block"],
+                    "credit": claim["credit"],
+                })
+            for hotkey, weight in event.weights_ppm.items():
+                self._put("rm_weights", (position, hotkey), {
+                    "position": position, "hotkey": hotkey, "block": event.block,
+                    "weight_ppm": weight,
+                })
 
     def _put(self, table: str, key: tuple[Any, ...], row: Row) -> None:
         rows = self.rows.get(table)

@@ -77,6 +77,7 @@ def test_a_generated_ledger_answers_from_the_read_models_what_the_fold_answers(
             settled = conn.execute(text("SELECT COUNT(*) FROM rm_settlements")).scalar()
             windows = conn.execute(text("SELECT COUNT(*) FROM rm_windows")).scalar()
     assert settled == 2 and windows
+    _claims_weights_and_hotkeys_match(ledger_url)
     from_models, from_fold = answers(ledger_url), answers(ledger_url, as_of=head)
     assert from_models == from_fold
     # Not vacuous: the ledger has every kind of row the answers read.
@@ -217,3 +218,34 @@ def test_the_read_models_order_ids_in_byte_order_on_a_punctuation_blind_database
     with EventStore(url) as store:
         head = store.head().position
     assert answers(url) == answers(url, as_of=head)
+
+
+def _claims_weights_and_hotkeys_match(url: str) -> None:
+    """What settlements paid and the per-hotkey view say what the events and queries say."""
+    with EventStore(url) as store:
+        recorded = [r for r in store.read_all(types=["SettlementComputed"])]
+        with store.reading() as conn:
+            claims = conn.execute(text(
+                "SELECT position, submission_id, hotkey, credit FROM rm_claims "
+                "ORDER BY position, submission_id")).all()
+            weights = conn.execute(text(
+                "SELECT position, hotkey, weight_ppm FROM rm_weights")).all()
+            hotkeys = {row[0]: row[1:] for row in conn.execute(text(
+                "SELECT hotkey, submissions, qualified, live FROM rm_hotkeys")).all()}
+    expected = sorted(
+        (r.position, c["submission_id"], c["hotkey"], c["credit"])
+        for r in recorded for c in r.payload["claims"]
+    )
+    assert [tuple(row) for row in claims] == expected and expected
+    assert sorted(map(tuple, weights)) == sorted(
+        (r.position, hotkey, ppm) for r in recorded
+        for hotkey, ppm in r.payload["weights_ppm"].items()
+    )
+    with ArenaLedger(url) as ledger:
+        rows = ledger.submissions()
+    for hotkey in {row["hotkey"] for row in rows}:
+        mine = [row for row in rows if row["hotkey"] == hotkey]
+        live = sum(row["status"] in ("ARRIVED", "QUEUED", "QUALIFYING", "NO_DECISION", "HELD")
+                   for row in mine)
+        qualified = sum(row["status"] == "QUALIFIED" for row in mine)
+        assert tuple(hotkeys[hotkey]) == (len(mine), qualified, live), hotkey

@@ -330,14 +330,7 @@ class Reader:
             "LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
             f"WHERE s.status IN ({', '.join('?' * len(statuses))}) AND s.hotkey <> ?"
         )
-        if self.conn.dialect.name == "postgresql":
-            sql = sql.replace("?", "%s")
-        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(sql, [*statuses, excluded_hotkey])
-            found = cursor.fetchall()
-        finally:
-            cursor.close()
+        found = self._fetch(sql, [*statuses, excluded_hotkey])
         return [(dict(zip(names, values[:-1], strict=True)), values[-1]) for values in found]
 
     def qualifications_of(self, hotkey: str) -> list[tuple[str, str]]:
@@ -346,14 +339,7 @@ class Reader:
         sql = ("SELECT q.submission_id, q.attempt_id FROM rm_qualifications q JOIN "
                "rm_submissions s ON s.submission_id = q.submission_id WHERE s.hotkey = ? "
                "ORDER BY q.position")
-        if self.conn.dialect.name == "postgresql":
-            sql = sql.replace("?", "%s")
-        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(sql, [hotkey])
-            return [(str(sid), str(aid)) for sid, aid in cursor.fetchall()]
-        finally:
-            cursor.close()
+        return [(str(sid), str(aid)) for sid, aid in self._fetch(sql, [hotkey])]
 
     def controls(self, arena_id: str) -> list[Row]:
         """Returns the arena's registered controls in registration order."""
@@ -448,34 +434,30 @@ class Reader:
             found.sort(key=lambda row: int(row[order]))
         return found
 
-    def _scalar(self, sql: str, params: Sequence[Any]) -> Any:
-        """Returns the first column of the first row of ``sql`` (``?`` parameters), read on
-        the driver's cursor; None without a row."""
-        if self.conn.dialect.name == "postgresql":
-            sql = sql.replace("?", "%s")
-        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(sql, list(params))
-            found = cursor.fetchone()
-        finally:
-            cursor.close()
-        return None if found is None else found[0]
-
-    def _raw(self, table: Table, where: str, params: Sequence[Any], order: str) -> list[Row]:
-        """Returns ``SELECT * FROM table WHERE where ORDER BY order`` as dicts, read on the
-        driver's cursor: seeding a fold reads thousands of rows, and SQLAlchemy's result rows
-        cost several times the driver's tuples. ``where`` spells parameters ``?``."""
-        names = [c.name for c in table.columns]
-        sql = (f"SELECT {', '.join(names)} FROM {table.name} WHERE {where} "
-               f"ORDER BY {order}")
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Returns the rows of ``sql`` (parameters spelled ``?``) as the driver's tuples, read
+        on its cursor in this connection's transaction: seeding a fold and the guard's
+        read-throughs read thousands of rows or run per event, and SQLAlchemy's statements
+        and result rows cost several times the driver's."""
         if self.conn.dialect.name == "postgresql":
             sql = sql.replace("?", "%s")  # psycopg's placeholder; no literal ? is written
         cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.execute(sql, list(params))
-            return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            return list(cursor.fetchall())
         finally:
             cursor.close()
+
+    def _scalar(self, sql: str, params: Sequence[Any]) -> Any:
+        """Returns the first column of the first row of ``sql``; None without a row."""
+        found = self._fetch(sql, params)
+        return found[0][0] if found else None
+
+    def _raw(self, table: Table, where: str, params: Sequence[Any], order: str) -> list[Row]:
+        """Returns ``SELECT * FROM table WHERE where ORDER BY order`` as dicts (``_fetch``)."""
+        names = [c.name for c in table.columns]
+        sql = f"SELECT {', '.join(names)} FROM {table.name} WHERE {where} ORDER BY {order}"
+        return [dict(zip(names, values, strict=True)) for values in self._fetch(sql, params)]
 
     def row(self, table: str, **key: Any) -> Row | None:
         """Returns the row of read model ``table`` with this key, or None."""

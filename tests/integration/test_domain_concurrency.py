@@ -10,7 +10,7 @@ variant shows why: a ledger whose cached fold is stale still cannot act on it.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -34,26 +34,34 @@ CONTENDERS = 2
 
 def claim_in_race(url: str, me: int, sids: list[str], barrier: Any, results: Any) -> None:
     """Runs in a spawned process: per round, catch up, wait for the start, claim, report."""
-    from vocabulary.errors import ConcurrencyConflict
-
     with ArenaLedger(url, actor=f"validator-{me}") as ledger:
         for n, sid in enumerate(sids):
             attempt_id = f"att-{n}-{me}"
-            outcome: tuple[str, str]
-            try:
+
+            def claim(sid: str = sid, attempt_id: str = attempt_id) -> tuple[str, str]:
                 assert ledger.fold.submission(sid) is not None
                 barrier.wait(timeout=60)
                 ledger.claim(attempt_id=attempt_id, pair_id="pair-1",
                              validator_hotkey=f"5Validator{me}", block=1_010,
                              submission_id=sid)
-                outcome = ("claimed", "")
-            except Refused as exc:
-                outcome = ("refused", str(exc.context.get("reason")))
-            except ConcurrencyConflict:
-                outcome = ("conflict", "")
-            except BaseException as exc:  # reported, so the parent fails with the reason
-                outcome = ("error", repr(exc))
-            results.put((n, attempt_id, *outcome))
+                return ("claimed", "")
+
+            results.put((n, attempt_id, *outcome_of(claim)))
+
+
+def outcome_of(action: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+    """Runs a contender's action: its own outcome, or how the ledger stopped it (refused,
+    conflict), or the error the parent fails with."""
+    from vocabulary.errors import ConcurrencyConflict
+
+    try:
+        return action()
+    except Refused as exc:
+        return ("refused", str(exc.context.get("reason")))
+    except ConcurrencyConflict:
+        return ("conflict", "")
+    except BaseException as exc:  # reported, so the parent fails with the reason
+        return ("error", repr(exc))
 
 
 def race(url: str, sids: list[str]) -> dict[int, list[tuple[str, str, str]]]:
@@ -125,25 +133,18 @@ def test_a_ledger_with_a_stale_fold_cannot_claim_what_another_claimed(store_url:
 def act_in_race(url: str, me: int, action: str, argument: Any, barrier: Any,
                 results: Any) -> None:
     """Runs in a spawned process: wait for the start, do ``action`` once, report how it went."""
-    from vocabulary.errors import ConcurrencyConflict
-
     with ArenaLedger(url, actor=f"validator-{me}") as ledger:
-        try:
+
+        def act() -> tuple[str, str]:
             assert ledger.fold.position  # seeded before the start: both decide from one head
             barrier.wait(timeout=60)
             if action == "intake":
                 outcome = ledger.intake(argument[me], payment_amount_rao=FEE)
-                found = ("admitted" if outcome.admitted else "rejected", outcome.reason)
-            else:
-                ledger.conclude(argument, 1_020)
-                found = ("concluded", "")
-        except Refused as exc:
-            found = ("refused", str(exc.context.get("reason")))
-        except ConcurrencyConflict:
-            found = ("conflict", "")
-        except BaseException as exc:  # reported, so the parent fails with the reason
-            found = ("error", repr(exc))
-        results.put((me, *found))
+                return ("admitted" if outcome.admitted else "rejected", outcome.reason)
+            ledger.conclude(argument, 1_020)
+            return ("concluded", "")
+
+        results.put((me, *outcome_of(act)))
 
 
 def race_once(url: str, action: str, argument: Any) -> list[tuple[int, str, str]]:

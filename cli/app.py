@@ -30,6 +30,7 @@ from ledger.records import RecordedEvent
 from ledger.store import DEFAULT_URL
 from services.append import BatchAppended, append_batches
 from services.arena_ledger import ArenaLedger
+from services.build_info import package_version
 from services.draft_lines import read_drafts
 from vocabulary import limits
 from vocabulary.catalogue import check_stream_name
@@ -62,13 +63,7 @@ def _version(asked: bool) -> None:
     """Prints the installed package's version and exits 0 (``--version``)."""
     if not asked:
         return
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        number = version("arena-ledger")
-    except PackageNotFoundError:  # run from a source tree that pip never installed
-        number = "unknown (not installed)"
-    console.print(f"arena-ledger {number}")
+    console.print(f"arena-ledger {package_version()}")
     raise typer.Exit(0)
 
 
@@ -420,6 +415,10 @@ _register_demo(app)
 from cli.ops import register as _register_ops  # noqa: E402
 
 _register_ops(app)
+
+from cli.serve import register as _register_serve  # noqa: E402
+
+_register_serve(app)
 
 
 restyle(app)  # after every command is registered: help panels by role, usage as read

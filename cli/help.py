@@ -31,7 +31,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     ),
     "Auditor: read, explain and check": (
         "events", "head", "explain", "submissions", "controls", "history", "rewards", "fees",
-        "earnings", "checkpoints", "prove", "verify-proof", "verify-bundle",
+        "earnings", "checkpoints", "prove", "verify-proof", "verify-bundle", "serve",
     ),
     "Engine: evaluate on the reference engine": ("evaluate", "run-controls", "demo"),
 }

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["REPLAY_MODULES", "build_name", "compiled_modules", "throughput"]
+__all__ = ["REPLAY_MODULES", "build_name", "compiled_modules", "package_version", "throughput"]
 
 #: The modules setup.py compiles when asked (``ARENA_LEDGER_COMPILE=1``), as modules; a
 #: test checks that setup.py's list names the same files.
@@ -22,6 +23,14 @@ REPLAY_MODULES = (
     "machines.intake",
     "machines.projection",
 )
+
+
+def package_version() -> str:
+    """Returns the installed package's version, or a phrase saying it was never installed."""
+    try:
+        return version("arena-ledger")
+    except PackageNotFoundError:  # run from a source tree that pip never installed
+        return "unknown (not installed)"
 
 
 def compiled_modules() -> list[str]:

@@ -10,6 +10,7 @@
 - torch, sglang and transformers only inside ``engine_bridge/``, and never at module level of
   ``engine_bridge/__init__.py`` or ``engine_bridge/protocol.py``.
 - rich, typer and click only in ``cli/``: below it, progress is a callback, never a bar.
+- FastAPI, Starlette, uvicorn, Jinja2 and anyio only in ``web/``, the second shell.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("vocabulary", "ledger", "machines", "engine_bridge", "services", "cli", "migrations")
+PACKAGES = ("vocabulary", "ledger", "machines", "engine_bridge", "services", "cli", "web",
+            "migrations")
 
 #: Which of our packages each package may import (itself always). Alembic loads
 #: ``migrations`` by path, so no package imports it.
@@ -33,7 +35,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "engine_bridge": frozenset({"vocabulary"}),
     "migrations": frozenset({"vocabulary", "ledger", "machines", "services"}),
     "services": frozenset({"vocabulary", "ledger", "machines", "engine_bridge"}),
-    "cli": frozenset({"vocabulary", "ledger", "machines", "services"}),
+    # Two shells over the same services: the CLI starts the web server (``serve``), the web
+    # app never reaches back into the CLI.
+    "cli": frozenset({"vocabulary", "ledger", "machines", "services", "web"}),
+    "web": frozenset({"vocabulary", "ledger", "machines", "services"}),
 }
 
 MACHINES_MAY_IMPORT = ("vocabulary", "machines")
@@ -60,6 +65,7 @@ SQLALCHEMY_LIKE = ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "asyncpg")
 ALEMBIC_MODULES = {"ledger/migrate.py"}
 ENGINE_LIBRARIES = ("torch", "sglang", "transformers")
 TERMINAL_LIBRARIES = ("rich", "typer", "click")
+WEB_LIBRARIES = ("fastapi", "starlette", "uvicorn", "jinja2", "anyio")
 ENGINE_ENTRY_MODULES = {"engine_bridge/__init__.py", "engine_bridge/protocol.py"}
 
 
@@ -345,6 +351,16 @@ def test_terminal_libraries_live_only_in_cli() -> None:
     offenders = [
         str(i) for package in PACKAGES if package != "cli" for i in _imports(package)
         if _top(i.module) in TERMINAL_LIBRARIES
+    ]
+    assert offenders == []
+
+
+def test_web_libraries_live_only_in_web() -> None:
+    # The dashboard is an adapter like the CLI: the services answer in plain data, and only
+    # web/ knows about HTTP, templates or the server.
+    offenders = [
+        str(i) for package in PACKAGES if package != "web" for i in _imports(package)
+        if _top(i.module) in WEB_LIBRARIES
     ]
     assert offenders == []
 

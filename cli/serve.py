@@ -1,0 +1,34 @@
+"""``arena-ledger serve``: the read-only dashboard, JSON API and tlog tiles over HTTP."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.common import err_console, handle_errors, state
+from ledger.store import safe_url
+
+
+@handle_errors
+def serve_command(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on. Loopback by "
+                             "default: another address exposes the ledger to that network."),
+    port: int = typer.Option(8080, "--port", min=1, max=65535, help="TCP port to listen on."),
+) -> None:
+    """Serves a read-only web dashboard, its JSON API (with an OpenAPI document) and C2SP
+    tlog-tiles over the ledger, until Ctrl-C. Nothing it serves can change the ledger."""
+    # Imported here, not at the top: FastAPI and uvicorn stay off every other command's start.
+    from web.server import LOOPBACK, require_free, serve
+
+    require_free(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    if host not in LOOPBACK:
+        err_console.print(f"warning: listening on {host}, not loopback: anyone who reaches "
+                          "that address can read the whole ledger")
+    err_console.print(f"serving {safe_url(state.db_url)} at http://{shown}:{port}/ "
+                      "(Ctrl-C stops)")
+    serve(state.db_url, host, port)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds ``serve`` to ``app``."""
+    app.command("serve")(serve_command)

@@ -1,0 +1,40 @@
+"""Runs the app on uvicorn: the one place the server is configured."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import uvicorn
+
+from vocabulary.errors import InvalidInput
+from web.app import create_app
+
+__all__ = ["LOOPBACK", "require_free", "serve"]
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def serve(url: str, host: str, port: int) -> None:
+    """Serves the ledger at ``url`` until interrupted. The port is checked first, so a busy
+    one is a clear error rather than a server that starts and dies."""
+    require_free(host, port)
+    app = create_app(url)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                            server_header=False, proxy_headers=False, access_log=False)
+    uvicorn.Server(config).run()
+
+
+def require_free(host: str, port: int) -> None:
+    """Raises InvalidInput naming the option when ``host:port`` cannot be listened on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise InvalidInput(f"port {port} on {host} is already in use; pick another "
+                                   "with --port", path="--port") from None
+            raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror}",
+                               path="--host") from None

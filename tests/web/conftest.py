@@ -1,0 +1,48 @@
+"""Provides the dashboard suites' ledgers (built once per module, on each backend) and a
+client of the app over them.
+
+``dashboard`` is the built ledger; ``client`` a FastAPI TestClient (in-process ASGI, no
+socket) that asks for JSON unless a test asks for HTML with ``page()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from dashboard_ledger import DashboardLedger, build
+from fastapi.testclient import TestClient
+
+from web.app import create_app
+
+HTML = {"accept": "text/html"}
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory: pytest.TempPathFactory) -> DashboardLedger:
+    """The dashboard ledger on SQLite, built once per module."""
+    root = tmp_path_factory.mktemp("dashboard")
+    return build(f"sqlite:///{root / 'ledger.db'}", root)
+
+
+@pytest.fixture(scope="module")
+def client(dashboard: DashboardLedger) -> Iterator[TestClient]:
+    """A client of the app over ``dashboard`` (lifespan run, so the app closes its ledgers)."""
+    with TestClient(create_app(dashboard.url), raise_server_exceptions=False) as found:
+        yield found
+
+
+def page(client: TestClient, path: str, status: int = 200) -> str:
+    """GETs ``path`` as a browser would and returns the HTML, asserting its status."""
+    response = client.get(path, headers=HTML)
+    assert response.status_code == status, (path, response.status_code, response.text[:500])
+    assert response.headers["content-type"].startswith("text/html")
+    return response.text
+
+
+@pytest.fixture
+def html_page(client: TestClient):  # type: ignore[no-untyped-def]
+    """``html_page(path, status=200)``: the page's HTML (see ``page``)."""
+    return lambda path, status=200: page(client, path, status)
+
+

@@ -501,6 +501,34 @@ def test_read_all_with_an_empty_type_list_yields_nothing(filtered_store: EventSt
     assert _positions(filtered_store, types=[]) == []
 
 
+@pytest.mark.parametrize(
+    ("to_position", "limit", "filters", "expected"),
+    [
+        (10, 3, {}, [10, 9, 8]),
+        (99, 2, {}, [10, 9]),  # past the head: from the head
+        (4, 10, {}, [4, 3, 2, 1]),
+        (0, 5, {}, []),
+        (10, 0, {}, []),
+        (10, 5, {"types": ["CreditSpent"]}, [9, 6, 2]),
+        (8, 5, {"types": ["CreditSpent"]}, [6, 2]),
+        (10, 5, {"types": []}, []),
+        (10, 2, {"stream_prefix": "arena-"}, [8, 5]),
+        (10, 9, {"stream_prefix": "arena-ab"}, [4]),  # a byte range, as read_all's
+        (10, 9, {"stream": "credit-c1"}, [6, 2]),
+        (7, 9, {"types": ["ArenaRetired"], "stream_prefix": "arena-alpha"}, [3, 1]),
+    ],
+)
+def test_read_back_is_newest_first_with_read_alls_filters(
+    filtered_store: EventStore, to_position: int, limit: int, filters: dict[str, Any],
+    expected: list[int],
+) -> None:
+    # The newest page of a listing: read_all's rows at or below to_position, last first.
+    found = filtered_store.read_back(to_position, limit, **filters)
+    assert [r.position for r in found] == expected
+    assert found == list(reversed(list(filtered_store.read_all(
+        1, to_position=to_position, **filters))))[:limit]
+
+
 def test_filters_page_correctly_with_a_small_page(
     filtered_store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,13 +27,19 @@ from cli.projections import projections_app
 from cli.tables import cut_cell, fit_widths
 from ledger.log import configure_logging
 from ledger.records import RecordedEvent
-from ledger.store import DEFAULT_URL
+from ledger.store import DEFAULT_URL, EventStore
 from services.append import BatchAppended, append_batches
 from services.arena_ledger import ArenaLedger
 from services.build_info import package_version
 from services.draft_lines import read_drafts
+from services.event_pages import CLI_NAMES, EventFilter
+from services.follow import (
+    follow,
+    follow_interval_s,
+    follow_interval_s_max,
+    follow_interval_s_min,
+)
 from vocabulary import limits
-from vocabulary.catalogue import check_stream_name
 from vocabulary.errors import InvalidInput, open_input, unreadable
 
 __all__ = ["app", "main"]
@@ -183,24 +189,40 @@ def events(
                                      "or a date; UTC where it names no offset)."),
     limit: int | None = typer.Option(None, "--limit", min=1, max=INT_MAX,
                                      help="Most events listed."),
+    follow_on: bool = typer.Option(
+        False, "--follow", help="After the listing, keep printing matching events as they "
+        "commit, until Ctrl-C (exit 130); not with --to-position, --as-of, --limit or --until.",
+    ),
+    interval: float | None = typer.Option(
+        None, "--interval", min=follow_interval_s_min, max=follow_interval_s_max,
+        metavar="<seconds>", show_default=False,
+        help=f"With --follow: seconds between looks at the ledger while nothing new has "
+        f"committed (default {follow_interval_s}).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines, one event per line."),
 ) -> None:
-    """Lists recorded events in position order, with filters."""
-    if types:
-        _check_types(types)
-    if stream is not None:  # a malformed name (e.g. "Arena-x") would list "0 events"
-        _check_whole_stream(stream)
-        _check_category(stream, "--stream")
-    if stream_prefix is not None:
-        _check_category(stream_prefix, "--stream-prefix")
-    recorded_from = None if since is None else _recorded_at(since, "--since")
-    recorded_to = None if until is None else _recorded_at(until, "--until")
+    """Lists recorded events in position order, with filters; --follow goes on as they commit.
+
+    With --follow the listing does not end: after the events already recorded it prints
+    each matching event as it commits (--json: each batch of lines is flushed at once), and
+    Ctrl-C ends it (exit 130, nothing more printed on stdout).
+    """
+    if follow_on:
+        _check_follow(to_position=to_position, as_of=as_of, limit=limit, until=until)
+    elif interval is not None:
+        raise InvalidInput("--interval paces --follow: give --follow too", path="--interval")
+    chosen = EventFilter.checked(
+        stream, stream_prefix, types, names=CLI_NAMES,
+        recorded_from=None if since is None else _recorded_at(since, "--since"),
+        recorded_to=None if until is None else _recorded_at(until, "--until"),
+    )
     upper = as_of if as_of is not None else to_position
     with state.store() as store:
-        rows = store.read_all(
-            from_position, limit, to_position=upper, types=types or None, stream=stream,
-            stream_prefix=stream_prefix, recorded_from=recorded_from, recorded_to=recorded_to,
-        )
+        if follow_on:
+            _follow(store, from_position - 1, chosen, interval, as_json)
+            return
+        rows = store.read_all(from_position, limit, to_position=upper,
+                              **chosen.store_args(), **chosen.time_args())
         if as_json:
             emit_jsonl(r.to_json() for r in rows)
         else:
@@ -208,66 +230,31 @@ def events(
             _print_events(rows, head if upper is None else min(upper, head))
 
 
-def _check_types(types: list[str]) -> None:
-    """Refuses a --type no ledger can hold: a misspelt one would list "0 events"."""
-    from vocabulary.catalogue import CATALOGUE
-
-    known = CATALOGUE.types
-    for name in types:
-        if name not in known:
-            raise InvalidInput(
-                f"unknown event type {name!r}{CATALOGUE.suggestion(name)}; the types are "
-                f"{', '.join(sorted(known))}",
-                path="--type",
-            )
-
-
-def _check_whole_stream(stream: str) -> None:
-    """Refuses a --stream that is not a whole stream name, pointing a submission stream cut
-    short (its id to the 16 characters the tables show) to --stream-prefix."""
-    try:
-        check_stream_name(stream, "--stream")
-    except InvalidInput as exc:
-        category, _, ident = stream.partition("-")
-        hexadecimal = set(ident) <= set("0123456789abcdef")
-        if category != "submission" or not 0 < len(ident) < 64 or not hexadecimal:
-            raise
-        raise type(exc)(
-            f"{exc.message}: --stream takes a whole stream name, and a submission's id is 64 "
-            f"hex characters, not {len(ident)}; to list the streams that start with it, give "
-            f"--stream-prefix {stream}",
-            **exc.context,
-        ) from None
-
-
-def _check_category(text: str, option: str) -> None:
-    """Refuses a --stream or --stream-prefix that no event type's stream can match.
-
-    Every event type belongs to one stream category (``arena-…``, ``settlement``, …), so a
-    misspelt category (``--stream sub-x``, ``--stream-prefix atempt-``) would list "0
-    events". A prefix matches when it begins a category's streams (``sub``, ``attempt-``)
-    or goes on into their ids (``attempt-7``).
-    """
-    from vocabulary.catalogue import CATALOGUE
-
-    categories = sorted({CATALOGUE.model(kind).category or "" for kind in CATALOGUE.types})
-    exact = option == "--stream"
-    if exact:  # a name check_stream_name has passed: category-id, or settlement
-        matches = text.partition("-")[0] in categories
-    else:
-        heads = [c if c == "settlement" else f"{c}-" for c in categories]
-        matches = any(
-            head.startswith(text) or (head != "settlement" and text.startswith(head))
-            for head in heads
+def _check_follow(**bounds: object) -> None:
+    """Refuses --follow with an option that ends the listing: following never ends."""
+    given = [f"--{name.replace('_', '-')}" for name, value in bounds.items() if value is not None]
+    if given:
+        raise InvalidInput(
+            f"--follow lists without end, so it takes no --to-position, --as-of, --limit or "
+            f"--until; drop {' and '.join(given)}, or --follow",
+            path=given[0],
         )
-    if matches:
+
+
+def _follow(store: EventStore, after: int, chosen: EventFilter, interval: float | None,
+            as_json: bool) -> None:
+    """Prints the matching events after ``after`` as they commit, until Ctrl-C."""
+    head = store.head().position
+    batches = follow(store, after, chosen,
+                     interval_s=follow_interval_s if interval is None else interval)
+    if as_json:
+        for batch in batches:
+            emit_jsonl(r.to_json() for r in batch)
+            sys.stdout.flush()  # a reader sees each line now, not when a buffer fills
         return
-    shown = ", ".join(c if c == "settlement" else f"{c}-…" for c in categories)
-    raise InvalidInput(
-        f"no event type belongs to a stream {'named' if exact else 'starting with'} "
-        f"{text!r}; the streams are {shown}",
-        path=option,
-    )
+    table = _EventTable(head)
+    for batch in batches:
+        table.print(batch)
 
 
 def _recorded_at(text: str, option: str) -> str:
@@ -312,28 +299,42 @@ def _print_events(rows: Iterable[RecordedEvent], last_position: int) -> None:
     narrower than the first chunk's lines, the widest columns are cut with "…" to fit it
     (``cli.tables.fit_widths``), and so is every later cell wider than its column.
     """
-    widths: list[int] | None = None
-    cut = False
+    table = _EventTable(last_position)
     count, it = 0, iter(rows)
     while chunk := list(islice(it, events_chunk_rows)):
+        table.print(chunk)
+        count += len(chunk)
+    if table.widths is None:
+        console.print(_columns(_EVENT_HEADERS, [len(h) for h in _EVENT_HEADERS]))
+    console.print(counted(count, "event"))
+
+
+class _EventTable:
+    """Prints chunks of events as the columns of one listing: the header and the widths
+    come with the first chunk (see ``_print_events``), every later chunk keeps them."""
+
+    def __init__(self, last_position: int) -> None:
+        self.last_position = last_position
+        self.widths: list[int] | None = None
+        self.cut = False
+
+    def print(self, chunk: Sequence[RecordedEvent]) -> None:
+        """Prints ``chunk``'s rows (and the header, before the first)."""
         cells = [(str(r.position), r.stream, str(r.version), f"{r.type} v{r.schema_version}",
                   r.recorded_at, r.entry_hash[:16]) for r in chunk]
         lines = []
-        if widths is None:
+        if self.widths is None:
             widths = [max(len(h), *(len(c[i]) for c in cells))
                       for i, h in enumerate(_EVENT_HEADERS)]
-            widths[0] = max(widths[0], len(str(last_position)))
+            widths[0] = max(widths[0], len(str(self.last_position)))
             room = console.width - len(_COLUMN_GAP) * (len(widths) - 1)
             floors = [min(w, f) for w, f in zip(widths, _EVENT_CUT_FIRST, strict=True)]
             fitted = fit_widths(widths, floors, room)
-            cut, widths = fitted != widths, fitted
-            lines.append(_columns(_EVENT_HEADERS, widths, cut))
-        lines += [_columns(c, widths, cut) for c in cells]
+            self.cut, self.widths = fitted != widths, fitted
+            lines.append(_columns(_EVENT_HEADERS, fitted, self.cut))
+        widths_now = self.widths
+        lines += [_columns(c, widths_now, self.cut) for c in cells]
         console.print("\n".join(lines), highlight=False)
-        count += len(chunk)
-    if widths is None:
-        console.print(_columns(_EVENT_HEADERS, [len(h) for h in _EVENT_HEADERS]))
-    console.print(counted(count, "event"))
 
 
 _COLUMN_GAP = "  "

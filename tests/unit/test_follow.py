@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ledger import migrate
-from ledger.records import EventDraft
+from ledger.records import EventDraft, RecordedEvent
 from ledger.store import EventStore
 from services.event_pages import EventFilter
 from services.follow import (
@@ -65,10 +65,10 @@ def scripted_sleep(store: EventStore, commits: list[list[EventDraft]],
     return sleep
 
 
-def run(batches: Iterator[list[object]], log: list[object]) -> None:
+def run(batches: Iterator[list[RecordedEvent]], log: list[object]) -> None:
     with pytest.raises(Stop):
         for batch in batches:
-            log.append([r.position for r in batch])  # type: ignore[attr-defined]
+            log.append([r.position for r in batch])
 
 
 def test_the_recorded_events_come_first_then_each_commit_in_order(store: EventStore) -> None:

@@ -835,8 +835,12 @@ class EventStore:
         if to_position is not None:
             where.append("position <= :hi")
             params["hi"] = to_position
+        # A limit smaller than a page is the page: a listing of 10 fetches 10 rows, not 2,000.
+        page = limits.read_page_events
+        if limit is not None:
+            page = max(1, min(limit, page))
         rows = self._paged(" AND ".join(["position >= :lo", *where]), params, "position",
-                           from_position, conn)
+                           from_position, conn, page)
         if limit is None:
             return rows
         return _take(rows, limit)
@@ -913,8 +917,9 @@ class EventStore:
         key: str,
         start: int,
         conn: Connection | None,
+        page: int | None = None,
     ) -> Iterator[RecordedEvent]:
-        page = limits.read_page_events
+        page = limits.read_page_events if page is None else page
         sql = text(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY {key} LIMIT {page}")
         cursor = start
         while True:
@@ -1175,10 +1180,13 @@ def _recorded(row: Any) -> RecordedEvent:
 
 
 def _take(rows: Iterator[RecordedEvent], limit: int) -> Iterator[RecordedEvent]:
-    for index, recorded in enumerate(rows):
+    # Stops at the limit without asking ``rows`` for one more (that would read a page more).
+    if limit <= 0:
+        return
+    for index, recorded in enumerate(rows, 1):
+        yield recorded
         if index >= limit:
             return
-        yield recorded
 
 
 def _check_expected(batch: list[PreparedEvent], versions: dict[str, int]) -> None:

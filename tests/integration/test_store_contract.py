@@ -549,6 +549,21 @@ def _count_event_selects(store: EventStore) -> list[str]:
     return statements
 
 
+def test_a_limited_read_fetches_no_more_rows_than_its_limit(
+    store: EventStore, draft: Draft, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A page of 4 (the dashboard's, a follower's batch) is one query of 4 rows: not a
+    # store page of 2,000, and not one query more once the 4th row is taken.
+    store.append([draft(f"arena-p{i % 2}", i) for i in range(1, 11)])
+    selects = _count_event_selects(store)
+    assert [r.position for r in store.read_all(3, 4)] == [3, 4, 5, 6]
+    assert len(selects) == 1 and "LIMIT 4" in selects[0]
+    selects.clear()
+    monkeypatch.setattr(limits, "read_page_events", 3)
+    assert [r.position for r in store.read_all(1, 7)] == list(range(1, 8))
+    assert len(selects) == 3 and all("LIMIT 3" in s for s in selects)  # 3 + 3 + 1 taken
+
+
 def test_read_all_is_lazy_and_paged(store: EventStore, draft: Draft,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "read_page_events", 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from collections.abc import Callable
 
 import uvicorn
 
@@ -15,11 +16,14 @@ __all__ = ["LOOPBACK", "require_free", "serve"]
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def serve(url: str, host: str, port: int) -> None:
-    """Serves the ledger at ``url`` until interrupted. The port is checked first, so a busy
-    one is a clear error rather than a server that starts and dies."""
+def serve(url: str, host: str, port: int, ready: Callable[[], None] | None = None) -> None:
+    """Serves the ledger at ``url`` until interrupted. The port and the ledger are checked
+    first (a busy port or a missing ledger is a clear error, not a server that starts and
+    dies), then ``ready`` is called, then the server runs."""
     require_free(host, port)
     app = create_app(url)
+    if ready is not None:
+        ready()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                             server_header=False, proxy_headers=False, access_log=False)
     uvicorn.Server(config).run()

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from dashboard_ledger import DashboardLedger, build
 from fastapi.testclient import TestClient
-from live_server import chromium, chromium_path, served
+from live_server import chromium, chromium_path
 
 from web.app import create_app
+from web.server import background
 
 HTML = {"accept": "text/html"}
 
@@ -53,7 +54,7 @@ def html_page(client: TestClient):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def base_url(dashboard: DashboardLedger) -> Iterator[str]:
     """The dashboard served on a real loopback port (uvicorn in a thread)."""
-    with served(dashboard.url) as found:
+    with background(dashboard.url) as found:
         yield found
 
 

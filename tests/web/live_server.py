@@ -1,5 +1,5 @@
-"""Serves the app on a real loopback socket (uvicorn in a thread) and opens Debian's
-Chromium through Playwright, for the browser suites and the screenshot script.
+"""Opens Debian's Chromium through Playwright for the browser suites (the app itself is
+served on a real loopback socket by ``web.server.background``).
 
 Nothing is downloaded: Playwright drives the system's ``chromium`` through
 ``executable_path``; without it the browser suites skip, naming the package to install.
@@ -8,16 +8,9 @@ Nothing is downloaded: Playwright drives the system's ``chromium`` through
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-
-import uvicorn
-
-from web.app import create_app
 
 #: Where Debian's chromium package puts the browser (checked in this order).
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -33,33 +26,6 @@ def chromium_path() -> str | None:
         if shutil.which(path):
             return path
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def served(url: str) -> Iterator[str]:
-    """Serves the ledger at ``url`` on a free loopback port; yields the base URL."""
-    port = _free_port()
-    config = uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning",
-                            access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @contextmanager

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import home
+from web.routes import home, tiles
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
+    tiles.router,
 )

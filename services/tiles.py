@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ledger.merkle import HASH_BYTES
 from ledger.store import EventStore
 from vocabulary.errors import InvalidInput, NotFound
 
@@ -187,7 +188,7 @@ def tile_bytes(store: EventStore, tile: Tile) -> bytes:
         raise NotFound(_beyond(tile, size, held), tile_path=tile.path(), tree_size=size)
     with store.tree() as tree:
         if tile.level is None:
-            prefix = (32).to_bytes(ENTRY_LENGTH_BYTES, "big")
+            prefix = HASH_BYTES.to_bytes(ENTRY_LENGTH_BYTES, "big")  # every entry is a hash
             return b"".join(prefix + entry for entry in tree.entry_hash_range(first, tile.hashes))
         return b"".join(tree.level_hashes(tile.height, first, tile.hashes))
 

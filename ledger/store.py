@@ -993,6 +993,21 @@ class EventStore:
         keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
+    @_store_errors
+    def largest_checkpoint(self) -> dict[str, Any] | None:
+        """Returns the stored checkpoint of the largest tree size (the newest of that size),
+        as ``checkpoints`` lists one, or None when none is stored: the log's latest state,
+        which a later checkpoint of an older size (an export of a prefix) does not roll back."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
+                    "FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
+                )
+            ).first()
+        keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
+        return None if row is None else dict(zip(keys, row, strict=True))
+
     # -- verify ----------------------------------------------------------------------------
 
     @_store_errors

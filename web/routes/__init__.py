@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import arenas, home
+from web.routes import arenas, home, tiles
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
     arenas.router,
+    tiles.router,
 )

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import home
+from web.routes import checkpoints, home, settlements
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
+    settlements.router,
+    checkpoints.router,
 )

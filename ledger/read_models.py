@@ -394,6 +394,17 @@ class Reader:
         )
         return [(str(a), str(status), int(n)) for a, status, n in found]
 
+    def arena_status_counts(self, arena_id: str, statuses: Sequence[str]) -> dict[str, int]:
+        """Returns how many of the arena's submissions are in each of ``statuses`` (those with
+        any): one range of the (status, arena) index per status, none of another arena's."""
+        s = rm_submissions.c
+        found = self.conn.execute(
+            select(s.status, func.count())
+            .where(s.status.in_(list(statuses)), s.arena_id == arena_id)
+            .group_by(s.status)
+        )
+        return {str(status): int(n) for status, n in found}
+
     def held_reasons(self) -> dict[str, int]:
         """Returns how many submissions are HELD now, per hold reason."""
         s = rm_submissions.c

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import checkpoints, home, settlements
+from web.routes import arenas, checkpoints, home, settlements
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
+    arenas.router,
     settlements.router,
     checkpoints.router,
 )

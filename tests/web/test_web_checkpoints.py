@@ -215,3 +215,23 @@ def test_the_pages_and_proofs_are_the_same_on_each_backend(store_url: str,
     assert verify_proof(consistency, list(notes.values()), verifier).from_size == OLD_SIZE
     assert verify_proof(inclusion, [notes[built.checkpoint_size]], verifier).position == (
         built.settlements[-1][1])
+
+
+def test_in_a_browser_the_note_and_a_proof_download_and_verify(
+        browser_page: Any, base_url: str, dashboard: DashboardLedger,
+        sizes: tuple[int, int]) -> None:
+    assert browser_page.goto(f"{base_url}/checkpoints").status == 200
+    assert browser_page.console_errors == []
+    newest = browser_page.locator("a.note").first  # the checkpoint stored last: OLD_SIZE's
+    with browser_page.expect_download() as saved:
+        newest.click()
+    signed = Path(saved.value.path()).read_bytes()
+    form = browser_page.locator('form[action="/api/proofs/inclusion"]')
+    form.locator('input[name="position"]').fill("3")
+    assert form.locator('input[name="size"]').input_value() == str(sizes[0])  # prefilled
+    with browser_page.expect_download() as saved:
+        form.locator('button[type="submit"]').click()
+    assert saved.value.suggested_filename == f"inclusion-3-{sizes[0]}.json"
+    document = orjson.loads(Path(saved.value.path()).read_bytes())
+    verdict = verify_proof(document, [signed], load_verifier(dashboard.public_key))
+    assert (verdict.position, verdict.tree_size) == (3, sizes[0])

@@ -242,3 +242,21 @@ def test_the_answers_are_the_same_on_each_backend_and_when_the_read_models_lag(
     for position, document in one.items():
         arenas = [{**a, "decision_rules_versions": None} for a in document["arenas"]]
         assert again[position] == {**unknown_decisions(document), "arenas": arenas}
+
+
+# --- in a browser ---------------------------------------------------------------------------
+
+
+def test_in_a_browser_the_list_leads_to_a_settlement_whose_chart_is_its_weights(
+        browser_page: Any, base_url: str, dashboard: DashboardLedger) -> None:
+    assert browser_page.goto(f"{base_url}/settlements").status == 200
+    newest = max(recorded(dashboard))
+    browser_page.locator(f'a[href="/settlements/{newest}"]').click()
+    assert browser_page.url == f"{base_url}/settlements/{newest}"
+    bars = browser_page.locator("svg.chart g.bar")
+    marks = {bars.nth(i).get_attribute("data-label"): int(bars.nth(i).get_attribute("data-value"))
+             for i in range(bars.count())}
+    assert marks == recorded(dashboard)[newest]["weights_ppm"]
+    replay = browser_page.locator('pre[data-command="replay"]').inner_text()
+    assert replay.endswith(recorded(dashboard)[newest]["settlement_digest"])
+    assert browser_page.console_errors == []

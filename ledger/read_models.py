@@ -532,6 +532,39 @@ class Reader:
         ).first()
         return None if found is None else (int(found[0]), bytes(found[1]))
 
+    # -- what the dashboard's settlement pages read (services.settlement_board) -------------
+
+    def settlement_count(self) -> int:
+        """Returns how many settlements are recorded."""
+        return int(self._scalar("SELECT COUNT(*) FROM rm_settlements", []) or 0)
+
+    def settlements_before(
+        self, before: int | None, limit: int
+    ) -> list[tuple[int, str, int, bytes]]:
+        """Returns (position, recorded_at, schema version, payload) of up to ``limit``
+        recorded settlements before position ``before`` (from the newest when None), newest
+        first: a walk down ``rm_settlements``' key, each event found by its position."""
+        where, params = ("WHERE s.position < ? ", [before]) if before is not None else ("", [])
+        sql = ("SELECT e.position, e.recorded_at, e.schema_version, e.payload FROM "
+               "rm_settlements s JOIN events e ON e.position = s.position "
+               f"{where}ORDER BY s.position DESC LIMIT ?")
+        found = self._fetch(sql, [*params, limit])
+        return [(int(p), str(at), int(v), bytes(d)) for p, at, v, d in found]
+
+    def passing_decisions(self, submission_ids: Sequence[str]) -> list[tuple[str, int, bytes]]:
+        """Returns (submission, schema version, payload) of the AttemptDecided of each PASS
+        attempt of these submissions (an index range per submission, one seek per attempt)."""
+        found: list[tuple[str, int, bytes]] = []
+        for at in range(0, len(submission_ids), 500):  # bounded IN lists
+            part = list(submission_ids[at:at + 500])
+            sql = ("SELECT a.submission_id, e.schema_version, e.payload FROM rm_attempts a "
+                   "JOIN events e ON e.stream = 'attempt-' || a.attempt_id "
+                   "AND e.type = 'AttemptDecided' "
+                   f"WHERE a.submission_id IN ({', '.join('?' * len(part))}) "
+                   "AND a.verdict = 'PASS'")
+            found += [(str(s), int(v), bytes(d)) for s, v, d in self._fetch(sql, part)]
+        return found
+
     def admitted_arrivals(self) -> list[tuple[str, int]]:
         """Returns (hotkey, arrival block) of every admitted submission."""
         c = rm_submissions.c

@@ -974,12 +974,15 @@ class EventStore:
         tree_size_max: int | None = None,
         tree_size: int | None = None,
         origin: str | None = None,
+        id_below: int | None = None,
     ) -> list[dict[str, Any]]:
         """Returns stored checkpoints, newest first; with ``tree_size_max``, only those whose
         tree covers at most that many positions (the checkpoints of the ledger as of it);
-        with ``tree_size`` or ``origin``, only those of exactly that size or origin."""
-        params = {"m": tree_size_max, "s": tree_size, "o": origin}
-        tests = {"m": "tree_size <= :m", "s": "tree_size = :s", "o": "origin = :o"}
+        with ``tree_size`` or ``origin``, only those of exactly that size or origin; with
+        ``id_below``, only those stored before the one of that id (the next page)."""
+        params = {"m": tree_size_max, "s": tree_size, "o": origin, "b": id_below}
+        tests = {"m": "tree_size <= :m", "s": "tree_size = :s", "o": "origin = :o",
+                 "b": "id < :b"}
         bounds = [tests[name] for name, value in params.items() if value is not None]
         where = f"WHERE {' AND '.join(bounds)} " if bounds else ""
         with self.engine.connect() as conn:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import arenas, home, tiles
+from web.routes import arenas, checkpoints, home, settlements, tiles
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
     arenas.router,
+    settlements.router,
+    checkpoints.router,
     tiles.router,
 )

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import home
+from web.routes import home, hotkeys, submissions
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
+    submissions.router,
+    hotkeys.router,
 )

@@ -419,6 +419,44 @@ class Reader:
         found = self.conn.execute(select(rm_event_types.c.type, rm_event_types.c.events))
         return {str(t): int(n) for t, n in sorted(found, key=lambda r: str(r[0]))}
 
+    # -- one hotkey's weights, claims, payments and credits (the dashboard's hotkey page) ----
+
+    def settlements_of(self, hotkey: str) -> list[Row]:
+        """Returns every recorded settlement (position, block, as_of_position) with the
+        hotkey's weight in it, 0 where it had none, in position order (the settlements by
+        their key, each weight by its (position, hotkey) key)."""
+        sql = ("SELECT s.position, s.block, s.as_of_position, COALESCE(w.weight_ppm, 0) "
+               "FROM rm_settlements s LEFT JOIN rm_weights w "
+               "ON w.position = s.position AND w.hotkey = ? ORDER BY s.position")
+        names = ("position", "block", "as_of_position", "weight_ppm")
+        return [dict(zip(names, row, strict=True)) for row in self._fetch(sql, [hotkey])]
+
+    def claims_of(self, hotkey: str) -> list[Row]:
+        """Returns the claims recorded settlements paid the hotkey, in position order."""
+        return self._raw(rm_claims, "hotkey = ?", [hotkey], "position")
+
+    def payments_of(self, hotkey: str) -> list[Row]:
+        """Returns the payments of the hotkey's submissions, in the order they were consumed
+        (the hotkey's submissions by their index, then each one's payments by theirs)."""
+        names = [c.name for c in rm_payments.columns]
+        sql = (f"SELECT {', '.join('p.' + n for n in names)} FROM rm_submissions s "
+               "JOIN rm_payments p ON p.submission_id = s.submission_id "
+               "WHERE s.hotkey = ? ORDER BY p.first_position")
+        return [dict(zip(names, row, strict=True)) for row in self._fetch(sql, [hotkey])]
+
+    def credits_of(self, hotkey: str) -> list[Row]:
+        """Returns the credits granted to the hotkey, in grant order."""
+        return self._raw(rm_credits, "hotkey = ?", [hotkey], "first_position")
+
+    def credit_fees_of(self, hotkey: str) -> int:
+        """Returns the fees, in rao, that credits paid for the hotkey's submissions (each
+        at the fee its admission recorded, as ``fee_sums`` counts them)."""
+        return int(self._scalar(
+            "SELECT COALESCE(SUM(s.fee_amount_rao), 0) FROM rm_submissions s "
+            "JOIN rm_credits c ON c.submission_id = s.submission_id "
+            "WHERE s.hotkey = ? AND s.fee_kind IS NOT NULL", [hotkey],
+        ) or 0)
+
     # -- what a fold seeded from the read models reads (services.seeded_fold) ---------------
 
     def submissions_in(self, statuses: Sequence[str], arena_id: str | None = None) -> list[Row]:

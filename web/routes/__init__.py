@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import arenas, checkpoints, home, settlements, tiles
+from web.routes import arenas, checkpoints, home, hotkeys, settlements, submissions, tiles
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
     arenas.router,
+    submissions.router,
+    hotkeys.router,
     settlements.router,
     checkpoints.router,
     tiles.router,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
@@ -18,12 +17,6 @@ from web.deps import Board
 from web.pages import render
 
 router = APIRouter()
-
-
-def segment(text: str) -> str:
-    """Returns ``text`` quoted as one path segment: a hotkey may hold ``/ ? # %``, and a
-    link must lead to that hotkey's page, not to another path or a fragment."""
-    return quote(text, safe="")
 
 
 @router.get("/api/arenas", tags=["arenas"], summary="Every commissioned arena")
@@ -62,14 +55,14 @@ def arena_fees_json(arena_id: str, board: Board) -> dict[str, Any]:
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def arenas_page(request: Request, board: Board) -> HTMLResponse:
     return render(request, "arenas.html", title="arenas", doc=arenas_overview(board.ledger()),
-                  segment=segment, json_twin="/api/arenas")
+                  json_twin="/api/arenas")
 
 
 @router.get("/arenas/{arena_id}", response_class=HTMLResponse, include_in_schema=False)
 def arena_page(request: Request, arena_id: str, board: Board) -> HTMLResponse:
     doc = arena_detail(board.ledger(), arena_id)
     return render(request, "arena.html", title=f"arena {arena_id}", doc=doc,
-                  segment=segment, chart=_gains(doc["rewards"]))
+                  chart=_gains(doc["rewards"]))
 
 
 def _gains(rows: list[dict[str, Any]]) -> Markup:

@@ -9,39 +9,26 @@ every link to a hotkey is built by ``hotkey_path``, which encodes each of them.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from services.hotkey_board import hotkey_board
 from web.charts import Point, points
 from web.deps import Board
-from web.pages import render
+from web.pages import render, segment, visible
 
-__all__ = ["BIDI_CONTROLS", "hotkey_path", "router", "visible", "weight_chart"]
+__all__ = ["hotkey_path", "router", "weight_chart"]
 
 router = APIRouter()
 
 Hotkey = Path(description="The hotkey, URL-encoded as one path segment (%2F for a /).")
 
-#: Characters that reorder the text around them (bidi embeddings, overrides, isolates and
-#: marks), by the name a reader is shown in their place.
-BIDI_CONTROLS = {
-    "\u061c": "ARABIC LETTER MARK", "\u200e": "LEFT-TO-RIGHT MARK",
-    "\u200f": "RIGHT-TO-LEFT MARK", "\u202a": "LEFT-TO-RIGHT EMBEDDING",
-    "\u202b": "RIGHT-TO-LEFT EMBEDDING", "\u202c": "POP DIRECTIONAL FORMATTING",
-    "\u202d": "LEFT-TO-RIGHT OVERRIDE", "\u202e": "RIGHT-TO-LEFT OVERRIDE",
-    "\u2066": "LEFT-TO-RIGHT ISOLATE", "\u2067": "RIGHT-TO-LEFT ISOLATE",
-    "\u2068": "FIRST STRONG ISOLATE", "\u2069": "POP DIRECTIONAL ISOLATE",
-}
-
-
 def hotkey_path(hotkey: str, api: bool = False) -> str:
     """Returns the path of ``hotkey``'s page (or, with ``api``, its JSON twin), the hotkey
     encoded as one path segment: every character but letters, digits and ``_.-~``."""
-    return ("/api" if api else "") + "/hotkeys/" + quote(hotkey, safe="")
+    return ("/api" if api else "") + "/hotkeys/" + segment(hotkey)
 
 
 @router.get("/api/hotkeys/{hotkey:path}", tags=["hotkeys"],
@@ -73,23 +60,3 @@ def weight_chart(document: dict[str, Any]) -> Markup:
     ]
     return points(marks, title="weight in each settlement (ppm of the emission)",
                   x_label="settlement block", y_label="weight (ppm)", connect=True)
-
-
-def visible(text: str) -> Markup:
-    """Returns ``text`` escaped, each bidi control shown as a marked ``[U+XXXX]``.
-
-    A right-to-left override kept as text would still reorder what follows it on the page
-    (``\\u202egnp.exe`` reads as ``exe.png``), so an operator would read something the
-    ledger does not say: shown by its code point, the note reads as written. The JSON twin
-    keeps the note's exact characters.
-    """
-    parts: list[Markup] = []
-    for char in text:
-        name = BIDI_CONTROLS.get(char)
-        if name is None:
-            parts.append(escape(char))
-        else:
-            code = f"U+{ord(char):04X}"
-            parts.append(Markup('<span class="bidi" title="{}">[{}]</span>').format(
-                f"{code} {name}", code))
-    return Markup("").join(parts)

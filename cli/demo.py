@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from cli.common import (
     state,
 )
 from cli.render import within_summary_width
+from ledger.store import DEFAULT_URL, safe_url
 
 __all__ = ["register"]
 
@@ -112,6 +114,16 @@ def _render(summary: Any) -> None:
         f"{counted(replay['settlements_checked'], 'settlement')}); chain "
         f"{'verified' if summary.verify.get('ok') else 'BROKEN'}"
     )
+    console.print(f"dashboard: {serve_command(state.db_url)}, then open "
+                  "http://127.0.0.1:8080/", overflow="ignore", crop=False)
+
+
+def serve_command(db_url: str) -> str:
+    """Returns the command that serves the dashboard over ``db_url`` (the password, if any,
+    hidden: the summary never prints one)."""
+    if db_url == DEFAULT_URL:
+        return "arena-ledger serve"
+    return f"arena-ledger --db {shlex.quote(safe_url(db_url))} serve"
 
 
 def _control_lines(controls: list[dict[str, Any]]) -> list[str]:

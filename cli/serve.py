@@ -17,16 +17,18 @@ def serve_command(
     """Serves a read-only web dashboard, its JSON API (with an OpenAPI document) and C2SP
     tlog-tiles over the ledger, until Ctrl-C. Nothing it serves can change the ledger."""
     # Imported here, not at the top: FastAPI and uvicorn stay off every other command's start.
-    from web.server import LOOPBACK, require_free, serve
+    from web.server import LOOPBACK, serve
 
-    require_free(host, port)
     shown = f"[{host}]" if ":" in host else host
-    if host not in LOOPBACK:
-        err_console.print(f"warning: listening on {host}, not loopback: anyone who reaches "
-                          "that address can read the whole ledger")
-    err_console.print(f"serving {safe_url(state.db_url)} at http://{shown}:{port}/ "
-                      "(Ctrl-C stops)")
-    serve(state.db_url, host, port)
+
+    def ready() -> None:
+        if host not in LOOPBACK:
+            err_console.print(f"warning: listening on {host}, not loopback: anyone who "
+                              "reaches that address can read the whole ledger")
+        err_console.print(f"serving {safe_url(state.db_url)} at http://{shown}:{port}/ "
+                          "(Ctrl-C stops)")
+
+    serve(state.db_url, host, port, ready)
 
 
 def register(app: typer.Typer) -> None:

@@ -394,6 +394,17 @@ class Reader:
         )
         return [(str(a), str(status), int(n)) for a, status, n in found]
 
+    def arena_status_counts(self, arena_id: str, statuses: Sequence[str]) -> dict[str, int]:
+        """Returns how many of the arena's submissions are in each of ``statuses`` (those with
+        any): one range of the (status, arena) index per status, none of another arena's."""
+        s = rm_submissions.c
+        found = self.conn.execute(
+            select(s.status, func.count())
+            .where(s.status.in_(list(statuses)), s.arena_id == arena_id)
+            .group_by(s.status)
+        )
+        return {str(status): int(n) for status, n in found}
+
     def held_reasons(self) -> dict[str, int]:
         """Returns how many submissions are HELD now, per hold reason."""
         s = rm_submissions.c
@@ -407,6 +418,44 @@ class Reader:
         the database, whose collation may order otherwise)."""
         found = self.conn.execute(select(rm_event_types.c.type, rm_event_types.c.events))
         return {str(t): int(n) for t, n in sorted(found, key=lambda r: str(r[0]))}
+
+    # -- one hotkey's weights, claims, payments and credits (the dashboard's hotkey page) ----
+
+    def settlements_of(self, hotkey: str) -> list[Row]:
+        """Returns every recorded settlement (position, block, as_of_position) with the
+        hotkey's weight in it, 0 where it had none, in position order (the settlements by
+        their key, each weight by its (position, hotkey) key)."""
+        sql = ("SELECT s.position, s.block, s.as_of_position, COALESCE(w.weight_ppm, 0) "
+               "FROM rm_settlements s LEFT JOIN rm_weights w "
+               "ON w.position = s.position AND w.hotkey = ? ORDER BY s.position")
+        names = ("position", "block", "as_of_position", "weight_ppm")
+        return [dict(zip(names, row, strict=True)) for row in self._fetch(sql, [hotkey])]
+
+    def claims_of(self, hotkey: str) -> list[Row]:
+        """Returns the claims recorded settlements paid the hotkey, in position order."""
+        return self._raw(rm_claims, "hotkey = ?", [hotkey], "position")
+
+    def payments_of(self, hotkey: str) -> list[Row]:
+        """Returns the payments of the hotkey's submissions, in the order they were consumed
+        (the hotkey's submissions by their index, then each one's payments by theirs)."""
+        names = [c.name for c in rm_payments.columns]
+        sql = (f"SELECT {', '.join('p.' + n for n in names)} FROM rm_submissions s "
+               "JOIN rm_payments p ON p.submission_id = s.submission_id "
+               "WHERE s.hotkey = ? ORDER BY p.first_position")
+        return [dict(zip(names, row, strict=True)) for row in self._fetch(sql, [hotkey])]
+
+    def credits_of(self, hotkey: str) -> list[Row]:
+        """Returns the credits granted to the hotkey, in grant order."""
+        return self._raw(rm_credits, "hotkey = ?", [hotkey], "first_position")
+
+    def credit_fees_of(self, hotkey: str) -> int:
+        """Returns the fees, in rao, that credits paid for the hotkey's submissions (each
+        at the fee its admission recorded, as ``fee_sums`` counts them)."""
+        return int(self._scalar(
+            "SELECT COALESCE(SUM(s.fee_amount_rao), 0) FROM rm_submissions s "
+            "JOIN rm_credits c ON c.submission_id = s.submission_id "
+            "WHERE s.hotkey = ? AND s.fee_kind IS NOT NULL", [hotkey],
+        ) or 0)
 
     # -- what a fold seeded from the read models reads (services.seeded_fold) ---------------
 
@@ -520,6 +569,39 @@ class Reader:
             .order_by(c.position.desc()).limit(1)
         ).first()
         return None if found is None else (int(found[0]), bytes(found[1]))
+
+    # -- what the dashboard's settlement pages read (services.settlement_board) -------------
+
+    def settlement_count(self) -> int:
+        """Returns how many settlements are recorded."""
+        return int(self._scalar("SELECT COUNT(*) FROM rm_settlements", []) or 0)
+
+    def settlements_before(
+        self, before: int | None, limit: int
+    ) -> list[tuple[int, str, int, bytes]]:
+        """Returns (position, recorded_at, schema version, payload) of up to ``limit``
+        recorded settlements before position ``before`` (from the newest when None), newest
+        first: a walk down ``rm_settlements``' key, each event found by its position."""
+        where, params = ("WHERE s.position < ? ", [before]) if before is not None else ("", [])
+        sql = ("SELECT e.position, e.recorded_at, e.schema_version, e.payload FROM "
+               "rm_settlements s JOIN events e ON e.position = s.position "
+               f"{where}ORDER BY s.position DESC LIMIT ?")
+        found = self._fetch(sql, [*params, limit])
+        return [(int(p), str(at), int(v), bytes(d)) for p, at, v, d in found]
+
+    def passing_decisions(self, submission_ids: Sequence[str]) -> list[tuple[str, int, bytes]]:
+        """Returns (submission, schema version, payload) of the AttemptDecided of each PASS
+        attempt of these submissions (an index range per submission, one seek per attempt)."""
+        found: list[tuple[str, int, bytes]] = []
+        for at in range(0, len(submission_ids), 500):  # bounded IN lists
+            part = list(submission_ids[at:at + 500])
+            sql = ("SELECT a.submission_id, e.schema_version, e.payload FROM rm_attempts a "
+                   "JOIN events e ON e.stream = 'attempt-' || a.attempt_id "
+                   "AND e.type = 'AttemptDecided' "
+                   f"WHERE a.submission_id IN ({', '.join('?' * len(part))}) "
+                   "AND a.verdict = 'PASS'")
+            found += [(str(s), int(v), bytes(d)) for s, v, d in self._fetch(sql, part)]
+        return found
 
     def admitted_arrivals(self) -> list[tuple[str, int]]:
         """Returns (hotkey, arrival block) of every admitted submission."""

@@ -1010,12 +1010,15 @@ class EventStore:
         tree_size_max: int | None = None,
         tree_size: int | None = None,
         origin: str | None = None,
+        id_below: int | None = None,
     ) -> list[dict[str, Any]]:
         """Returns stored checkpoints, newest first; with ``tree_size_max``, only those whose
         tree covers at most that many positions (the checkpoints of the ledger as of it);
-        with ``tree_size`` or ``origin``, only those of exactly that size or origin."""
-        params = {"m": tree_size_max, "s": tree_size, "o": origin}
-        tests = {"m": "tree_size <= :m", "s": "tree_size = :s", "o": "origin = :o"}
+        with ``tree_size`` or ``origin``, only those of exactly that size or origin; with
+        ``id_below``, only those stored before the one of that id (the next page)."""
+        params = {"m": tree_size_max, "s": tree_size, "o": origin, "b": id_below}
+        tests = {"m": "tree_size <= :m", "s": "tree_size = :s", "o": "origin = :o",
+                 "b": "id < :b"}
         bounds = [tests[name] for name, value in params.items() if value is not None]
         where = f"WHERE {' AND '.join(bounds)} " if bounds else ""
         with self.engine.connect() as conn:
@@ -1028,6 +1031,21 @@ class EventStore:
             ).all()
         keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    @_store_errors
+    def largest_checkpoint(self) -> dict[str, Any] | None:
+        """Returns the stored checkpoint of the largest tree size (the newest of that size),
+        as ``checkpoints`` lists one, or None when none is stored: the log's latest state,
+        which a later checkpoint of an older size (an export of a prefix) does not roll back."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT id, tree_size, root_hash, origin, key_name, note, created_at "
+                    "FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
+                )
+            ).first()
+        keys = ("id", "tree_size", "root_hash", "origin", "key_name", "note", "created_at")
+        return None if row is None else dict(zip(keys, row, strict=True))
 
     # -- verify ----------------------------------------------------------------------------
 

@@ -299,6 +299,76 @@ class StoredTree:
             [stored_entry_hash(first + i, value) for i, value in enumerate(rows)]
         )
 
+    def entry_hash_range(self, first: int, count: int) -> list[bytes]:
+        """Returns the raw entry hashes of leaves ``first`` to ``first + count - 1`` (positions
+        ``first + 1`` onwards) in one indexed range read: the data of those leaves, as a
+        tlog-tiles entry bundle serves them.
+
+        Leaves past the tree's size are NotFound; a leaf missing inside it, or a hash that
+        is not 64 hex digits, is a damaged store (IntegrityError naming the position).
+        """
+        self._check_run(0, first, count)
+        rows = self._conn.execute(
+            text(
+                "SELECT position, entry_hash FROM events WHERE position >= :a AND position <= :b "
+                "ORDER BY position"
+            ),
+            {"a": first + 1, "b": first + count},
+        ).all()
+        found = {int(position): value for position, value in rows}
+        return [
+            stored_entry_hash(position, found.get(position), "; nothing was served")
+            for position in range(first + 1, first + count + 1)
+        ]
+
+    def level_hashes(self, level: int, first: int, count: int) -> list[bytes]:
+        """Returns the hashes of nodes ``(level, first)`` to ``(level, first + count - 1)``,
+        left to right, in one indexed range read (what a tlog-tiles tile serves).
+
+        Level 0 is the leaf hashes of the entry hashes; a level of ``stored_level_min`` or
+        more reads ``merkle_nodes`` by its primary key; a level between them folds the entry
+        hashes under its nodes. A node past the tree's size is NotFound; a stored node
+        missing inside it is a damaged store (IntegrityError naming the node).
+        """
+        self._check_run(level, first, count)
+        if level < stored_level_min:
+            leaves = self.entry_hash_range(first << level, count << level)
+            width = 1 << level
+            return [
+                merkle.root_from_leaves(leaves[i * width : (i + 1) * width]) for i in range(count)
+            ]
+        rows = self._conn.execute(
+            text(
+                "SELECT idx, hash FROM merkle_nodes WHERE level = :l AND idx >= :a AND idx <= :b "
+                "ORDER BY idx"
+            ),
+            {"l": level, "a": first, "b": first + count - 1},
+        ).all()
+        found = {int(idx): bytes(value) for idx, value in rows}
+        for index in range(first, first + count):
+            if len(found.get(index, b"")) != merkle.HASH_BYTES:
+                raise IntegrityError(
+                    f"Merkle node ({level}, {index}) is missing or not a hash, though the tree "
+                    f"of size {self.size} holds it: the store is damaged. Run `arena-ledger "
+                    "verify --tree`",
+                    reason="tree_mismatch", node=[level, index],
+                )
+        return [found[index] for index in range(first, first + count)]
+
+    def _check_run(self, level: int, first: int, count: int) -> None:
+        """Refuses a run of nodes that is empty, negative, or not complete in the tree."""
+        for name, value in (("level", level), ("first", first), ("count", count)):
+            if type(value) is not int or value < 0:
+                raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
+        if count == 0:
+            raise InvalidInput("a run of Merkle nodes needs at least one node")
+        if (first + count) << level > self.size:
+            raise NotFound(
+                f"Merkle nodes ({level}, {first}..{first + count - 1}) are beyond size "
+                f"{self.size}",
+                level=level, first=first, count=count,
+            )
+
     def root(self, size: int | None = None) -> bytes:
         """Returns the root hash at ``size`` (the tree's size when None)."""
         checked = self._check(size)

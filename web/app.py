@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.build_info import package_version
 from services.dashboard import Dashboard
@@ -26,6 +27,29 @@ STATIC = Path(__file__).with_name("static")
 #: Requests answered at once (threads, each with its own connection): bounds memory and the
 #: database connections the server holds, whatever the load.
 WORKERS = 8
+
+
+class HeadAsGet:
+    """Answers HEAD as GET without the body (HTTP requires HEAD wherever GET is served;
+    FastAPI's routes answer only the methods they declare). Headers, Content-Length
+    included, are GET's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
 def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:
@@ -49,6 +73,7 @@ def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:
     )
     app.state.dashboard = board
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(HeadAsGet)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for router in ROUTERS:
         app.include_router(router)

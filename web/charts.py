@@ -100,13 +100,17 @@ def points(marks: Sequence[Point], *, title: str, rules: Sequence[Rule] = (),
                f'{escape(_n(hi - margin))}</text>')
     out.append(f'<text x="{left - 4}" y="{_n(sy(lo + margin) + 4)}" text-anchor="end">'
                f'{escape(_n(lo + margin))}</text>')
-    for rule in rules:
+    last_label = -1e9
+    for rule in sorted(rules, key=lambda r: sy(r.y)):
         y = sy(rule.y)
+        # Rules a few pixels apart (ratio 1 and a pass line near it) keep readable labels.
+        label_y = max(y + 4, last_label + 12)
+        last_label = label_y
         lab = escape(rule.label)
         out.append(f'<g class="rule" data-label="{lab}" data-y="{escape(str(rule.y))}">'
                    f'<line x1="{left}" y1="{_n(y)}" x2="{right}" y2="{_n(y)}" '
                    'stroke="#b42318" stroke-dasharray="4 3"/>'
-                   f'<text x="{right + 4}" y="{_n(y + 4)}">{lab}</text></g>')
+                   f'<text x="{right + 4}" y="{_n(label_y)}">{lab}</text></g>')
     series = sorted({m.series for m in marks})
     colours = ("#0b5cad", "#9a6700", "#1a7f37", "#6e40c9")
     for index, name in enumerate(series):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import structlog
 from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vocabulary.errors import (
@@ -28,7 +29,8 @@ from vocabulary.errors import (
     StoreError,
 )
 
-__all__ = ["PROBLEM", "html", "problem", "query_string", "render", "wants_html"]
+__all__ = ["BIDI_CONTROLS", "PROBLEM", "html", "problem", "query_string", "render", "segment",
+           "visible", "wants_html"]
 
 log = structlog.get_logger("web")
 
@@ -51,7 +53,47 @@ def query_string(**params: Any) -> str:
     return "?" + urlencode(kept) if kept else ""
 
 
+def segment(text: str) -> str:
+    """Returns ``text`` quoted as one path segment: a hotkey may hold ``/ ? # %``, and a
+    link must lead to that hotkey's page, not to another path or a fragment."""
+    return quote(text, safe="")
+
+
+#: Characters that reorder the text around them (bidi embeddings, overrides, isolates and
+#: marks), by the name a reader is shown in their place.
+BIDI_CONTROLS = {
+    "\u061c": "ARABIC LETTER MARK", "\u200e": "LEFT-TO-RIGHT MARK",
+    "\u200f": "RIGHT-TO-LEFT MARK", "\u202a": "LEFT-TO-RIGHT EMBEDDING",
+    "\u202b": "RIGHT-TO-LEFT EMBEDDING", "\u202c": "POP DIRECTIONAL FORMATTING",
+    "\u202d": "LEFT-TO-RIGHT OVERRIDE", "\u202e": "RIGHT-TO-LEFT OVERRIDE",
+    "\u2066": "LEFT-TO-RIGHT ISOLATE", "\u2067": "RIGHT-TO-LEFT ISOLATE",
+    "\u2068": "FIRST STRONG ISOLATE", "\u2069": "POP DIRECTIONAL ISOLATE",
+}
+
+
+def visible(text: str) -> Markup:
+    """Returns ``text`` escaped, each bidi control shown as a marked ``[U+XXXX]``.
+
+    A right-to-left override kept as text would still reorder what follows it on the page
+    (``\\u202egnp.exe`` reads as ``exe.png``), so an operator would read something the
+    ledger does not say: shown by its code point, the note reads as written. The JSON twin
+    keeps the note's exact characters.
+    """
+    parts: list[Markup] = []
+    for char in text:
+        name = BIDI_CONTROLS.get(char)
+        if name is None:
+            parts.append(escape(char))
+        else:
+            code = f"U+{ord(char):04X}"
+            parts.append(Markup('<span class="bidi" title="{}">[{}]</span>').format(
+                f"{code} {name}", code))
+    return Markup("").join(parts)
+
+
 env.globals["query_string"] = query_string
+env.globals["segment"] = segment
+env.filters["visible"] = visible
 
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from cli.demo import serve_command
 from engine_bridge.protocol import FakeEngine
 from services.arena_ledger import ArenaLedger
 from services.demo import demo_arena_id, run_demo, session_blocks
@@ -104,6 +105,9 @@ def test_the_summary_says_what_the_credits_count_and_where_the_public_key_is(
     assert (workdir / "validator.key.pub").is_file()
     assert (f"validator public key: {workdir}/validator.key.pub\n"
             "  (for verify-bundle --key and replay --key)\n") in out
+    # The summary ends with the way to the dashboard over this very ledger.
+    assert out.rstrip().endswith(f"dashboard: {serve_command(store_url)}, then open "
+                                 "http://127.0.0.1:8080/")
     # 4 control runs and Bob's credit, the fee (0.1 TAO) each; it read "credits 500,000,000
     # rao" and nothing said that four fifths of that were the validator's own controls.
     assert ("credits spent (every session): 500,000,000 rao (waived fees, not revenue)\n"
@@ -111,3 +115,11 @@ def test_the_summary_says_what_the_credits_count_and_where_the_public_key_is(
     assert "controls run this session (block 100005): " in out
     for control in CONTROLS:
         assert f"\n  {control}: " in out
+
+
+def test_the_dashboard_command_names_the_ledger_unless_it_is_the_default() -> None:
+    assert serve_command("sqlite:///arena-ledger.db") == "arena-ledger serve"
+    assert serve_command("sqlite:////tmp/a b.db") == (
+        "arena-ledger --db 'sqlite:////tmp/a b.db' serve")
+    shown = serve_command("postgresql+psycopg://ops:s3cret@db.example/ledger")
+    assert "s3cret" not in shown and shown.startswith("arena-ledger --db ")

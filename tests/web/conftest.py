@@ -8,12 +8,15 @@ socket) that asks for JSON unless a test asks for HTML with ``page()``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from dashboard_ledger import DashboardLedger, build
 from fastapi.testclient import TestClient
+from live_server import chromium, chromium_path
 
 from web.app import create_app
+from web.server import background
 
 HTML = {"accept": "text/html"}
 
@@ -46,3 +49,34 @@ def html_page(client: TestClient):  # type: ignore[no-untyped-def]
     return lambda path, status=200: page(client, path, status)
 
 
+
+
+@pytest.fixture(scope="module")
+def base_url(dashboard: DashboardLedger) -> Iterator[str]:
+    """The dashboard served on a real loopback port (uvicorn in a thread)."""
+    with background(dashboard.url) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium (Debian's package, driven by Playwright); the test skips when it
+    is not installed (.ci/run installs it)."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    with chromium(executable) as found:
+        yield found
+
+
+@pytest.fixture
+def browser_page(browser: Any) -> Iterator[Any]:
+    """A fresh page with JavaScript on, which records console errors and CSP violations."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.console_errors = []  # type: ignore[attr-defined]
+    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+    try:
+        yield page
+    finally:
+        context.close()

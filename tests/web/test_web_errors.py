@@ -58,3 +58,13 @@ def test_the_openapi_document_lists_the_api(client: TestClient) -> None:
     assert not any(not p.startswith("/api/") for p in document["paths"]
                    if p not in ("/checkpoint",) and not p.startswith("/tile/")), \
         "pages are not API routes; their twins are"
+
+
+@pytest.mark.parametrize("path", ["/api/head", "/head", "/checkpoint"])
+def test_head_answers_as_get_without_a_body(client: TestClient, path: str) -> None:
+    got = client.get(path, headers={"accept": "text/html"})
+    head = client.head(path, headers={"accept": "text/html"})
+    assert head.status_code == got.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-length"] == str(len(got.content))
+    assert head.headers["content-type"] == got.headers["content-type"]

@@ -5,9 +5,24 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from web.routes import events, home
+from web.routes import (
+    arenas,
+    checkpoints,
+    events,
+    home,
+    hotkeys,
+    settlements,
+    submissions,
+    tiles,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     home.router,
+    arenas.router,
+    submissions.router,
+    hotkeys.router,
+    settlements.router,
+    checkpoints.router,
+    tiles.router,
     events.router,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -72,6 +73,9 @@ def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.dashboard = board
+    # Set by the server as it begins to stop (web.server): a response that never ends by
+    # itself (the live event stream) ends at its next look instead of holding the shutdown.
+    app.state.stopping = threading.Event()
     app.add_middleware(SecurityHeaders)
     app.add_middleware(HeadAsGet)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from fastapi import FastAPI
 
 from vocabulary.errors import InvalidInput
 from web.app import create_app
@@ -17,6 +18,23 @@ from web.app import create_app
 __all__ = ["LOOPBACK", "background", "require_free", "serve"]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+#: Seconds a stopping server lets open responses finish before it cancels them (a backstop:
+#: the live event stream ends by itself within a second of ``app.state.stopping``).
+shutdown_grace_s = 5
+
+
+class _Server(uvicorn.Server):
+    """Is uvicorn's server, telling the app as it begins to stop (``app.state.stopping``):
+    uvicorn waits for every open response to finish, and a live event stream would never
+    finish by itself, so Ctrl-C would wait for every open page to go."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.app.state.stopping.set()
+        await super().shutdown(sockets)
 
 
 def serve(url: str, host: str, port: int, ready: Callable[[], None] | None = None) -> None:
@@ -28,8 +46,9 @@ def serve(url: str, host: str, port: int, ready: Callable[[], None] | None = Non
     if ready is not None:
         ready()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            server_header=False, proxy_headers=False, access_log=False)
-    uvicorn.Server(config).run()
+                            server_header=False, proxy_headers=False, access_log=False,
+                            timeout_graceful_shutdown=shutdown_grace_s)
+    _Server(config, app).run()
 
 
 def require_free(host: str, port: int) -> None:
@@ -55,9 +74,10 @@ def background(url: str, host: str = "127.0.0.1") -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind((host, 0))
         port = int(probe.getsockname()[1])
-    config = uvicorn.Config(create_app(url), host=host, port=port, log_level="warning",
-                            access_log=False)
-    server = uvicorn.Server(config)
+    app = create_app(url)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=shutdown_grace_s)
+    server = _Server(config, app)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from dashboard_ledger import HOSTILE_HOTKEY, HOSTILE_NOTE, DashboardLedger
 from fastapi.testclient import TestClient
@@ -30,6 +33,7 @@ from ledger.store import EventStore
 from services.event_pages import EventFilter, event_page
 from web.app import create_app
 from web.pages import PROBLEM
+from web.server import background
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -238,7 +242,7 @@ def test_the_event_page_shows_the_payload_escaped_and_links_its_proof(
     assert granted["payload"]["note"] == HOSTILE_NOTE
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "</textarea>" not in html and HOSTILE_HOTKEY not in html
-    assert "\u202e" not in html and "\\u202egnp.exe" in html  # the override written out
+    assert "\u202e" not in html and "[U+202E]</span>gnp.exe" in html  # shown, not obeyed
     assert f'href="/api/proofs/inclusion?position={p}&amp;download=1"' in html
     assert granted["hash"] in html
     assert client.get(f"/api/events/{p}").json()["previous_hash"] in html
@@ -371,3 +375,99 @@ def test_the_stream_ends_when_its_client_disconnects(
 
     anyio.run(serve)
     assert gone.is_set() and any(b"id: 2\n" in body for body in sent)
+
+
+@pytest.mark.timeout(60)
+def test_a_server_with_an_open_stream_stops_at_once(tmp_path: Path) -> None:
+    # A live stream never ends by itself; the server tells it to as it stops, so Ctrl-C on
+    # `arena-ledger serve` does not wait for every open page to go.
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    migrate.upgrade(url)
+    opened = threading.Event()
+
+    def listen(base: str) -> None:
+        with httpx.Client(timeout=30) as http, http.stream("GET", f"{base}/api/events/stream") \
+                as response:
+            for _ in response.iter_lines():
+                opened.set()
+
+    with background(url) as base:
+        reader = threading.Thread(target=listen, args=(base,), daemon=True)
+        reader.start()
+        assert opened.wait(10)
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < live.live_poll_interval_s + 2
+    reader.join(10)
+    assert not reader.is_alive()  # the stream ended: its response finished
+
+
+# -- in a real browser ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def live_site(tmp_path: Path) -> Iterator[tuple[EventStore, str]]:
+    """A ledger of two events served on a loopback port, and its store to append with."""
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    migrate.upgrade(url)
+    with EventStore(url) as store:
+        store.append([granted(1), granted(2)])
+        with background(url) as base:
+            yield store, base
+
+
+@pytest.mark.timeout(120)
+def test_the_events_page_shows_new_events_as_they_commit(
+    browser: Any, live_site: tuple[EventStore, str],
+) -> None:
+    store, base = live_site
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.goto(f"{base}/events")
+        notice = page.locator("p.live-notice")
+        assert notice.is_hidden()
+        page.wait_for_timeout(300)  # the stream opens after the page
+        store.append([granted(3), granted(4)])
+        page.wait_for_selector("p.live-notice:not([hidden])", timeout=20_000)
+        page.wait_for_function(
+            "document.querySelectorAll('#event-rows tr[data-position]').length === 4",
+            timeout=20_000)
+        assert notice.inner_text() == "2 new events \u2014 reload"
+        rows = page.locator("#event-rows tr")
+        assert rows.first.get_attribute("data-position") == "4"  # newest first, on top
+        first = rows.first.locator("td")
+        assert first.nth(0).inner_text() == "4"
+        assert first.nth(0).locator("a").get_attribute("href") == "/events/4"
+        assert first.nth(6).locator("a").get_attribute("href") == "/events?as_of=4"
+        assert errors == []
+        notice.locator("a").click()
+        page.wait_for_load_state()
+        assert page.locator("p.live-notice").is_hidden()  # reloaded: rendered at the new head
+        assert page.locator("p.live-notice").get_attribute("data-live-after") == "4"
+    finally:
+        context.close()
+
+
+@pytest.mark.timeout(120)
+def test_with_javascript_off_the_events_page_is_what_the_server_rendered(
+    browser: Any, live_site: tuple[EventStore, str],
+) -> None:
+    store, base = live_site
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(f"{base}/events")
+        store.append([granted(3)])
+        page.wait_for_timeout(1_500)
+        assert page.locator("p.live-notice").is_hidden()
+        assert page.locator("#event-rows tr").count() == 2
+        page.locator("input[name=type]").fill("CreditGranted")
+        page.locator("form.filters button").click()
+        page.wait_for_load_state()
+        assert page.locator("#event-rows tr").count() == 3  # the form works without script
+        page.locator("#event-rows tr").first.locator("a").first.click()
+        assert page.locator("h1").inner_text() == "Event 3"
+    finally:
+        context.close()

@@ -11,7 +11,6 @@ after the last event it saw (``Last-Event-ID``).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -122,8 +121,6 @@ async def events_stream(
     if start is None:
         start = await run_in_threadpool(lambda: board.ledger().store.head().position)
     headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
-    if request.method == "HEAD":
-        return Response(media_type="text/event-stream", headers=headers)
     follower = Follower(start, chosen, live_batch_events_max)
     return StreamingResponse(_messages(request, board, follower),
                              media_type="text/event-stream", headers=headers)
@@ -142,13 +139,14 @@ def _resume_point(header: str | None) -> int | None:
 async def _messages(request: Request, board: Dashboard, follower: Follower
                     ) -> AsyncIterator[str]:
     """Yields the stream's text: a batch of messages per poll that found events, a comment
-    after each ``live_keep_alive_s`` of quiet; ends when the client goes or the stream has
-    lasted ``live_stream_s_max``."""
+    after each ``live_keep_alive_s`` of quiet; ends when the client goes, when the server
+    stops, or when the stream has lasted ``live_stream_s_max``."""
     # The store is read on a worker thread (its own ledger), never on the event loop.
     poll: Callable[[], list[RecordedEvent]] = lambda: follower.poll(board.ledger().store)  # noqa: E731
     started = quiet_since = anyio.current_time()
     yield f": following after position {follower.position}\n\n"
-    while not await request.is_disconnected():
+    stopping = request.app.state.stopping  # set as the server begins to stop
+    while not stopping.is_set() and not await request.is_disconnected():
         batch = await run_in_threadpool(poll)
         now = anyio.current_time()
         if batch:
@@ -207,14 +205,7 @@ def event_page_html(request: Request, board: Board, position: Position) -> HTMLR
                   payload=_shown_json(detail["event"]["payload"]))
 
 
-#: Characters that would act on the page rather than show in it: C0 and C1 controls but
-#: tab and newline, and the bidirectional overrides and isolates (they reorder the text
-#: around them, as a right-to-left override does to a file name).
-_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def _shown_json(value: Any) -> str:
-    """Returns ``value`` as indented JSON for a person, every acting character written out
-    as a ``\\uXXXX`` escape (still the same JSON); Jinja escapes the markup."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    return _ACTING.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    """Returns ``value`` as indented JSON for a person (the template shows it through
+    ``visible``: escaped, a bidi control by its code point)."""
+    return json.dumps(value, indent=2, ensure_ascii=False)

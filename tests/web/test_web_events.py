@@ -87,6 +87,19 @@ def test_the_listing_is_newest_first_and_its_cursors_walk_the_whole_ledger(
     assert sorted(up) == list(range(1, head + 1)) and len(up) == head
 
 
+def test_a_cursor_past_either_end_gives_an_empty_page_that_leads_back(
+    client: TestClient,
+) -> None:
+    head = client.get("/api/head").json()["position"]
+    beyond = client.get(f"/api/events?after={head + 5}").json()
+    assert beyond["events"] == [] and beyond["newer_after"] is None
+    assert beyond["older_before"] == head + 1  # the newest page again
+    below = client.get("/api/events?before=1").json()
+    assert below["events"] == [] and below["older_before"] is None
+    assert below["newer_after"] == 0  # the oldest page
+    assert positions(client.get("/api/events?after=0&limit=2").json()) == [2, 1]
+
+
 def test_a_filtered_listing_holds_the_objects_events_json_prints(
     client: TestClient, dashboard: DashboardLedger, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -127,6 +140,10 @@ def test_one_event_is_the_object_events_json_prints_with_its_chain_link(
     assert document["event"] == printed == everything[4]
     assert document["previous_hash"] == everything[3]["hash"]
     assert document["inclusion_proof"] == "/api/proofs/inclusion?position=5&download=1"
+    proof = client.get(document["inclusion_proof"])  # the link leads to a proof to save
+    assert proof.status_code == 200 and "attachment" in proof.headers["content-disposition"]
+    assert proof.json()["kind"] == "inclusion" and proof.json()["leaf_index"] == 4
+    assert proof.json()["entry_hash"] == printed["hash"]
     assert client.get("/api/events/1").json()["previous_hash"] == GENESIS_HASH
 
 

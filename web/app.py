@@ -43,14 +43,26 @@ class HeadAsGet:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def headers_only(message: Message) -> None:
-            if message["type"] == "http.response.body":
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body":
                 if message.get("more_body", False):
                     return
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, headers_only)
+        async def gone_once_answered() -> Message:
+            # A HEAD client wants no body: once the headers are out, a streaming route (the
+            # live event stream) sees the client gone and ends, instead of running forever.
+            if started:
+                return {"type": "http.disconnect"}
+            return await receive()
+
+        await self.app({**scope, "method": "GET"}, gone_once_answered, headers_only)
 
 
 def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:

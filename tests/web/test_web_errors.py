@@ -68,3 +68,10 @@ def test_head_answers_as_get_without_a_body(client: TestClient, path: str) -> No
     assert head.content == b""
     assert head.headers["content-length"] == str(len(got.content))
     assert head.headers["content-type"] == got.headers["content-type"]
+
+
+def test_head_on_the_live_stream_answers_headers_and_ends(client: TestClient) -> None:
+    head = client.head("/api/events/stream")
+    assert head.status_code == 200
+    assert head.headers["content-type"].startswith("text/event-stream")
+    assert head.content == b""

@@ -21,8 +21,9 @@ def _links(page: Any) -> list[str]:
 
 
 def test_following_links_from_the_arenas_page_reaches_every_kind_of_page(
-        browser_page: Any, base_url: str) -> None:
+        browser_page: Any, base_url: str, client: Any) -> None:
     seen: set[str] = set()
+    twins: dict[str, str] = {}
     kinds: set[str] = set()
     queue = deque([f"{base_url}/"])
     dialogs: list[str] = []
@@ -41,6 +42,9 @@ def test_following_links_from_the_arenas_page_reaches_every_kind_of_page(
         kinds.add(kind)
         assert "Traceback" not in browser_page.content(), url
         assert browser_page.console_errors == [], (url, browser_page.console_errors)
+        twin = browser_page.locator("footer a.twin")
+        assert twin.count() == 1, f"{url} links no JSON twin"
+        twins[url] = twin.get_attribute("href")
         for href in _links(browser_page):
             split = urlsplit(href)
             if (href.startswith(base_url) and not split.path.startswith(("/api/", "/static/"))
@@ -50,6 +54,11 @@ def test_following_links_from_the_arenas_page_reaches_every_kind_of_page(
     assert {"/", "/arenas", "/submissions", "/hotkeys", "/settlements", "/checkpoints",
             "/events"} <= kinds, kinds
     assert dialogs == [], "a page ran a script from the ledger"
+    # Every page's twin answers JSON (the same data, as each page's own suite checks).
+    for url, twin in twins.items():
+        response = client.get(twin)
+        assert response.status_code == 200, (url, twin, response.status_code)
+        assert response.headers["content-type"].startswith("application/json"), (url, twin)
 
 
 def test_the_submission_chart_points_are_its_windows(browser_page: Any, base_url: str,

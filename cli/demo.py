@@ -114,8 +114,9 @@ def _render(summary: Any) -> None:
         f"{counted(replay['settlements_checked'], 'settlement')}); chain "
         f"{'verified' if summary.verify.get('ok') else 'BROKEN'}"
     )
-    console.print(f"dashboard: {serve_command(state.db_url)}, then open "
-                  "http://127.0.0.1:8080/", overflow="ignore", crop=False)
+    # The command is copied, not read: never folded, even past the summary's rule.
+    console.print(f"dashboard: {serve_command(state.db_url)}", overflow="ignore", crop=False)
+    console.print("  then open http://127.0.0.1:8080/")
 
 
 def serve_command(db_url: str) -> str:

@@ -106,8 +106,8 @@ def test_the_summary_says_what_the_credits_count_and_where_the_public_key_is(
     assert (f"validator public key: {workdir}/validator.key.pub\n"
             "  (for verify-bundle --key and replay --key)\n") in out
     # The summary ends with the way to the dashboard over this very ledger.
-    assert out.rstrip().endswith(f"dashboard: {serve_command(store_url)}, then open "
-                                 "http://127.0.0.1:8080/")
+    assert out.rstrip().endswith(f"dashboard: {serve_command(store_url)}\n"
+                                 "  then open http://127.0.0.1:8080/")
     # 4 control runs and Bob's credit, the fee (0.1 TAO) each; it read "credits 500,000,000
     # rao" and nothing said that four fifths of that were the validator's own controls.
     assert ("credits spent (every session): 500,000,000 rao (waived fees, not revenue)\n"

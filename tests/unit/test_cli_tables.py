@@ -14,10 +14,11 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from cli.common import console, new_table
+from cli.common import console, new_table, state
 from cli.demo import _render
 from cli.render import summary_width_max, within_summary_width
 from cli.tables import cut_cell, cut_width_min, fit_widths, whole_width_max
+from ledger.store import DEFAULT_URL
 from machines.reasons import describe
 from services.demo import DemoSummary
 
@@ -162,6 +163,8 @@ def test_the_demo_summary_keeps_within_its_rule(width: int, plain: bool) -> None
     # its 80-character rule.
     summary = _summary()
     with pytest.MonkeyPatch.context() as patch:
+        # The ledger the summary names is the default one, whatever another test left.
+        patch.setattr(state, "db_url", DEFAULT_URL)
         patch.setattr(console, "width", width)
         patch.setattr(console, "plain", plain)
         with console.capture() as captured, within_summary_width():

@@ -58,8 +58,8 @@ class ReadModelArchive:
     def __init__(self, store: EventStore, conn: Connection | None = None) -> None:
         self.store = store
         self.conn = conn
-        #: Arena states by id, for refolding an attempt still open when its submission
-        #: finished (set by ``seeded_fold``; the fold's own arenas).
+        #: Arena states by id, for refolding an attempt still open (set by ``seeded_fold``:
+        #: the fold's own arenas as they stand, those commissioned after seeding too).
         self.arenas: Mapping[str, ArenaState] = {}
 
     def _reader(self) -> _Reading:
@@ -247,6 +247,25 @@ class LiveRows:
             return _records(reader, reader.submissions_in(LIVE, arena_id), self.archive.arenas)
 
 
+class _ArenasOf(Mapping[str, ArenaState]):
+    """Is a fold's arenas as they stand now, by id (``LedgerFold.arena``)."""
+
+    def __init__(self, fold: LedgerFold) -> None:
+        self.fold = fold
+
+    def __getitem__(self, arena_id: str) -> ArenaState:
+        found = self.fold.arena(arena_id)
+        if found is None:
+            raise KeyError(arena_id)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([arena.arena_id for arena in self.fold.arenas()])
+
+    def __len__(self) -> int:
+        return len(self.fold.arenas())
+
+
 class _Admitted(Mapping[tuple[str, int], int]):
     """Counts a hotkey's admissions in an epoch: the fold's own count once it has one, else
     the read models' (submissions of that hotkey and epoch that an admission gave a fee)."""
@@ -328,7 +347,7 @@ def seeded_fold(
         failures=lambda hot: _Failures(hot, archive),
     )
     arenas = {arena_id: _arena(store, conn, arena_id) for arena_id in reader.arena_ids()}
-    archive.arenas = arenas
+    archive.arenas = _ArenasOf(fold)
     unspent = [_credit(row) for row in reader.unspent_credits()]
     tables: dict[str, dict[str, int]] = {"decided": {}, "no_decision": {}, "holds_placed": {}}
     for name, key, value in reader.counters():

@@ -552,14 +552,17 @@ class Reader:
         if arena_id is not None:
             where += " AND arena_id = ?"
             params.append(arena_id)
+        # "+arrival_block": not a term SQLite's planner can take from an index, so it seeks
+        # (status, arena_id), the few live rows, rather than walk the arena's arrivals in
+        # order (every submission it ever had) for the ORDER BY or the block range.
         if arrived_by is not None:
-            where += " AND arrival_block <= ?"
+            where += " AND +arrival_block <= ?"
             params.append(arrived_by)
         # The fold's arrival key: its last two parts compare as Python strings do, which is
         # byte order (COLLATE "C" on PostgreSQL, whose default collation may differ).
         collate = ' COLLATE "C"' if self.conn.dialect.name == "postgresql" else ""
         order = (
-            "arrival_block, arrival_event_index, arrival_event_subindex, "
+            "+arrival_block, arrival_event_index, arrival_event_subindex, "
             f"hotkey{collate}, content_hash{collate}"
         )
         if limit is not None:

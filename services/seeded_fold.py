@@ -346,7 +346,7 @@ def seeded_fold(
         admitted=lambda hot: _Admitted(hot, archive),
         failures=lambda hot: _Failures(hot, archive),
     )
-    arenas = {arena_id: _arena(store, conn, arena_id) for arena_id in reader.arena_ids()}
+    arenas = _arenas(reader)
     archive.arenas = _ArenasOf(fold)
     unspent = [_credit(row) for row in reader.unspent_credits()]
     tables: dict[str, dict[str, int]] = {"decided": {}, "no_decision": {}, "holds_placed": {}}
@@ -369,11 +369,14 @@ def seeded_fold(
     return fold, archive, policy
 
 
-def _arena(store: EventStore, conn: Connection, arena_id: str) -> ArenaState:
-    """Folds an arena's own stream (its commissions, controls, incumbent, retirement)."""
+def _arenas(reader: read_models.Reader) -> dict[str, ArenaState]:
+    """Folds every arena's own stream (its commissions, controls, incumbent, retirement),
+    read in one query: arena events touch nothing but their arena, so one fold of all
+    their streams in position order holds each arena as a fold of its stream alone."""
     fold = LedgerFold()
-    for record in store.read_stream(f"arena-{arena_id}", conn=conn):
-        fold.apply(record.position, record.stream, record.event(), record.payload)
-    found = fold.arena(arena_id)
-    assert found is not None
-    return found
+    decode = CATALOGUE.decode
+    streams = [f"arena-{arena_id}" for arena_id in reader.arena_ids()]
+    for position, stream, kind, version, data in reader.stream_events(streams):
+        payload = loads(data)
+        fold.apply(position, stream, decode(kind, version, payload), payload)
+    return {arena.arena_id: arena for arena in fold.arenas()}

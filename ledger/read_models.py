@@ -619,6 +619,39 @@ class Reader:
         )
         return [(str(commission), str(content)) for commission, content in found]
 
+    def submissions_arrived(
+        self,
+        statuses: Sequence[str],
+        arena_id: str | None = None,
+        arrived_by: int | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        """Returns the rows of the submissions in ``statuses`` (of one arena, arrived at or
+        before block ``arrived_by``, when given) in arrival-key order, the first ``limit``
+        when given: a lazily seeded fold's queue, expiry and live submissions."""
+        where = f"status IN ({', '.join('?' * len(statuses))})"
+        params: list[Any] = list(statuses)
+        if arena_id is not None:
+            where += " AND arena_id = ?"
+            params.append(arena_id)
+        # "+arrival_block": not a term SQLite's planner can take from an index, so it seeks
+        # (status, arena_id), the few live rows, rather than walk the arena's arrivals in
+        # order (every submission it ever had) for the ORDER BY or the block range.
+        if arrived_by is not None:
+            where += " AND +arrival_block <= ?"
+            params.append(arrived_by)
+        # The fold's arrival key: its last two parts compare as Python strings do, which is
+        # byte order (COLLATE "C" on PostgreSQL, whose default collation may differ).
+        collate = ' COLLATE "C"' if self.conn.dialect.name == "postgresql" else ""
+        order = (
+            "+arrival_block, arrival_event_index, arrival_event_subindex, "
+            f"hotkey{collate}, content_hash{collate}"
+        )
+        if limit is not None:
+            order += " LIMIT ?"
+            params.append(limit)
+        return self._raw(rm_submissions, where, params, order)
+
 
 def _rows_of(result: Any) -> list[Row]:
     """Returns a result's rows as dicts, building each from the keys once (a Row's

@@ -20,7 +20,11 @@ with everything only it referenced, into the archive after the event that finish
 then memory follows the live submissions, not the ledger's length. Every rule and query
 reads an archived submission back when it needs one (a repeated submission, attempt or
 payment id is refused exactly as before; ``submissions``, ``payments``, ``snapshot`` list
-archived ones too), so the two kinds of fold answer every question alike.
+archived ones too), so the two kinds of fold answer every question alike. A fold started
+with ``seed`` and a ``LiveSource`` (the guard's, from the read models) holds not even the
+live submissions at first: the archive gives a live one's record when a rule first reads
+it, and the fold loads it then; the queries over live submissions add the ones the source
+lists that are still unloaded.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import marshal
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
+from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -53,6 +58,7 @@ from machines.refusal import ABSENT, Refusal
 from machines.submission import (
     FAILED,
     HELD,
+    LIVE,
     QUEUED,
     TERMINALS,
     ArrivalKey,
@@ -95,6 +101,7 @@ __all__ = [
     "Finished",
     "FoldCounts",
     "LedgerFold",
+    "LiveSource",
     "Record",
     "Touched",
     "encode_finished",
@@ -180,6 +187,29 @@ class Archive(Protocol):
     def links(self, space: str) -> Iterator[tuple[str, str]]: ...
 
     def close(self) -> None: ...
+
+
+class LiveSource(Protocol):
+    """Lists the live submissions a lazily seeded fold has not loaded (``LedgerFold.seed``'s
+    ``source``; the read models, ``services.seeded_fold``).
+
+    ``states`` returns the states of the live submissions of ``arena_id`` (every arena when
+    None) whose status is one of ``statuses`` and, when ``arrived_by`` is given, whose arrival
+    block is at most that, in arrival-key order, the first ``limit`` when given; ``records``
+    returns the whole records (state, reward group, attempts, payment, spent credit) of the
+    live submissions (of one arena when given). Either may name submissions the fold has
+    loaded since: the fold skips those, as its own state is the newer.
+    """
+
+    def states(
+        self,
+        arena_id: str | None,
+        statuses: Sequence[str],
+        arrived_by: int | None = None,
+        limit: int | None = None,
+    ) -> list[SubmissionState]: ...
+
+    def records(self, arena_id: str | None = None) -> list[Finished]: ...
 
 
 class Finished(NamedTuple):
@@ -453,6 +483,9 @@ class LedgerFold:
         #: it needs then instead of reading it back from the archive.
         self.archive_listeners: list[Callable[[Finished], None]] = []
         self._attempts_of: dict[str, list[str]] = {}  # live submission -> its attempt ids
+        #: The live submissions this fold was seeded without (``seed``'s ``source``): each is
+        #: loaded when a rule first reads it; the queries add the ones still unloaded.
+        self.live_source: LiveSource | None = None
         self._finished: list[str] = []  # terminal since the event began: archived after it
         self.events = 0
         self.refusals: list[tuple[int, str, Refusal]] = []
@@ -541,6 +574,7 @@ class LedgerFold:
         counts: FoldCounts,
         owed_payments: Mapping[str, str],
         owed_credits: Mapping[str, str],
+        source: LiveSource | None = None,
     ) -> None:
         """Starts an archiving fold at ``position`` from the state a fold of the ledger up to
         there holds in memory, instead of folding every event: the arenas, the live
@@ -549,30 +583,25 @@ class LedgerFold:
         the admissions whose fee event has not come. Everything finished is in the archive,
         and the admissions and failures the constructor's read-throughs answer. Only on a
         fold that has folded nothing yet.
+
+        With a ``source``, ``live`` may leave live submissions out: the archive gives each
+        one's record when a rule first reads it (the fold then loads it, as ``live`` would
+        have), and the queries that list live submissions (``queue``, ``next_claimable``,
+        ``expirable``, ``submissions``, ``snapshot``…) add the ones ``source`` lists and the
+        fold has not loaded. A write then costs what it touches, not the live state.
         """
         if self.position or self.events or self.archive is None:
             raise ValueError("seed starts an archiving fold that has folded nothing")
         self.position = self.events = position
+        self.live_source = source
         for arena in arenas:
             self._arenas[arena.arena_id] = arena
+            # Made here, not by a journaled write: a submission loaded during a decide_batch
+            # is indexed in them, and its rollback must not drop the dict it went into.
+            self._by_arena.setdefault(arena.arena_id, {})
+            self._queued.setdefault(arena.arena_id, {})
         for record in live:
-            sub = record.state
-            sid, key = sub.submission_id, sub.arrival_key
-            self._subs[sid] = sub
-            self._by_arena.setdefault(sub.arena_id, {})[sid] = key
-            self._live[sid] = key
-            if sub.status == QUEUED:
-                self._queued.setdefault(sub.arena_id, {})[sid] = key
-            if record.group is not None:
-                self._group[sid] = record.group
-            self._attempts.update(record.attempts)
-            if record.attempts:
-                self._attempts_of[sid] = list(record.attempts)
-            if record.payment is not None:
-                self._payments[record.payment.payment_ref] = record.payment
-            if record.credit is not None:
-                self._credits[record.credit.credit_id] = record.credit
-                self._credit_of[sid] = record.credit.credit_id
+            self._load(record)
         for credit in unspent:
             self._credits[credit.credit_id] = credit
             self._unspent.setdefault(credit.hotkey, {})[credit.credit_id] = credit.amount_rao
@@ -581,6 +610,37 @@ class LedgerFold:
         self._holds_placed.update(counts.holds_placed)
         self._owed_payments.update(owed_payments)
         self._owed_credits.update(owed_credits)
+
+    def _load(self, record: Finished) -> None:
+        """Puts a live submission's record into memory as a fold of the ledger holds it:
+        state, indexes, reward group, attempts, payment and spent credit.
+
+        Not a change of state (the fold held it all along, unloaded), so nothing is
+        journaled and a ``decide_batch``'s rollback keeps it: what is in memory already is
+        newer and stays. Its arena's index dicts exist from ``seed`` on (a journaled write
+        that made one would take the entry with it when rolled back); a submission of an
+        arena commissioned since is never unloaded, as this fold made it.
+        """
+        sub = record.state
+        sid = sub.submission_id
+        self._subs.setdefault(sid, sub)
+        if record.group is not None:
+            self._group.setdefault(sid, record.group)
+        for aid, attempt in record.attempts.items():
+            self._attempts.setdefault(aid, attempt)
+        if record.attempts:
+            self._attempts_of.setdefault(sid, list(record.attempts))
+        if record.payment is not None:
+            self._payments.setdefault(record.payment.payment_ref, record.payment)
+        if record.credit is not None:
+            self._credits.setdefault(record.credit.credit_id, record.credit)
+            self._credit_of.setdefault(sid, record.credit.credit_id)
+        sub = self._subs[sid]  # the newer, when memory held it already
+        key = sub.arrival_key
+        self._by_arena.setdefault(sub.arena_id, {}).setdefault(sid, key)
+        self._live.setdefault(sid, key)
+        if sub.status == QUEUED:
+            self._queued.setdefault(sub.arena_id, {}).setdefault(sid, key)
 
     def apply(
         self, position: int, stream: str, event: Event, payload: Payload = None
@@ -805,7 +865,16 @@ class LedgerFold:
         found = table.get(key)
         if found is None and self.archive is not None and self.archive.might_hold(space, key):
             record = self.finished_record(space, key)
-            return None if record is None else pick(record)
+            if record is None:
+                return None
+            sub = record.state
+            if (
+                self.live_source is not None
+                and sub.status not in TERMINALS
+                and sub.submission_id not in self._subs
+            ):
+                self._load(record)  # a live submission seeded unloaded, read for the first time
+            return pick(record)
         return found
 
     def _sub(self, sid: str) -> SubmissionState | None:
@@ -1336,36 +1405,65 @@ class LedgerFold:
         """Returns an arena's submissions in arrival-key order, with their status."""
         index = self._by_arena.get(arena_id, {})
         found = [self._subs[sid] for sid in index]
+        found += self._unloaded(arena_id, LIVE)
         if self.archive is not None:
             found += [
                 _decode_finished(data).state for data in self.archive.values("submission", arena_id)
             ]
         return sorted(found, key=_arrival_key_of)
 
+    def _unloaded(
+        self,
+        arena_id: str | None,
+        statuses: Sequence[str],
+        arrived_by: int | None = None,
+        limit: int | None = None,
+    ) -> list[SubmissionState]:
+        """Returns the live submissions ``live_source`` lists that the fold has not loaded
+        (``LiveSource.states``; none without a source)."""
+        source = self.live_source
+        if source is None:
+            return []
+        subs = self._subs
+        found = source.states(arena_id, statuses, arrived_by, limit)
+        return [sub for sub in found if sub.submission_id not in subs]
+
     def live_submissions(self) -> int:
         """Returns how many submissions are not terminal."""
-        return len(self._live)
+        return len(self._live) + len(self._unloaded(None, LIVE))
 
     def queue(self, arena_id: str) -> list[SubmissionState]:
         """Returns the arena's claimable (QUEUED) submissions in arrival-key order."""
         index = self._queued.get(arena_id, {})
-        return [self._subs[sid] for sid in sorted(index, key=index.__getitem__)]
+        found = [self._subs[sid] for sid in index] + self._unloaded(arena_id, (QUEUED,))
+        return sorted(found, key=_arrival_key_of)
 
     def next_claimable(self, arena_id: str) -> SubmissionState | None:
         """Returns the earliest-arriving QUEUED submission of an arena, or None."""
         index = self._queued.get(arena_id)
-        if not index:
-            return None
-        return self._subs[min(index, key=index.__getitem__)]
+        found = self._subs[min(index, key=index.__getitem__)] if index else None
+        if self.live_source is not None:
+            # The source's first queued ones: the loaded among them are at most the arena's
+            # loaded submissions, so one more is the earliest unloaded one, if any.
+            limit = len(self._by_arena.get(arena_id, ())) + 1
+            unloaded = self._unloaded(arena_id, (QUEUED,), limit=limit)[:1]
+            if unloaded and (found is None or unloaded[0].arrival_key < found.arrival_key):
+                found = unloaded[0]
+        return found
 
     def expirable(self, block: int) -> list[SubmissionState]:
         """Returns the live submissions whose SLA has passed at finalized ``block``."""
         due = []
-        for sid in sorted(self._live, key=self._live.__getitem__):
+        for sid in self._live:
             sub = self._subs[sid]
             if submission_machine.sla_due(sub, block, self._context(sub).sla_blocks):
                 due.append(sub)
-        return due
+        if self.live_source is not None:
+            # SLA per arena: its current commission's, as ``_context`` gives it.
+            for arena in self._arenas.values():
+                arrived_by = block - arena.commission.params.sla_blocks
+                due += self._unloaded(arena.arena_id, LIVE, arrived_by=arrived_by)
+        return sorted(due, key=_arrival_key_of)
 
     def reward_group(self, submission_id: str) -> str | None:
         """Returns the incumbent_digest current when the submission's arrival was recorded."""
@@ -1451,9 +1549,12 @@ class LedgerFold:
             yield _decode_finished(data)
 
     def held_submissions(self, arena_id: str) -> list[SubmissionState]:
-        """Returns the arena's submissions in memory: the live ones (all, without archive)."""
+        """Returns the arena's submissions in memory: the live ones (all, without archive),
+        with those a lazily seeded fold has not loaded yet."""
         subs = self._subs
-        return [subs[sid] for sid in self._by_arena.get(arena_id, ())]
+        return [subs[sid] for sid in self._by_arena.get(arena_id, ())] + self._unloaded(
+            arena_id, LIVE
+        )
 
     def held_payment_refs(self) -> list[str]:
         """Returns the refs of the payments in memory (all of them, without archive)."""
@@ -1482,17 +1583,29 @@ class LedgerFold:
             "owed": {"payments": dict(self._owed_payments), "credits": dict(self._owed_credits)},
             "admissions": _merged(self._admitted),
             "failed": _merged(self._failures),
-            "queued": {k: dict(v) for k, v in self._queued.items() if v},
-            "live": dict(self._live),
+            "queued": self._queued_keys(),
+            "live": {**self._live, **self._unloaded_keys(LIVE)},
             "groups": merged["groups"],
             "counts": self.counts()._asdict(),
         }
 
+    def _unloaded_keys(self, statuses: Sequence[str]) -> dict[str, ArrivalKey]:
+        """Returns the arrival keys of the unloaded live submissions in ``statuses``."""
+        return {sub.submission_id: sub.arrival_key for sub in self._unloaded(None, statuses)}
+
+    def _queued_keys(self) -> dict[str, dict[str, ArrivalKey]]:
+        """Returns the queued submissions' arrival keys per arena, unloaded ones too."""
+        queued = {k: dict(v) for k, v in self._queued.items() if v}
+        for sub in self._unloaded(None, (QUEUED,)):
+            queued.setdefault(sub.arena_id, {})[sub.submission_id] = sub.arrival_key
+        return queued
+
     def _with_archived(self) -> dict[str, dict[str, Any]]:
         """Returns submissions, attempts, groups, payments and credits by id, archived too.
 
-        One pass over the archive; an entry in memory wins (a payment or an attempt read
-        back and changed after its submission was archived is the newer).
+        One pass over the archive (and over the live records a lazily seeded fold has not
+        loaded); an entry in memory wins (a payment or an attempt read back and changed
+        after its submission was archived is the newer).
         """
         merged: dict[str, dict[str, Any]] = {
             "submissions": dict(self._subs),
@@ -1501,8 +1614,10 @@ class LedgerFold:
             "payments": dict(self._payments),
             "credits": dict(self._credits),
         }
-        for data in [] if self.archive is None else self.archive.values("submission"):
-            record = _decode_finished(data)
+        source = self.live_source
+        unloaded = [] if source is None else source.records()
+        archived = [] if self.archive is None else self.archive.values("submission")
+        for record in chain(unloaded, map(_decode_finished, archived)):
             sid = record.state.submission_id
             merged["submissions"].setdefault(sid, record.state)
             if record.group is not None:

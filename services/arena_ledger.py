@@ -126,7 +126,8 @@ class DomainGuard:
     ) -> None:
         self.fold = fold if fold is not None else LedgerFold()
         #: Start the fold from the read models at the head (``services.seeded_fold``) rather
-        #: than folding every event: a fresh process decides at the cost of the live state.
+        #: than folding every event: a fresh process decides at the cost of what the batch
+        #: touches (a live submission is loaded when a rule first reads it).
         #: Turned off for good when the read models do not reflect the head (events appended
         #: without the guard): the fold then catches up event by event, as it always did.
         self.seeded = seeded and fold is None and as_of is None

@@ -1,5 +1,5 @@
 """Starts the guard's fold from the read models: what the writes decide from, at the cost of
-the live state, not of the ledger's length.
+what the write touches, not of the ledger's length nor of its live state.
 
 A fold of the whole ledger that archives finished submissions (``LedgerFold(archive=…)``)
 keeps in memory only the arenas, the live submissions with their attempts, payments and
@@ -7,10 +7,14 @@ credits, the unspent credits, the counts and the fees admissions still owe; ever
 it reads back from its archive when a rule needs it (a repeated id, a payment released after
 its submission finished, the first FAILED submission of a content hash, the admissions of a
 hotkey in an epoch). The read models hold all of that, written in the same transactions as
-the events. ``seeded_fold`` builds exactly that in-memory state from them (the arenas and the
-running attempts are folded from their own streams), and ``ReadModelArchive`` answers the
-archive's questions from the same tables, so the fold decides every event as the fold of the
-whole ledger does (``tests/integration/test_seeded_fold.py`` holds them to each other).
+the events. ``seeded_fold`` builds the small part of it in memory (the arenas, folded from
+their own streams; the unspent credits, counters and owed fees) and leaves every live
+submission in the tables: ``ReadModelArchive`` answers the archive's questions, a live
+submission's record included (the fold loads it into memory the first time a rule reads it),
+and ``LiveRows`` lists the live submissions the fold has not loaded, for its queue, its
+next claimable submission and its expirable ones (indexed queries on ``rm_submissions``). So
+the fold decides every event as the fold of the whole ledger does
+(``tests/integration/test_seeded_fold.py`` holds them to each other).
 
 The read-throughs answer for the position the fold is at only while nothing newer is
 committed: the guard uses such a fold inside the append transaction, after taking the
@@ -31,7 +35,7 @@ from machines.attempt import AttemptState, AttemptSummary
 from machines.intake import FailedRef, epoch_blocks
 from machines.payment import CreditState, PaymentState
 from machines.projection import Finished, FoldCounts, LedgerFold, encode_finished
-from machines.submission import LIVE, TERMINALS
+from machines.submission import LIVE, TERMINALS, SubmissionState
 from services.projections import state_of
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.codec import loads
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection
 
-__all__ = ["ReadModelArchive", "seeded_fold"]
+__all__ = ["LiveRows", "ReadModelArchive", "seeded_fold"]
 
 Row = dict[str, Any]
 
@@ -54,8 +58,8 @@ class ReadModelArchive:
     def __init__(self, store: EventStore, conn: Connection | None = None) -> None:
         self.store = store
         self.conn = conn
-        #: Arena states by id, for refolding an attempt still open when its submission
-        #: finished (set by ``seeded_fold``; the fold's own arenas).
+        #: Arena states by id, for refolding an attempt still open (set by ``seeded_fold``:
+        #: the fold's own arenas as they stand, those commissioned after seeding too).
         self.arenas: Mapping[str, ArenaState] = {}
 
     def _reader(self) -> _Reading:
@@ -71,7 +75,8 @@ class ReadModelArchive:
         """Keeps nothing: the read models were written with the events."""
 
     def get(self, space: str, key: str) -> bytes | None:
-        """Returns a submission's record (space "submission"), or None."""
+        """Returns a submission's record (space "submission"), or None: a finished one's, or
+        a live one's that the seeded fold has not loaded (it loads it then)."""
         if space != "submission":
             return None
         with self._reader() as reader:
@@ -216,6 +221,51 @@ def _credit(row: Row) -> CreditState:
                        row["status"], row["submission_id"])
 
 
+class LiveRows:
+    """Lists the live submissions of a seeded fold from ``rm_submissions`` (its
+    ``LiveSource``): through the archive's connection, in the fold's arrival-key order."""
+
+    def __init__(self, archive: ReadModelArchive) -> None:
+        self.archive = archive
+
+    def states(
+        self,
+        arena_id: str | None,
+        statuses: Sequence[str],
+        arrived_by: int | None = None,
+        limit: int | None = None,
+    ) -> list[SubmissionState]:
+        """Returns the states of the submissions in ``statuses`` (of one arena, arrived at
+        or before ``arrived_by``, the first ``limit``, when given), in arrival-key order."""
+        with self.archive._reader() as reader:
+            rows = reader.submissions_arrived(statuses, arena_id, arrived_by, limit)
+        return [state_of(row) for row in rows]
+
+    def records(self, arena_id: str | None = None) -> list[Finished]:
+        """Returns the records of the live submissions (of one arena when given)."""
+        with self.archive._reader() as reader:
+            return _records(reader, reader.submissions_in(LIVE, arena_id), self.archive.arenas)
+
+
+class _ArenasOf(Mapping[str, ArenaState]):
+    """Is a fold's arenas as they stand now, by id (``LedgerFold.arena``)."""
+
+    def __init__(self, fold: LedgerFold) -> None:
+        self.fold = fold
+
+    def __getitem__(self, arena_id: str) -> ArenaState:
+        found = self.fold.arena(arena_id)
+        if found is None:
+            raise KeyError(arena_id)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([arena.arena_id for arena in self.fold.arenas()])
+
+    def __len__(self) -> int:
+        return len(self.fold.arenas())
+
+
 class _Admitted(Mapping[tuple[str, int], int]):
     """Counts a hotkey's admissions in an epoch: the fold's own count once it has one, else
     the read models' (submissions of that hotkey and epoch that an admission gave a fee)."""
@@ -296,9 +346,8 @@ def seeded_fold(
         admitted=lambda hot: _Admitted(hot, archive),
         failures=lambda hot: _Failures(hot, archive),
     )
-    arenas = {arena_id: _arena(store, conn, arena_id) for arena_id in reader.arena_ids()}
-    archive.arenas = arenas
-    live = _records(reader, reader.submissions_in(LIVE), arenas)
+    arenas = _arenas(reader)
+    archive.arenas = _ArenasOf(fold)
     unspent = [_credit(row) for row in reader.unspent_credits()]
     tables: dict[str, dict[str, int]] = {"decided": {}, "no_decision": {}, "holds_placed": {}}
     for name, key, value in reader.counters():
@@ -307,8 +356,10 @@ def seeded_fold(
     owed: dict[str, dict[str, str]] = {"payment": {}, "credit": {}}
     for kind, ref, sid in reader.owed():
         owed[kind][ref] = sid
-    fold.seed(reader.position, arenas.values(), live, unspent, counts, owed["payment"],
-              owed["credit"])
+    # No live submission is read here: each is loaded when a rule first reads it, and the
+    # queries list the unloaded ones from rm_submissions (LiveRows).
+    fold.seed(reader.position, arenas.values(), (), unspent, counts, owed["payment"],
+              owed["credit"], LiveRows(archive))
     policy = None
     found = reader.latest_of_type("EmissionPolicySet")
     if found is not None:
@@ -318,11 +369,14 @@ def seeded_fold(
     return fold, archive, policy
 
 
-def _arena(store: EventStore, conn: Connection, arena_id: str) -> ArenaState:
-    """Folds an arena's own stream (its commissions, controls, incumbent, retirement)."""
+def _arenas(reader: read_models.Reader) -> dict[str, ArenaState]:
+    """Folds every arena's own stream (its commissions, controls, incumbent, retirement),
+    read in one query: arena events touch nothing but their arena, so one fold of all
+    their streams in position order holds each arena as a fold of its stream alone."""
     fold = LedgerFold()
-    for record in store.read_stream(f"arena-{arena_id}", conn=conn):
-        fold.apply(record.position, record.stream, record.event(), record.payload)
-    found = fold.arena(arena_id)
-    assert found is not None
-    return found
+    decode = CATALOGUE.decode
+    streams = [f"arena-{arena_id}" for arena_id in reader.arena_ids()]
+    for position, stream, kind, version, data in reader.stream_events(streams):
+        payload = loads(data)
+        fold.apply(position, stream, decode(kind, version, payload), payload)
+    return {arena.arena_id: arena for arena in fold.arenas()}

@@ -21,9 +21,16 @@ from generated_ledger import batches, generated
 
 from ledger import migrate
 from machines.intake import Rejection
-from machines.submission import submission_id_of
+from machines.submission import SubmissionState, submission_id_of
 from services.arena_ledger import ArenaLedger
-from vocabulary.events import CreditGranted, Event, IncumbentAdvanced, SubmissionArrived
+from vocabulary.events import (
+    CreditGranted,
+    Event,
+    IncumbentAdvanced,
+    SubmissionArrived,
+    SubmissionHeld,
+    SubmissionRequeued,
+)
 
 
 @pytest.fixture
@@ -226,4 +233,143 @@ def test_a_batch_accepted_but_not_committed_makes_the_next_append_seed_again(
         assert ledger.store.head().position == head + 40
         for batch in batches(items[320:], random.Random(37), 20):
             ledger.append(batch)
+    _same_state(ledger_url)
+
+
+# --- live submissions seeded unloaded ---------------------------------------------------------
+#
+# The guard's fold holds no live submission after seeding: each is loaded when a rule first
+# reads it, and the queries that list live submissions (the queue, claim's next, expire's
+# due ones) read the unloaded ones from rm_submissions. Parked NO_DECISION submissions are
+# most of the live state of a long ledger; these tests touch them after seeding.
+
+
+def _appended(url: str, events: int, seed: int) -> None:
+    with ArenaLedger(url, actor="test") as ledger:
+        for batch in batches(generated(events, seed), random.Random(seed), 40):
+            ledger.append(batch)
+
+
+def _live_by_arena(url: str) -> dict[str, list[SubmissionState]]:
+    """Returns the whole fold's live submissions per arena, in arrival-key order."""
+    with ArenaLedger(url, seed_from_read_models=False) as whole:
+        fold = whole.fold
+        return {
+            arena.arena_id: [s for s in fold.submissions(arena.arena_id) if not s.terminal]
+            for arena in fold.arenas()
+        }
+
+
+def _whole_queue(url: str, arena_id: str) -> tuple[str | None, list[str]]:
+    """Returns the whole fold's next claimable submission of an arena and its queue."""
+    with ArenaLedger(url, seed_from_read_models=False) as whole:
+        found = whole.fold.next_claimable(arena_id)
+        queue = [s.submission_id for s in whole.fold.queue(arena_id)]
+    return (None if found is None else found.submission_id), queue
+
+
+def _queue_of(ledger: ArenaLedger, arena_id: str) -> tuple[str | None, list[str]]:
+    found = ledger.fold.next_claimable(arena_id)
+    queue = [s.submission_id for s in ledger.fold.queue(arena_id)]
+    return (None if found is None else found.submission_id), queue
+
+
+def test_a_parked_submission_is_loaded_when_a_write_first_touches_it(ledger_url: str) -> None:
+    _appended(ledger_url, 2_500, 38)
+    live = _live_by_arena(ledger_url)
+    parked = [s for subs in live.values() for s in subs if s.status == "NO_DECISION"]
+    assert len(parked) >= 3, [s.status for subs in live.values() for s in subs]
+    block = max(s.arrival_block for subs in live.values() for s in subs) + 1
+    requeued, held = parked[0].submission_id, parked[1].submission_id
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        fold = ledger.fold
+        assert ledger.guard.seeded and fold._subs == {}  # seeded without a live submission
+        ledger.requeue(requeued, "operator_retry", block)
+        ledger.hold(held, "operator_review", block)
+        assert ledger.guard.fold is fold  # the same fold decided both: loaded on first touch
+        assert set(fold._subs) == {requeued, held}
+        assert fold.submission(requeued).status == "QUEUED"  # type: ignore[union-attr]
+        # Decided again from what the first write loaded: refused as the whole fold refuses.
+        again = SubmissionRequeued(reason="operator_retry", block=block)
+        with ArenaLedger(ledger_url, seed_from_read_models=False) as whole:
+            expected = whole.fold.decide(f"submission-{requeued}", again)
+        assert expected is not None and expected.code == "transition_not_allowed"
+        assert fold.decide(f"submission-{requeued}", again) == expected
+    _same_state(ledger_url)
+
+
+def test_a_decided_batch_that_loads_a_submission_leaves_it_loaded_as_it_was(
+    ledger_url: str,
+) -> None:
+    """decide_batch journals every write and rolls it back; the submission a rule loaded
+    in it stays loaded, indexed as the whole fold indexes it, and unchanged."""
+    _appended(ledger_url, 2_500, 39)
+    live = _live_by_arena(ledger_url)
+    parked = next(s for subs in live.values() for s in subs if s.status == "NO_DECISION")
+    block = max(s.arrival_block for subs in live.values() for s in subs) + 1
+    stream = f"submission-{parked.submission_id}"
+    with ArenaLedger(ledger_url) as seeded, ArenaLedger(
+        ledger_url, seed_from_read_models=False
+    ) as whole:
+        batch = [(stream, SubmissionRequeued(reason="retry", block=block), None),
+                 (stream, SubmissionHeld(reason="review", block=block), None)]
+        assert seeded.fold.decide_batch(batch) == whole.fold.decide_batch(batch) == [None, None]
+        assert parked.submission_id in seeded.fold._subs
+        assert seeded.fold.snapshot() == whole.fold.snapshot()
+        assert seeded.fold.submission(parked.submission_id) == parked
+
+
+def test_claim_takes_the_earliest_queued_submission_loaded_or_not(ledger_url: str) -> None:
+    _appended(ledger_url, 2_500, 40)
+    live = _live_by_arena(ledger_url)
+    arena_id, subs = max(live.items(), key=lambda item: sum(
+        s.status == "NO_DECISION" for s in item[1]))
+    first, second = [s.submission_id for s in subs if s.status == "NO_DECISION"][:2]
+    block = max(s.arrival_block for found in live.values() for s in found) + 1
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        ledger.requeue(second, "retry", block)  # queued ahead of every recent arrival
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        assert ledger.guard.fold._subs == {}
+        expected = _whole_queue(ledger_url, arena_id)
+        assert expected[0] == second  # not vacuous: the unloaded one is the next
+        assert _queue_of(ledger, arena_id) == expected
+        ledger.requeue(first, "retry", block)  # loaded, and now ahead of `second`
+        expected = _whole_queue(ledger_url, arena_id)
+        assert expected[0] == first and first in ledger.guard.fold._subs
+        assert second not in ledger.guard.fold._subs
+        assert _queue_of(ledger, arena_id) == expected
+        ledger.hold(first, "review", block)  # loaded, no longer queued: `second` is next
+        expected = _whole_queue(ledger_url, arena_id)
+        assert expected[0] == second
+        assert _queue_of(ledger, arena_id) == expected
+        claimed = ledger.claim(attempt_id="lazy-claim", pair_id="pair-1",
+                               validator_hotkey="5Validator", block=block, arena_id=arena_id)
+        assert claimed.submission_id == second
+        assert _queue_of(ledger, arena_id) == _whole_queue(ledger_url, arena_id)
+    _same_state(ledger_url)
+
+
+def test_expire_finds_the_due_submissions_loaded_or_not(ledger_url: str) -> None:
+    _appended(ledger_url, 2_500, 41)
+    live = _live_by_arena(ledger_url)
+    with ArenaLedger(ledger_url, seed_from_read_models=False) as whole:
+        sla = {a.arena_id: a.params.sla_blocks for a in whole.fold.arenas()}
+    # The median live submission's deadline: some are due, some not.
+    deadlines = sorted(s.arrival_block + sla[s.arena_id] for subs in live.values() for s in subs)
+    block = deadlines[len(deadlines) // 2]
+    with ArenaLedger(ledger_url, seed_from_read_models=False) as whole:
+        due = whole.fold.expirable(block)
+    assert 0 < len(due) < len(deadlines)
+    assert {s.status for s in due} >= {"NO_DECISION"}, {s.status for s in due}
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        fold = ledger.fold
+        assert fold.expirable(block) == due
+        touched = due[len(due) // 2].submission_id
+        ledger.hold(touched, "review", block)  # loaded, still live and due
+        assert touched in fold._subs and len(fold._subs) == 1
+        with ArenaLedger(ledger_url, seed_from_read_models=False) as whole:
+            due = whole.fold.expirable(block)
+        assert fold.expirable(block) == due
+        assert ledger.expire(block) == [s.submission_id for s in due]
+        assert fold.expirable(block) == []
     _same_state(ledger_url)

@@ -74,6 +74,8 @@ __all__ = [
     "Settlement",
     "SettlementInput",
     "SubmissionInput",
+    "SubmissionRow",
+    "assess_rewarded_rows",
     "assess_rewards",
     "build_claims",
     "check_settlement_digest",
@@ -574,6 +576,67 @@ def assess_rewards(arenas: Iterable[ArenaInput]) -> tuple[RewardAssessment, ...]
     for arena in sorted(arenas, key=lambda a: a.arena_id):
         results.extend(_assess_arena(arena))
     return tuple(results)
+
+
+#: A submission as ``assess_rewarded_rows`` reads it: (block, event_index, event_subindex,
+#: hotkey, content_hash, submission_id, status, incumbent_digest, verdict, speedup). The
+#: first six are ``_arrival_order``, so plain tuple order is arrival order.
+SubmissionRow = tuple[int, int, int, str, str, str, str, str, str | None, str | None]
+
+_ROW_VERDICTS: Final = frozenset({None, *_VERDICTS})
+
+
+def assess_rewarded_rows(
+    arena: ArenaInput, rows: Iterable[SubmissionRow]
+) -> list[RewardAssessment] | None:
+    """Returns the ``rewarded`` assessments ``assess_rewards`` gives for ``arena`` with these
+    submissions, in arrival order, or None when a row is one ``SubmissionInput.folded``
+    would refuse (the caller then builds the inputs, which raises the refusal).
+
+    A settlement reads only the rewarded PASSes, so this builds no input and judges no
+    PASS past the arena's first blocking submission (every later one is ``pending``), and
+    builds an assessment for the rewarded ones alone; the comparisons are ``_judge``'s,
+    in the same context. ``rows`` hold the submissions ``arena.submissions`` would (a PASS
+    carries verdict ``"PASS"``; any other status its verdict or None).
+    """
+    ordered = sorted(rows)
+    for row in ordered:  # what folded() checks, so a bad row is refused as it always was
+        status, verdict = row[6], row[8]
+        if (
+            status not in SUBMISSION_STATUSES
+            or verdict not in _ROW_VERDICTS
+            or (status == "QUALIFIED") != (verdict == "PASS")
+            or (status == "QUALIFIED" and not _is_decimal_text(row[9]))
+        ):
+            return None
+    factor = _DECIMAL.add(Decimal(1), Decimal(arena.reward_margin))
+    best: dict[str, tuple[Decimal, str, str]] = {}
+    rewarded: list[RewardAssessment] = []
+    for block, _, _, hotkey, _, submission_id, status, group, _, text in ordered:
+        if status in BLOCKING_STATUSES:
+            break  # this and every later PASS of the arena is pending: no claim
+        if status != "QUALIFIED":
+            continue
+        speedup = Decimal(str(text))
+        prior = best.get(group)
+        required = None if prior is None else _DECIMAL.multiply(prior[0], factor)
+        if required is not None and speedup < required:
+            continue  # lost_potential: earns nothing and leaves the group's best as it was
+        best[group] = (speedup, submission_id, str(text))
+        rewarded.append(RewardAssessment(
+            arena_id=arena.arena_id,
+            incumbent_digest=group,
+            submission_id=submission_id,
+            hotkey=hotkey,
+            block=block,
+            speedup=str(text),
+            status="rewarded",
+            best_before_id=None if prior is None else prior[1],
+            best_before=None if prior is None else prior[2],
+            required_speedup=None if required is None else canonical_decimal(required),
+            blocked_by=(),
+        ))
+    return rewarded
 
 
 def explain_rewards(arenas: Iterable[ArenaInput]) -> list[dict[str, Any]]:

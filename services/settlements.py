@@ -207,18 +207,70 @@ def compute_from_read_models(
     """Is ``compute`` on the read models of a ledger at ``reader.position`` (``arenas``: its
     arenas' states then): the same settlement, digest and all, without a fold's archive."""
     policy = _require_policy(policy)
+    ordered = sorted(arenas, key=lambda a: a.arena_id)
+    rewarded = _rewarded_from_read_models(reader, ordered)
+    if rewarded is None:  # a row the inputs refuse: build them, which raises the refusal
+        inputs = rules.SettlementInput(
+            block=block,
+            as_of_position=reader.position,
+            policy=rules.EmissionPolicy.from_event(policy),
+            arenas=arena_inputs(reader, ordered),
+        )
+        shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
+        return rules.settle_assessed(
+            inputs.block, inputs.as_of_position, inputs.policy, shares,
+            rules.assess_rewards(inputs.arenas),
+            rules.fee_summary(shares, reader.fee_sums()),
+        )
+    headers, assessed = rewarded
+    # The checks SettlementInput makes of its header (block, position, shares, a repeated
+    # arena); a submission id cannot repeat, being rm_submissions' key.
     inputs = rules.SettlementInput(
         block=block,
         as_of_position=reader.position,
         policy=rules.EmissionPolicy.from_event(policy),
-        arenas=arena_inputs(reader, sorted(arenas, key=lambda a: a.arena_id)),
+        arenas=headers,
     )
-    shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
+    shares = {a.arena_id: a.emission_share_ppm for a in headers}
     return rules.settle_assessed(
-        inputs.block, inputs.as_of_position, inputs.policy, shares,
-        rules.assess_rewards(inputs.arenas),
+        inputs.block, inputs.as_of_position, inputs.policy, shares, assessed,
         rules.fee_summary(shares, reader.fee_sums()),
     )
+
+
+def _rewarded_from_read_models(
+    reader: read_models.Reader, arenas: Sequence[ArenaState]
+) -> tuple[list[rules.ArenaInput], list[rules.RewardAssessment]] | None:
+    """Returns each arena's header and the rewarded assessments of all of them (by arena,
+    then arrival order), as ``assess_rewards(arena_inputs(reader, arenas))`` would give
+    them, or None when a row is one ``arena_inputs`` would refuse.
+
+    Only the rewarded PASSes reach a settlement's claims, weights and digest, so the rows
+    are read as plain tuples of what the arithmetic needs and no input is built
+    (``rules.assess_rewarded_rows``): on a long ledger the inputs and an assessment of
+    every PASS cost most of a preview."""
+    # A submission whose arrival recorded no group ranks under the arena's incumbent.
+    incumbents = {arena.arena_id: arena.incumbent_digest for arena in arenas}
+    by_arena: dict[str, list[rules.SubmissionRow]] = {}
+    for (block, index, subindex, hotkey, content, sid, arena_id, status, verdict, group,
+         speedup) in reader.settlement_keys(sorted(_RELEVANT), CONTROL_HOTKEY):
+        qualified = status == "QUALIFIED"
+        by_arena.setdefault(arena_id, []).append((
+            block, index, subindex, hotkey, content, sid, status,
+            group or incumbents.get(arena_id, ""),
+            "PASS" if qualified else (None if verdict == "PASS" else verdict),
+            speedup if qualified else None,
+        ))
+    headers: list[rules.ArenaInput] = []
+    assessed: list[rules.RewardAssessment] = []
+    for arena in arenas:
+        header = _arena_header(arena)
+        found = rules.assess_rewarded_rows(header, by_arena.get(arena.arena_id, []))
+        if found is None:
+            return None
+        headers.append(header)
+        assessed.extend(found)
+    return headers, assessed
 
 
 def check_recorded(

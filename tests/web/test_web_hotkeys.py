@@ -367,3 +367,14 @@ def test_the_page_says_how_many_of_each_list_it_shows(html_page: Callable[..., s
     assert f"showing the latest 1 of {full['settlements']} settlements, newest first" in page
     assert f"showing the latest 1 of {full['payments']} payments, newest first" in page
     assert len(re.findall(r'<td class="num weight">', page)) == 1
+
+
+def test_the_library_refuses_an_empty_page_or_one_running_both_ways(
+        dashboard: DashboardLedger) -> None:
+    sid = dashboard.sids["a1"]
+    with ArenaLedger(dashboard.url) as ledger:
+        for kwargs, path in (({"limit": 0}, "limit"),
+                             ({"limit": 2, "after": sid, "before": sid}, "before")):
+            with pytest.raises(InvalidInput) as raised:
+                ledger.history_page(ALICE, **kwargs)
+            assert raised.value.path == path

@@ -676,6 +676,111 @@ class Reader:
             params.append(limit)
         return self._raw(rm_submissions, where, params, order)
 
+    # -- one hotkey's history, settlements, payments and credits a page at a time -----------
+    # (the dashboard's hotkey page: every list bounded by ``limit``, every total a count or
+    # a sum in SQL)
+
+    def _history_order(self) -> list[str]:
+        """Returns the key ``ArenaLedger.history`` orders a hotkey's rows by: the arrival
+        (block, event index, subindex), then the content hash and the arena, the texts in
+        byte order (Python's for these ASCII texts; COLLATE "C" on PostgreSQL)."""
+        collate = ' COLLATE "C"' if self.conn.dialect.name == "postgresql" else ""
+        return ["arrival_block", "arrival_event_index", "arrival_event_subindex",
+                f"content_hash{collate}", f"arena_id{collate}"]
+
+    def history_count(self, hotkey: str, before: Sequence[Any] | None = None) -> tuple[int, int]:
+        """Returns how many submissions the hotkey has (its index's range, no row read) and,
+        given the history key ``before``, how many of them come before it (every row read:
+        a window count on ``history_rows`` would cost more, keeping every row for the sort)."""
+        if before is None:
+            return int(self._scalar(
+                "SELECT COUNT(*) FROM rm_submissions WHERE hotkey = ?", [hotkey]) or 0), 0
+        key = ", ".join(self._history_order())
+        found = self._fetch(
+            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN ({key}) < (?, ?, ?, ?, ?) THEN 1 ELSE 0 "
+            "END), 0) FROM rm_submissions WHERE hotkey = ?", [*before, hotkey])
+        return int(found[0][0]), int(found[0][1])
+
+    def history_rows(
+        self, hotkey: str, limit: int, after: Sequence[Any] | None = None,
+        before: Sequence[Any] | None = None,
+    ) -> list[Row]:
+        """Returns the rows of the hotkey's first ``limit`` submissions in history order after
+        the history key ``after`` (or, given ``before``, its last ``limit`` before that key,
+        still in history order): the hotkey index's rows, sorted, the page's kept."""
+        order = self._history_order()
+        key = ", ".join(order)
+        where, params = "hotkey = ?", [hotkey]
+        if after is not None:
+            where += f" AND ({key}) > (?, ?, ?, ?, ?)"
+            params += list(after)
+        if before is not None:
+            where += f" AND ({key}) < (?, ?, ?, ?, ?)"
+            params += list(before)
+        direction = " DESC" if before is not None else ""
+        found = self._raw(rm_submissions, where, [*params, limit],
+                          ", ".join(o + direction for o in order) + " LIMIT ?")
+        return found[::-1] if before is not None else found
+
+    def qualifications_of_submissions(self, submission_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """Returns (submission, attempt) of every QualificationStarted of these submissions,
+        in position order (their key's ranges)."""
+        found: list[tuple[int, str, str]] = []
+        for at in range(0, len(submission_ids), 500):  # bounded IN lists
+            part = list(submission_ids[at:at + 500])
+            sql = ("SELECT position, submission_id, attempt_id FROM rm_qualifications "
+                   f"WHERE submission_id IN ({', '.join('?' * len(part))})")
+            found += [(int(p), str(s), str(a)) for p, s, a in self._fetch(sql, part)]
+        return [(sid, aid) for _, sid, aid in sorted(found)]
+
+    def latest_settlements_of(self, hotkey: str, limit: int) -> list[Row]:
+        """Returns the latest ``limit`` recorded settlements (position, block,
+        as_of_position) with the hotkey's weight in each, 0 where it had none, newest first
+        (a walk down the settlements' key, one seek per weight)."""
+        sql = ("SELECT s.position, s.block, s.as_of_position, COALESCE(w.weight_ppm, 0) "
+               "FROM rm_settlements s LEFT JOIN rm_weights w "
+               "ON w.position = s.position AND w.hotkey = ? ORDER BY s.position DESC LIMIT ?")
+        names = ("position", "block", "as_of_position", "weight_ppm")
+        return [dict(zip(names, row, strict=True)) for row in self._fetch(sql, [hotkey, limit])]
+
+    def claims_of_since(self, hotkey: str, first_position: int) -> list[Row]:
+        """Returns the claims recorded settlements at or after ``first_position`` paid the
+        hotkey, in position order."""
+        return self._raw(rm_claims, "hotkey = ? AND position >= ?", [hotkey, first_position],
+                         "position")
+
+    def latest_payments_of(self, hotkey: str, limit: int) -> tuple[list[Row], int, int, int]:
+        """Returns the payments of the hotkey's submissions, the latest ``limit`` consumed
+        newest first, with how many there are, their rao and the rao of those refunded
+        (RELEASED): one walk of the hotkey's submissions (window sums, over every row before
+        the LIMIT), one seek per payment its arrival names. A submission's payment is the one
+        its arrival names (the payment machine refuses any other), and only the submissions
+        with one seek the payment key: a third faster than seeking every submission's id."""
+        names = [c.name for c in rm_payments.columns]
+        sql = (f"SELECT {', '.join('p.' + n for n in names)}, COUNT(*) OVER (), "
+               "SUM(p.amount_rao) OVER (), SUM(CASE WHEN p.status = 'RELEASED' "
+               "THEN p.amount_rao ELSE 0 END) OVER () FROM rm_submissions s "
+               "JOIN rm_payments p ON p.payment_ref = s.payment_ref "
+               "AND p.submission_id = s.submission_id "
+               "WHERE s.hotkey = ? ORDER BY p.first_position DESC LIMIT ?")
+        found = self._fetch(sql, [hotkey, limit])
+        rows = [dict(zip(names, row[:len(names)], strict=True)) for row in found]
+        totals = found[0][len(names):] if found else (0, 0, 0)
+        return rows, int(totals[0]), int(totals[1]), int(totals[2])
+
+    def latest_credits_of(self, hotkey: str, limit: int) -> list[Row]:
+        """Returns the latest ``limit`` credits granted to the hotkey, newest first."""
+        return self._raw(rm_credits, "hotkey = ?", [hotkey, limit],
+                         "first_position DESC LIMIT ?")
+
+    def credit_totals_of(self, hotkey: str) -> tuple[int, int, int]:
+        """Returns how many credits were granted to the hotkey, their rao, and how many of
+        them paid a submission's fee."""
+        found = self._fetch(
+            "SELECT COUNT(*), COALESCE(SUM(amount_rao), 0), COUNT(submission_id) "
+            "FROM rm_credits WHERE hotkey = ?", [hotkey])
+        return int(found[0][0]), int(found[0][1]), int(found[0][2])
+
 
 def _rows_of(result: Any) -> list[Row]:
     """Returns a result's rows as dicts, building each from the keys once (a Row's

@@ -92,9 +92,11 @@ __all__ = [
     "CONTROL_HOTKEY",
     "ArenaLedger",
     "DomainGuard",
+    "HistoryPage",
     "IntakeOutcome",
     "refused_error",
     "require_prefix_length",
+    "slice_history",
     "submission_id",
 ]
 
@@ -354,6 +356,20 @@ class IntakeOutcome:
             "positions": list(self.positions),
             "already_recorded": self.already_recorded,
         }
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """Is one page of a hotkey's ``history``: its rows are ``history``'s rows ``start`` to
+    ``start + len(rows)``, of ``total``; ``previous`` and ``next`` are the submission ids to
+    page on from (``before=previous``, ``after=next``), None on the first or last page."""
+
+    position: int
+    rows: list[dict[str, Any]]
+    total: int
+    start: int
+    previous: str | None
+    next: str | None
 
 
 @dataclass
@@ -1074,6 +1090,36 @@ class ArenaLedger:
         _require_commissioned(fold, arena_id, self.as_of is not None)
         return [dataclasses.asdict(row) for row in fold.controls(arena_id)]
 
+    def history_page(
+        self, hotkey: str, limit: int, after: str | None = None, before: str | None = None
+    ) -> HistoryPage:
+        """Returns a page of ``history(hotkey)``'s rows: the first ``limit`` of them, or the
+        ``limit`` after the submission ``after``, or the ``limit`` before ``before`` (a
+        submission id of the hotkey's: a key into its history, which later arrivals do not
+        shift), with how many there are and where the page starts.
+
+        From the read models: the hotkey's rows sorted in SQL, the page's kept, and only the
+        page's attempts read. Where they cannot answer (a view ``as_of`` a position, read
+        models behind the head) it slices the whole ``history``: a fold, and a read of every
+        submission's stream.
+        """
+        require_hotkey(hotkey)
+        _require_page(limit, after, before)
+        with self._view() as view:
+            if view is not None:
+                keys = {}
+                for name, sid in (("after", after), ("before", before)):
+                    if sid is not None:
+                        keys[name] = view.history_key(hotkey, sid)
+                        if keys[name] is None:
+                            raise _no_history_cursor(name, sid, hotkey)
+                subs, extra, total, start = view.history_page(
+                    hotkey, limit, keys.get("after"), keys.get("before"))
+                rows = _history_rows(subs, extra)
+                return _history_page(view.position, rows, total, start)
+        position, rows = self.history(hotkey)
+        return slice_history(hotkey, position, rows, limit, after, before)
+
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -1160,3 +1206,47 @@ def _require_commissioned(fold: LedgerFold, arena_id: str | None, view: bool = F
 def _seen(fold: LedgerFold | None) -> str:
     """Returns " as of position N" (N: ``fold``'s position), or "" for no fold."""
     return "" if fold is None else f" as of position {fold.position}"
+
+
+def slice_history(
+    hotkey: str, position: int, rows: list[dict[str, Any]], limit: int,
+    after: str | None = None, before: str | None = None,
+) -> HistoryPage:
+    """Returns the page of ``history``'s ``rows`` (of ``hotkey``, as of ``position``) that
+    ``ArenaLedger.history_page`` gives for ``limit``, ``after`` and ``before``."""
+    _require_page(limit, after, before)
+    start = 0
+    for name, sid in (("after", after), ("before", before)):
+        if sid is not None:
+            found = [i for i, row in enumerate(rows) if row["submission_id"] == sid]
+            if not found:
+                raise _no_history_cursor(name, sid, hotkey)
+            start = found[0] + 1 if name == "after" else max(0, found[0] - limit)
+            end = start + limit if name == "after" else found[0]
+            return _history_page(position, rows[start:end], len(rows), start)
+    return _history_page(position, rows[:limit], len(rows), start)
+
+
+def _history_page(position: int, rows: list[dict[str, Any]], total: int,
+                  start: int) -> HistoryPage:
+    """Returns the page of ``rows`` at ``start`` of ``total``, with the ids to page on from."""
+    previous = rows[0]["submission_id"] if rows and start > 0 else None
+    more = bool(rows) and start + len(rows) < total
+    return HistoryPage(position, rows, total, start, previous,
+                       rows[-1]["submission_id"] if more else None)
+
+
+def _require_page(limit: int, after: str | None, before: str | None) -> None:
+    """Refuses a page of no rows, or one asked to start both after and before a row."""
+    if limit < 1:
+        raise InvalidInput(f"limit must be at least 1, not {limit}", path="limit")
+    if after is not None and before is not None:
+        raise InvalidInput("give after or before, not both: a page runs one way from a row",
+                           path="before")
+
+
+def _no_history_cursor(name: str, sid: str, hotkey: str) -> InvalidInput:
+    """Returns the error for a page cursor that names no submission of the hotkey."""
+    return InvalidInput(
+        f"{name}={sid!r} is no submission of hotkey {hotkey!r}: give the whole id of one of "
+        "its submissions (the page's links carry one)", path=name)

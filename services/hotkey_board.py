@@ -1,24 +1,24 @@
 """Answers the dashboard's hotkey page: what one miner submitted, was weighted, paid and
-was granted.
+was granted, a bounded page at a time.
 
-``hotkey_board`` returns ``ArenaLedger.history``'s rows (what ``arena-ledger history
---hotkey HK --json`` prints) with the hotkey's weight and claims in every recorded
-settlement, the payments of its submissions with their totals, and the credits granted to
-it. The totals are the ones ``arena-ledger earnings --hotkey HK`` reports; they come from
-indexed read-model queries (``ledger.read_models.Reader``), and from the events of a few
-types where the read models cannot answer (a view as of a position, read models behind the
-head): nothing folds the ledger.
+``hotkey_board`` returns a page of ``ArenaLedger.history``'s rows (what ``arena-ledger
+history --hotkey HK --json`` prints; ``ArenaLedger.history_page``), the hotkey's weight and
+claims in the latest recorded settlements, and its latest payments and credits, each list
+at most ``limit`` long and each with its total. The fee and credit totals are the ones
+``arena-ledger earnings --hotkey HK`` reports, over all of the hotkey's payments and
+credits; they come from indexed read-model queries and SQL sums (``ledger.read_models.
+Reader``), and from the events of a few types where the read models cannot answer (a view
+as of a position, read models behind the head): nothing folds the ledger then but
+``history`` itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ledger import read_models
 from machines.payment import CONSUMED, GRANTED, RELEASED, SPENT
-from services.arena_ledger import ArenaLedger
+from services.arena_ledger import ArenaLedger, HistoryPage, slice_history
 from vocabulary.events import (
     CreditGranted,
     CreditSpent,
@@ -27,76 +27,114 @@ from vocabulary.events import (
     SettlementComputed,
 )
 
-__all__ = ["CLAIM_FIELDS", "hotkey_board"]
+__all__ = ["CLAIM_FIELDS", "DEFAULT_LIMIT", "hotkey_board"]
 
 #: A claim's fields as ``earnings`` lists them (``block``: the submission's arrival block).
 CLAIM_FIELDS = ("arena_id", "submission_id", "block", "speedup_ppm", "credit")
 
+#: Rows per list when the caller names no limit.
+DEFAULT_LIMIT = 100
 
-def hotkey_board(ledger: ArenaLedger, hotkey: str) -> dict[str, Any]:
+
+def hotkey_board(ledger: ArenaLedger, hotkey: str, limit: int = DEFAULT_LIMIT,
+                 after: str | None = None, before: str | None = None) -> dict[str, Any]:
     """Returns one hotkey's submissions, settlements, payments and credits as a JSON-ready
-    document (InvalidInput for text that is no hotkey; a hotkey with no events gets empty
+    document (InvalidInput for text that is no hotkey, a ``limit`` below 1, or an ``after``
+    or ``before`` that is no submission of the hotkey; a hotkey with no events gets empty
     lists, as ``history`` gives it).
 
-    ``settlements`` lists every recorded settlement with the hotkey's ``weight_ppm`` in it
-    (0 where it had none) and its ``claims``; ``fees`` and ``credit_totals`` have the keys
-    and values of ``earnings``' ``fees`` and ``credits``.
+    ``submissions`` is the page of ``history``'s rows ``ArenaLedger.history_page`` gives for
+    ``limit``, ``after`` and ``before``; ``page`` says where it starts and the ids to page
+    on from. ``settlements`` are the latest ``limit`` recorded settlements, newest first,
+    with the hotkey's ``weight_ppm`` in each (0 where it had none) and its ``claims``;
+    ``payments`` and ``credits`` the latest ``limit``, newest first; ``totals`` counts
+    each list in full. ``fees`` and ``credit_totals`` have the keys and values of
+    ``earnings``' ``fees`` and ``credits``.
     """
-    position, rows = ledger.history(hotkey)  # checks the hotkey first
-    with _reader(ledger) as reader:
-        # Another snapshot than history's: read from it only when nothing was appended
-        # between the two, so every part of the page is as of one position.
-        if reader is not None and reader.position == position:
-            money = _from_read_models(reader, hotkey)
-        else:
-            money = _from_events(ledger, hotkey, rows, position)
-    fees = _fees(money["payments"], money.pop("credit_fees_rao"))
-    return {"hotkey": hotkey, "as_of_position": position, "submissions": rows, **money,
-            "fees": fees, "credit_totals": _credit_totals(money["credits"])}
+    if ledger.as_of is None:
+        page = ledger.history_page(hotkey, limit, after, before)  # checks its input first
+        with read_models.reader(ledger.store) as reader:
+            # Another snapshot than the page's: read from it only when nothing was appended
+            # between the two, so every part of the page is as of one position.
+            if reader is not None and reader.position == page.position:
+                return _document(hotkey, limit, page, _from_read_models(reader, hotkey, limit))
+    # No read models to answer: the whole history, whose fees the payments' events need.
+    position, rows = ledger.history(hotkey)
+    page = slice_history(hotkey, position, rows, limit, after, before)
+    return _document(hotkey, limit, page, _from_events(ledger, hotkey, rows, position, limit))
 
 
-@contextmanager
-def _reader(ledger: ArenaLedger) -> Iterator[read_models.Reader | None]:
-    """Yields the read models' reader when they answer for ``ledger`` (at its head)."""
-    if ledger.as_of is not None:
-        yield None
-        return
-    with read_models.reader(ledger.store) as found:
-        yield found
+def _document(hotkey: str, limit: int, page: HistoryPage,
+              money: dict[str, Any]) -> dict[str, Any]:
+    """Returns the board's document from the history page and the rest."""
+    return {
+        "hotkey": hotkey, "as_of_position": page.position, "limit": limit,
+        "submissions": page.rows,
+        "page": {"start": page.start, "previous": page.previous, "next": page.next},
+        "settlements": money["settlements"], "payments": money["payments"],
+        "credits": money["credits"],
+        "totals": {"submissions": page.total, **money["totals"]},
+        "fees": money["fees"], "credit_totals": money["credit_totals"],
+    }
 
 
-def _from_read_models(reader: read_models.Reader, hotkey: str) -> dict[str, Any]:
-    """Reads the hotkey's settlements, payments and credits from the read models."""
+def _from_read_models(reader: read_models.Reader, hotkey: str, limit: int) -> dict[str, Any]:
+    """Reads the hotkey's latest settlements, payments and credits, and the totals over all
+    of them, from the read models."""
+    found = reader.latest_settlements_of(hotkey, limit)
     claims: dict[int, list[dict[str, Any]]] = {}
-    for claim in reader.claims_of(hotkey):
-        # rm_claims keeps the settlement block as ``block``; a claim's own is its arrival.
-        claims.setdefault(int(claim["position"]), []).append(
-            {k: claim["arrival_block" if k == "block" else k] for k in CLAIM_FIELDS})
-    settlements = [
-        {**row, "claims": _ordered(claims.get(int(row["position"]), []))}
-        for row in reader.settlements_of(hotkey)
-    ]
+    if found:
+        for claim in reader.claims_of_since(hotkey, int(found[-1]["position"])):
+            # rm_claims keeps the settlement block as ``block``; a claim's own is its arrival.
+            claims.setdefault(int(claim["position"]), []).append(
+                {k: claim["arrival_block" if k == "block" else k] for k in CLAIM_FIELDS})
+    settlements = [{**row, "claims": _ordered(claims.get(int(row["position"]), []))}
+                   for row in found]
+    latest, paid, consumed, released = reader.latest_payments_of(hotkey, limit)
     payments = [_payment(row["payment_ref"], row["submission_id"], row["arena_id"],
                          row["amount_rao"], row["status"], row["release_reason"],
                          row["first_position"])
-                for row in reader.payments_of(hotkey)]
+                for row in latest]
     credits = [_credit(row["credit_id"], row["amount_rao"], row["note"], row["status"],
                        row["submission_id"], row["first_position"])
-               for row in reader.credits_of(hotkey)]
-    return {"settlements": settlements, "payments": payments, "credits": credits,
-            "credit_fees_rao": reader.credit_fees_of(hotkey)}
+               for row in reader.latest_credits_of(hotkey, limit)]
+    granted, granted_rao, spent = reader.credit_totals_of(hotkey)
+    return {
+        "settlements": settlements, "payments": payments, "credits": credits,
+        "totals": {"settlements": reader.settlement_count(), "payments": paid,
+                   "credits": granted},
+        "fees": _fees(consumed, released, reader.credit_fees_of(hotkey)),
+        "credit_totals": {"granted": granted, "granted_rao": granted_rao, "spent": spent},
+    }
 
 
 def _from_events(ledger: ArenaLedger, hotkey: str, rows: list[dict[str, Any]],
-                 position: int) -> dict[str, Any]:
+                 position: int, limit: int) -> dict[str, Any]:
     """Reads the same from the events of the settlement, payment and credit types up to
     ``position`` (the types' index; no submission's or attempt's events are read), given
-    the hotkey's ``history`` rows."""
+    the hotkey's ``history`` rows: every one of them, the latest ``limit`` kept."""
     fees = {str(row["submission_id"]): row["fee"] for row in rows}
     credits, credit_fees = _credits_from_events(ledger, hotkey, fees, position)
-    return {"settlements": _settlements_from_events(ledger, hotkey, position),
-            "payments": _payments_from_events(ledger, fees, position),
-            "credits": credits, "credit_fees_rao": credit_fees}
+    settlements = _settlements_from_events(ledger, hotkey, position)
+    payments = _payments_from_events(ledger, fees, position)
+    consumed = sum(p["amount_rao"] for p in payments)
+    released = sum(p["amount_rao"] for p in payments if p["status"] == RELEASED)
+    return {
+        "settlements": _latest(settlements, "position", limit),
+        "payments": _latest(payments, "consumed_position", limit),
+        "credits": _latest(credits, "granted_position", limit),
+        "totals": {"settlements": len(settlements), "payments": len(payments),
+                   "credits": len(credits)},
+        "fees": _fees(consumed, released, credit_fees),
+        "credit_totals": {
+            "granted": len(credits), "granted_rao": sum(c["amount_rao"] for c in credits),
+            "spent": sum(1 for c in credits if c["submission_id"] is not None)},
+    }
+
+
+def _latest(rows: list[dict[str, Any]], position: str, limit: int) -> list[dict[str, Any]]:
+    """Returns the ``limit`` rows of the latest ``position``, newest first."""
+    return sorted(rows, key=lambda row: int(row[position]), reverse=True)[:limit]
 
 
 def _settlements_from_events(ledger: ArenaLedger, hotkey: str,
@@ -173,16 +211,8 @@ def _credit(credit_id: str, amount: int, note: str, status: str, sid: str | None
             "status": status, "submission_id": sid, "granted_position": int(position)}
 
 
-def _fees(payments: list[dict[str, Any]], credit_fees: int) -> dict[str, int]:
+def _fees(consumed: int, released: int, credit_fees: int) -> dict[str, int]:
     """Returns ``earnings``' fee totals: payments consumed and refunded, the net, and the
     fees credits paid."""
-    consumed = sum(p["amount_rao"] for p in payments)
-    released = sum(p["amount_rao"] for p in payments if p["status"] == RELEASED)
     return {"consumed_rao": consumed, "released_rao": released,
             "net_rao": consumed - released, "credits_spent_rao": credit_fees}
-
-
-def _credit_totals(credits: list[dict[str, Any]]) -> dict[str, int]:
-    """Returns ``earnings``' credit totals: how many granted, how much, how many spent."""
-    return {"granted": len(credits), "granted_rao": sum(c["amount_rao"] for c in credits),
-            "spent": sum(1 for c in credits if c["submission_id"] is not None)}

@@ -128,6 +128,41 @@ class ReadView:
         """Returns events per type, as ``EventStore.type_counts`` does at the head."""
         return self.reader.event_types()
 
+    def history_key(self, hotkey: str, sid: str) -> tuple[Any, ...] | None:
+        """Returns the key ``history`` orders the hotkey's submission ``sid`` by (arrival
+        block, event index, subindex, content hash, arena), or None when ``sid`` is no
+        submission of the hotkey."""
+        row = self.reader.submission(sid)
+        if row is None or row["hotkey"] != hotkey:
+            return None
+        return (row["arrival_block"], row["arrival_event_index"],
+                row["arrival_event_subindex"], row["content_hash"], row["arena_id"])
+
+    def history_page(
+        self, hotkey: str, limit: int, after: tuple[Any, ...] | None = None,
+        before: tuple[Any, ...] | None = None,
+    ) -> tuple[list[SubmissionState], dict[str, dict[str, Any]], int, int]:
+        """Returns a page of ``history``: the hotkey's first ``limit`` submissions in
+        history order after the key ``after`` (or the last ``limit`` before ``before``), what
+        ``history`` adds to their rows, how many submissions the hotkey has, and how many come
+        before the page: a few queries, none of them reading another page's attempts."""
+        rows = self.reader.history_rows(hotkey, limit, after, before)
+        total, skipped = self.reader.history_count(hotkey, after or before)
+        if after is not None:
+            start = skipped + 1  # ``after``'s own row comes before the page too
+        elif before is not None:
+            start = skipped - len(rows)  # the page ends where ``before``'s row starts
+        else:
+            start = 0
+        extra: dict[str, dict[str, Any]] = {
+            row["submission_id"]: {"attempt_ids": [], "arrived_position": row["first_position"],
+                                   "latest_position": row["last_position"]}
+            for row in rows
+        }
+        for sid, aid in self.reader.qualifications_of_submissions(list(extra)):
+            extra[sid]["attempt_ids"].append(aid)
+        return [state_of(row) for row in rows], extra, total, start
+
 
 def _arena_then_arrival(sub: SubmissionState) -> tuple[Any, ...]:
     return (sub.arena_id, sub.arrival_key)

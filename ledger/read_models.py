@@ -320,17 +320,22 @@ class Reader:
         return self._raw(rm_submissions, " AND ".join(where), params, "first_position")
 
     def settlement_rows(
-        self, statuses: Sequence[str], excluded_hotkey: str
+        self, statuses: Sequence[str], excluded_hotkey: str, arena_id: str | None = None
     ) -> list[tuple[Row, str | None]]:
-        """Returns the rows of the submissions in ``statuses`` (but ``excluded_hotkey``'s)
-        with the speedup their latest attempt recorded: what a settlement reads."""
+        """Returns the rows of the submissions in ``statuses`` (but ``excluded_hotkey``'s;
+        of one arena, when ``arena_id`` is given) with the speedup their latest attempt
+        recorded: what a settlement reads."""
         names = [c.name for c in rm_submissions.columns]
         sql = (
             f"SELECT {', '.join('s.' + n for n in names)}, a.speedup FROM rm_submissions s "
             "LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
             f"WHERE s.status IN ({', '.join('?' * len(statuses))}) AND s.hotkey <> ?"
         )
-        found = self._fetch(sql, [*statuses, excluded_hotkey])
+        params: list[Any] = [*statuses, excluded_hotkey]
+        if arena_id is not None:  # one range of the (status, arena) index per status
+            sql += " AND s.arena_id = ?"
+            params.append(arena_id)
+        found = self._fetch(sql, params)
         return [(dict(zip(names, values[:-1], strict=True)), values[-1]) for values in found]
 
     def settlement_keys(
@@ -780,6 +785,52 @@ class Reader:
             "SELECT COUNT(*), COALESCE(SUM(amount_rao), 0), COUNT(submission_id) "
             "FROM rm_credits WHERE hotkey = ?", [hotkey])
         return int(found[0][0]), int(found[0][1]), int(found[0][2])
+
+    def group_rows(
+        self, arena_id: str, group: str, blocking: Sequence[str], excluded_hotkey: str
+    ) -> list[tuple[str, str, str, int, int, int, str, str | None]]:
+        """Returns (submission, hotkey, content hash, arrival block, event index, subindex,
+        status, speedup of the latest attempt) of the arena's PASSes (QUALIFIED) in reward
+        ``group`` (or in none recorded) and of its submissions in ``blocking``, but
+        ``excluded_hotkey``'s: all an assessment of that one group reads. One range of the
+        (status, arena) index per status."""
+        statuses = ["QUALIFIED", *blocking]
+        sql = (
+            "SELECT s.submission_id, s.hotkey, s.content_hash, s.arrival_block, "
+            "s.arrival_event_index, s.arrival_event_subindex, s.status, a.speedup "
+            "FROM rm_submissions s LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
+            f"WHERE s.status IN ({', '.join('?' * len(statuses))}) AND s.arena_id = ? "
+            "AND s.hotkey <> ? AND (s.status <> 'QUALIFIED' OR s.reward_group IS NULL "
+            "OR s.reward_group = ?)"
+        )
+        found = self._fetch(sql, [*statuses, arena_id, excluded_hotkey, group])
+        return [
+            (str(sid), str(hotkey), str(content), int(block), int(index), int(sub),
+             str(status), None if speedup is None else str(speedup))
+            for sid, hotkey, content, block, index, sub, status, speedup in found
+        ]
+
+    def pass_counts(self, excluded_hotkey: str) -> dict[str, int]:
+        """Returns how many PASSes (QUALIFIED submissions, but ``excluded_hotkey``'s) each
+        arena with any has: the rows ``settlement_rows`` gives a reward assessment."""
+        s = rm_submissions.c
+        # Two index-only counts: every PASS by the (status, arena) index, then the excluded
+        # hotkey's by its own index (a hotkey test on every PASS would read each one's row).
+        found = {
+            str(arena): int(n)
+            for arena, n in self.conn.execute(
+                select(s.arena_id, func.count()).where(s.status == "QUALIFIED")
+                .group_by(s.arena_id)
+            )
+        }
+        excluded = self.conn.execute(
+            select(s.arena_id, s.status, func.count()).where(s.hotkey == excluded_hotkey)
+            .group_by(s.arena_id, s.status)
+        )
+        for arena, status, n in excluded:
+            if status == "QUALIFIED":
+                found[str(arena)] -= int(n)
+        return {arena: n for arena, n in found.items() if n}
 
 
 def _rows_of(result: Any) -> list[Row]:

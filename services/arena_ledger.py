@@ -911,7 +911,7 @@ class ArenaLedger:
                 fold = self.guard.fold
                 _require_commissioned(fold, arena_id)
                 arenas = [a for a in fold.arenas() if arena_id is None or a.arena_id == arena_id]
-                rows = explain_rewards(arena_inputs(reader, arenas))
+                rows = explain_rewards(arena_inputs(reader, arenas, arena_id))
         if reader is None:
             fold = self.fold
             _require_commissioned(fold, arena_id, self.as_of is not None)

@@ -174,13 +174,14 @@ def compute(fold: LedgerFold, policy: EmissionPolicySet | None, block: int) -> S
 
 
 def arena_inputs(
-    reader: read_models.Reader, arenas: Sequence[ArenaState]
+    reader: read_models.Reader, arenas: Sequence[ArenaState], arena_id: str | None = None
 ) -> list[rules.ArenaInput]:
     """Returns each arena's ArenaInput from the read models, as ``_arena_input`` builds it
     from a fold: only the submissions a settlement reads (a PASS, or a live one that may
-    block one), in arrival-key order, each with its reward group and recorded speedup."""
+    block one), in arrival-key order, each with its reward group and recorded speedup.
+    ``arena_id``, when given, reads that arena's rows only (``arenas`` must be it alone)."""
     by_arena: dict[str, list[tuple[SubmissionState, str | None, str | None]]] = {}
-    for row, speedup in reader.settlement_rows(sorted(_RELEVANT), CONTROL_HOTKEY):
+    for row, speedup in reader.settlement_rows(sorted(_RELEVANT), CONTROL_HOTKEY, arena_id):
         sub = state_of(row)
         by_arena.setdefault(sub.arena_id, []).append((sub, row["reward_group"], speedup))
     found = []

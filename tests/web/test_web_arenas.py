@@ -24,9 +24,9 @@ from ledger import migrate
 from machines import samples
 from machines.arena import commission_digest, policy_digest
 from machines.control import AS_EXPECTED, PENDING, UNEXPECTED, ControlRow
-from services.arena_board import control_health
+from services.arena_board import control_health, leader
 from services.arena_ledger import ArenaLedger
-from vocabulary.events import ArenaCommissioned
+from vocabulary.events import ArenaCommissioned, IncumbentAdvanced
 from web.app import create_app
 from web.pages import PROBLEM
 
@@ -167,10 +167,12 @@ def test_the_leader_is_the_best_rewarded_pass_of_the_current_group(
                  "speedup": "1.052632"}
     assert b == {"submission_id": dashboard.sids["b2"], "hotkey": S.ALICE, "block": 1_015,
                  "speedup": "1.041667"}
-    assert arenas[S.ARENA_A]["passes"] == {"rewarded": 2, "pending": 0, "lost_potential": 1,
-                                           "total": 3}
-    assert arenas[S.ARENA_B]["passes"] == {"rewarded": 1, "pending": 0, "lost_potential": 0,
-                                           "total": 1}
+    assert (arenas[S.ARENA_A]["passes_total"], arenas[S.ARENA_B]["passes_total"]) == (3, 1)
+    # By reward status only on the arena's own page (the overview assesses no arena whole).
+    assert client.get(f"/api/arenas/{S.ARENA_A}").json()["passes"] == {
+        "rewarded": 2, "pending": 0, "lost_potential": 1, "total": 3}
+    assert client.get(f"/api/arenas/{S.ARENA_B}").json()["passes"] == {
+        "rewarded": 1, "pending": 0, "lost_potential": 0, "total": 1}
 
 
 def test_the_overview_counts_fees_and_submissions_as_the_ledger_does(
@@ -245,6 +247,7 @@ def test_the_overview_page_shows_its_twins_rows(
         assert row["windows"] == str(arena["policy"]["windows"])
         assert row["window_noise"] == arena["policy"]["window_noise"]
         assert row["controls"].split()[0] == arena["controls"]["health"]
+        assert row["passes_total"] == f"{arena['passes_total']:,}"
         leader = arena["incumbent"]["leader"]
         assert row["leader_speedup"] == leader["speedup"]
         assert row["leader@"] == [f"/hotkeys/{leader['hotkey']}",
@@ -286,6 +289,8 @@ def test_the_arena_twins_are_the_cli_documents(
     fees = cli_json(dashboard.url, "fees", "--arena", arena_id, "--json")
     assert rewards, "the settled ledger has a PASS in each arena"
     assert detail["rewards"] == rewards == client.get(f"/api/arenas/{arena_id}/rewards").json()
+    assert detail["page"] == {"offset": 0, "limit": 100, "total": len(rewards),
+                              "previous_offset": None, "next_offset": None}
     assert detail["controls"] == controls == client.get(f"/api/arenas/{arena_id}/controls").json()
     assert detail["fees"] == fees == client.get(f"/api/arenas/{arena_id}/fees").json()
     overview = by_arena(client.get("/api/arenas").json())[arena_id]
@@ -301,6 +306,9 @@ def test_the_arena_page_shows_its_twins_rows(
     html = html_page(f"/arenas/{S.ARENA_A}")
     rows = table(html, "rewards")
     assert len(rows) == len(doc["rewards"])
+    passes = table(html, "passes")[0]
+    for status, n in doc["passes"].items():
+        assert passes[status].split()[0] == str(n)
     for row, want in zip(rows, doc["rewards"], strict=True):
         assert row["submission_id@"] == [f"/submissions/{want['submission_id']}"]
         assert want["submission_id"].startswith(row["submission_id"])
@@ -406,3 +414,132 @@ def test_an_empty_ledger_has_no_arena(tmp_path: Any) -> None:
         assert body["arenas"] == [] and body["fees_total"]["net_rao"] == 0
         page = client.get("/", headers=HTML)
         assert page.status_code == 200 and "No arena is commissioned yet" in page.text
+
+
+# --- a leaderboard of many pages -----------------------------------------------------------
+
+#: (candidate ns, live) of each arrival of ``crowded``'s arena, with an IncumbentAdvanced
+#: at None: the first group's leader (800M) is faster than any of the second group's PASS;
+#: there 850M is rewarded, 845M (faster) lost_potential by the margin; the live arrival
+#: makes the 700M PASS after it pending. stock / candidate is the speedup.
+CROWD: list[tuple[int, bool] | None] = [
+    (950_000_000, False), (800_000_000, False), (790_000_000, False), None,
+    (900_000_000, False), (895_000_000, False), (850_000_000, False), (845_000_000, False),
+    (0, True), (700_000_000, False),
+]
+
+
+@pytest.fixture
+def crowded(store_url: str) -> Iterator[tuple[TestClient, str, dict[int, str]]]:
+    """A ledger (on each backend) whose arena ``mlp-x`` has PASSes in two reward groups and
+    a live submission (``CROWD``); a client of the app over it, the url, and the
+    submissions by their index in ``CROWD``."""
+    ledger: ArenaLedger = S.open_ledger(store_url)
+    sids: dict[int, str] = {}
+    try:
+        event = samples.commissioned("mlp-x", fee_rao=S.FEE_A, emission_share_ppm=S.SHARE_A)
+        ledger.commission(event.model_dump(mode="json", exclude_unset=True))
+        for i, arrival in enumerate(CROWD):
+            if arrival is None:
+                ledger.append([("arena-mlp-x", IncumbentAdvanced(
+                    incumbent_digest="ee" * 32, block=1_000 + 10 * i, reason="operator_reset"))])
+                continue
+            hotkey = (S.ALICE, S.BOB, S.CAROL)[i % 3]
+            sids[i] = S.intake(ledger, "mlp-x", hotkey, f"x{i}", 1_000 + 10 * i, S.FEE_A)
+            if not arrival[1]:
+                S.evaluate(ledger, sids[i], f"att-x{i}", arrival[0])
+    finally:
+        ledger.close()
+    with TestClient(create_app(store_url), raise_server_exceptions=False) as found:
+        yield found, store_url, sids
+
+
+def test_the_overview_leader_is_the_full_assessments(
+    crowded: tuple[TestClient, str, dict[int, str]]
+) -> None:
+    client, url, sids = crowded
+    rows = cli_json(url, "rewards", "--arena", "mlp-x", "--json")
+    statuses = {r["submission_id"]: r["status"] for r in rows}
+    # Not vacuous: the second group's leader is neither its fastest PASS (lost_potential)
+    # nor the arena's fastest (pending), nor the faster leader of the first group.
+    assert [statuses[sids[i]] for i in (6, 7, 9)] == ["rewarded", "lost_potential", "pending"]
+    assert statuses[sids[1]] == "rewarded"
+    summary = by_arena(client.get("/api/arenas").json())["mlp-x"]
+    with ArenaLedger(url) as ledger:
+        arena = ledger.fold.arena("mlp-x")
+        assert arena is not None
+        assert summary["incumbent"]["leader"] == leader(arena, rows)
+    assert summary["incumbent"]["leader"]["submission_id"] == sids[6]
+    assert summary["passes_total"] == len(rows) == 8
+    detail = client.get("/api/arenas/mlp-x?limit=3").json()
+    assert detail["arena"] == summary
+
+
+def test_the_leaderboard_pages_are_slices_of_the_cli_rows(
+    crowded: tuple[TestClient, str, dict[int, str]]
+) -> None:
+    client, url, _ = crowded
+    rows = cli_json(url, "rewards", "--arena", "mlp-x", "--json")
+    counts = Counter(r["status"] for r in rows)
+    for offset in range(0, len(rows), 3):
+        detail = client.get(f"/api/arenas/mlp-x?limit=3&offset={offset}").json()
+        assert detail["rewards"] == rows[offset:offset + 3]
+        assert detail["page"]["total"] == len(rows)
+        assert detail["passes"] == {**{s: counts[s] for s in ("rewarded", "lost_potential",
+                                                              "pending")}, "total": len(rows)}
+        response = client.get(f"/api/arenas/mlp-x/rewards?limit=3&offset={offset}")
+        assert response.json() == rows[offset:offset + 3]
+        assert response.headers["x-total-count"] == str(len(rows))
+        more = offset + 3 < len(rows)
+        assert ("link" in response.headers) == more
+        if more:
+            assert response.headers["link"] == (
+                f'</api/arenas/mlp-x/rewards?limit=3&offset={offset + 3}>; rel="next"')
+    assert client.get("/api/arenas/mlp-x/rewards").json() == rows  # one page of 500
+
+
+def test_the_pager_links_walk_every_pass_without_javascript(
+    crowded: tuple[TestClient, str, dict[int, str]]
+) -> None:
+    client, url, _ = crowded
+    rows = cli_json(url, "rewards", "--arena", "mlp-x", "--json")
+    seen: list[dict[str, Any]] = []
+    path: str | None = "/arenas/mlp-x?limit=3"
+    while path is not None:
+        response = client.get(path, headers=HTML)
+        assert response.status_code == 200, path
+        seen += table(response.text, "rewards")
+        nexts = [a for a in _links(response.text) if a[0] == "next"]
+        path = nexts[0][1].split("#")[0] if nexts else None
+    assert [r["submission_id@"][0].rsplit("/", 1)[1] for r in seen] == [
+        r["submission_id"] for r in rows]
+    last = client.get("/arenas/mlp-x?limit=3&offset=6", headers=HTML).text
+    assert ("prev", "/arenas/mlp-x?limit=3&offset=3#leaderboard") in _links(last)
+
+
+def _links(html: str) -> list[tuple[str, str]]:
+    """Returns (rel, href) of each link with a rel."""
+    found: list[tuple[str, str]] = []
+
+    class Links(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            named = dict(attrs)
+            if tag == "a" and named.get("rel") and named.get("href"):
+                found.append((str(named["rel"]), str(named["href"])))
+
+    Links().feed(html)
+    return found
+
+
+@pytest.mark.parametrize("path", ["/api/arenas/{}?offset=8", "/api/arenas/{}/rewards?offset=9",
+                                  "/api/arenas/{}?limit=501", "/api/arenas/{}/rewards?limit=0",
+                                  "/api/arenas/{}?offset=-1"])
+def test_a_page_out_of_range_is_a_problem_naming_it(
+    crowded: tuple[TestClient, str, dict[int, str]], path: str
+) -> None:
+    client, _, _ = crowded
+    response = client.get(path.format("mlp-x"))
+    assert response.status_code in (400, 422), response.text
+    assert response.headers["content-type"] == PROBLEM
+    name = "offset" if "offset" in path else "limit"
+    assert name in response.text

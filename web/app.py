@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.build_info import package_version
 from services.dashboard import Dashboard
 from vocabulary.errors import LedgerError
+from web.cache import PageCache
 from web.pages import crash_problem, http_problem, ledger_problem, problem
 from web.routes import ROUTERS
 from web.security import SecurityHeaders
@@ -88,6 +89,9 @@ def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:
     # Set by the server as it begins to stop (web.server): a response that never ends by
     # itself (the live event stream) ends at its next look instead of holding the shutdown.
     app.state.stopping = threading.Event()
+    # Innermost first: a cached answer still gets the security headers, and HEAD is a GET
+    # by the time the cache sees it.
+    app.add_middleware(PageCache, head=lambda: int(board.head()["position"]))
     app.add_middleware(SecurityHeaders)
     app.add_middleware(HeadAsGet)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -5,9 +5,12 @@ The ledger is ``bench/queries.py``'s (``bench/replay.py``'s generator, read mode
 with one checkpoint signed for the tlog-tiles routes. The console script serves it in a
 process of its own; ``--clients`` threads of this process (keep-alive connections, one per
 thread) cycle through every route for ``--seconds``, each starting at its own offset, and
-every request's latency is kept. The peer, measured in the same run, is ``/api/head``: the
-server's own floor (routing, middleware, one indexed read, one socket round trip), so each
-route's ratio to it is what its query and rendering add. Server memory is read from
+every request's latency is kept. Each backend is measured twice: with the server's page
+cache (a page at an unchanged head sent from memory: what a dashboard over a ledger that
+grows a few events a second mostly serves) and with ``--cache-mb 0`` (every request
+computed: what each page costs the first time at a head). The peer, measured in the same
+run, is ``/api/head``: the server's own floor (routing, middleware, one indexed read, one
+socket round trip), so each route's ratio to it is what its query and rendering add. Server memory is read from
 /proc (VmRSS) once a second: start, peak and end of the load.
 
 Not a test: nothing gates on the figures.
@@ -92,8 +95,9 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def _start(url: str, port: int) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen([str(SCRIPT), "--db", url, "serve", "--port", str(port)],
+def _start(url: str, port: int, cache_mb: int) -> subprocess.Popen[bytes]:
+    server = subprocess.Popen([str(SCRIPT), "--db", url, "serve", "--port", str(port),
+                               "--cache-mb", str(cache_mb)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while True:
@@ -149,11 +153,11 @@ def _load(port: int, paths: list[tuple[str, str]], clients: int, seconds: float
     return latencies, sum(len(v) for v in latencies.values()), errors
 
 
-def measure(url: str, clients: int, seconds: float, label: str) -> None:
+def measure(url: str, clients: int, seconds: float, label: str, cache_mb: int) -> None:
     """Serves ``url``, warms every route, loads it and prints the table."""
     paths = routes(url)
     port = _free_port()
-    server = _start(url, port)
+    server = _start(url, port, cache_mb)
     samples: list[int] = []
     sampling = threading.Event()
 
@@ -184,7 +188,8 @@ def measure(url: str, clients: int, seconds: float, label: str) -> None:
         p99 = found[min(len(found) - 1, int(len(found) * 0.99))] * 1000
         rows.append([name, path if len(path) < 48 else path[:45] + "…", f"{len(found):,}",
                      f"{p50:.1f}", f"{p99:.1f}", f"{p50 / (floor * 1000):.1f}×"])
-    print(f"\n{label}: {clients} clients for {seconds:.0f} s, {answered:,} requests, "
+    kept = f"pages kept per head ({cache_mb} MiB)" if cache_mb else "every request computed"
+    print(f"\n{label}, {kept}: {clients} clients for {seconds:.0f} s, {answered:,} requests, "
           f"{answered / elapsed:,.0f} requests/s")
     print(render_markdown_table(["route", "path", "requests", "p50 ms", "p99 ms", "vs floor"],
                                 rows, numeric=[2, 3, 4, 5]))
@@ -230,12 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"built {meta['events']:,} events in {meta['build_seconds']:.0f} s")
             projections.rebuild_ledger(url)
         _sign(url, Path(scratch))
-        measure(url, args.clients, args.seconds, "SQLite")
+        for cache_mb in (64, 0):
+            measure(url, args.clients, args.seconds, "SQLite", cache_mb)
         if args.postgres:
             if _head(args.postgres) != _head(url):  # a copy from an earlier run is reused
                 _copy_to(url, args.postgres)
             _sign(args.postgres, Path(scratch))
-            measure(args.postgres, args.clients, args.seconds, "PostgreSQL")
+            for cache_mb in (64, 0):
+                measure(args.postgres, args.clients, args.seconds, "PostgreSQL", cache_mb)
     finally:
         # A ledger built at --db is the caller's to keep; the scratch folder (keys, and the
         # ledger when no --db was given) goes.

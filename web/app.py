@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.build_info import package_version
 from services.dashboard import Dashboard
 from vocabulary.errors import LedgerError
-from web.cache import PageCache
+from web.cache import BUDGET, PageCache
 from web.pages import crash_problem, http_problem, ledger_problem, problem
 from web.routes import ROUTERS
 from web.security import SecurityHeaders
@@ -66,8 +66,10 @@ class HeadAsGet:
         await self.app({**scope, "method": "GET"}, gone_once_answered, headers_only)
 
 
-def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:
-    """Returns the read-only app over the ledger at ``url``."""
+def create_app(url: str, *, dashboard: Dashboard | None = None,
+               cache_bytes: int = BUDGET) -> FastAPI:
+    """Returns the read-only app over the ledger at ``url``, keeping at most
+    ``cache_bytes`` of answers per head position (0: none)."""
     board = dashboard if dashboard is not None else Dashboard(url)
 
     @asynccontextmanager
@@ -91,7 +93,9 @@ def create_app(url: str, *, dashboard: Dashboard | None = None) -> FastAPI:
     app.state.stopping = threading.Event()
     # Innermost first: a cached answer still gets the security headers, and HEAD is a GET
     # by the time the cache sees it.
-    app.add_middleware(PageCache, head=lambda: int(board.head()["position"]))
+    if cache_bytes > 0:
+        app.add_middleware(PageCache, head=lambda: int(board.head()["position"]),
+                           budget=cache_bytes)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(HeadAsGet)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from vocabulary.errors import InvalidInput
 from web.app import create_app
+from web.cache import BUDGET
 
 __all__ = ["LOOPBACK", "background", "require_free", "serve"]
 
@@ -37,12 +38,13 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve(url: str, host: str, port: int, ready: Callable[[], None] | None = None) -> None:
+def serve(url: str, host: str, port: int, ready: Callable[[], None] | None = None,
+          cache_bytes: int = BUDGET) -> None:
     """Serves the ledger at ``url`` until interrupted. The port and the ledger are checked
     first (a busy port or a missing ledger is a clear error, not a server that starts and
     dies), then ``ready`` is called, then the server runs."""
     require_free(host, port)
-    app = create_app(url)
+    app = create_app(url, cache_bytes=cache_bytes)
     if ready is not None:
         ready()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning",

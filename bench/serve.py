@@ -10,8 +10,8 @@ cache (a page at an unchanged head sent from memory: what a dashboard over a led
 grows a few events a second mostly serves) and with ``--cache-mb 0`` (every request
 computed: what each page costs the first time at a head). The peer, measured in the same
 run, is ``/api/head``: the server's own floor (routing, middleware, one indexed read, one
-socket round trip), so each route's ratio to it is what its query and rendering add. Server memory is read from
-/proc (VmRSS) once a second: start, peak and end of the load.
+socket round trip), so each route's ratio to it is what its query and rendering add.
+Server memory is read from /proc (VmRSS) once a second: start, peak and end of the load.
 
 Not a test: nothing gates on the figures.
 

@@ -2,7 +2,7 @@
 guarded store: the machines decide it inside the append).
 
 The settlement, replay, as-of and archive suites build it, and the e2e CLI suites load this
-module by path (tests/e2e/scenario_loader.py). Every number below is worked out by hand.
+module by path (tests/scenario_loader.py). Every number below is worked out by hand.
 
 The ledger (arena policy of ``machines.samples.policy``: W = 4, z = {3: 2, 4: 1.5},
 sigma_w = sigma_b = 0.01, g = 0, reward_margin 0.015; stock cost 1,000,000,000 ns per window):

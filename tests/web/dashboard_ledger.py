@@ -6,11 +6,10 @@ right-to-left override, a held submission of that hotkey, and a signed checkpoin
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+
+from scenario_loader import settlement_scenario
 
 from ledger.checkpoint import load_signer, sign_tree, write_key_files
 from machines import samples
@@ -19,19 +18,6 @@ from services.arena_ledger import ArenaLedger
 #: Strings a miner or operator controls; each must reach the page as text, never as markup.
 HOSTILE_HOTKEY = '<script>alert("hk")</script>'
 HOSTILE_NOTE = "\"quoted\" 'single' \u202egnp.exe <img src=x onerror=alert(1)> </textarea>"
-
-
-def settlement_scenario() -> ModuleType:
-    """Returns the integration helper module that builds the settled ledger."""
-    name = "settlement_scenario"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "integration" / "settled_ledger.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while it executes
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @dataclass(frozen=True)

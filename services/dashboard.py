@@ -23,20 +23,31 @@ class Dashboard:
     def __init__(self, url: str) -> None:
         self.url = url
         self._local = threading.local()
-        self._opened: list[ArenaLedger] = []
+        self._opened: list[tuple[threading.Thread, ArenaLedger]] = []
         self._lock = threading.Lock()
         # Fail at start, not at the first request, when the URL names no ledger.
         self.ledger()
 
     def ledger(self) -> ArenaLedger:
-        """Returns this thread's ledger, opening it on first use."""
+        """Returns this thread's ledger, opening it on first use (and closing those of
+        threads that have ended: the server's worker threads come and go with the load,
+        and each ledger holds a connection pool)."""
         found: ArenaLedger | None = getattr(self._local, "ledger", None)
         if found is None:
             found = ArenaLedger(self.url, actor="serve")
             self._local.ledger = found
             with self._lock:
-                self._opened.append(found)
+                ended = [led for thread, led in self._opened if not thread.is_alive()]
+                self._opened = [(t, led) for t, led in self._opened if t.is_alive()]
+                self._opened.append((threading.current_thread(), found))
+            for ledger in ended:
+                ledger.close()
         return found
+
+    def ledgers(self) -> list[ArenaLedger]:
+        """Returns the open ledgers (one per live thread that has asked for one)."""
+        with self._lock:
+            return [ledger for _, ledger in self._opened]
 
     def where(self) -> str:
         """Returns the ledger's URL as it may be shown (a password hidden)."""
@@ -52,5 +63,5 @@ class Dashboard:
         """Closes every thread's ledger."""
         with self._lock:
             opened, self._opened = self._opened, []
-        for ledger in opened:
+        for _, ledger in opened:
             ledger.close()

@@ -209,7 +209,7 @@ def test_the_page_reads_no_fold(client: TestClient, html_page: Callable[..., str
     for hotkey in HOTKEYS:
         html_page("/hotkeys/" + quote(hotkey, safe=""))
     # The dashboard's per-thread ledgers: a fold they caught up would have a position.
-    opened = client.app.state.dashboard._opened  # type: ignore[attr-defined]
+    opened = client.app.state.dashboard.ledgers()
     assert opened and all(ledger.guard.fold.position == 0 for ledger in opened)
 
 

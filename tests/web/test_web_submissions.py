@@ -243,5 +243,5 @@ def test_the_page_reads_no_fold(client: TestClient, dashboard: DashboardLedger) 
         assert client.get(f"/submissions/{dashboard.sids[name]}",
                           headers={"accept": "text/html"}).status_code == 200
     # The dashboard's per-thread ledgers: a fold they caught up would have a position.
-    opened = client.app.state.dashboard._opened  # type: ignore[attr-defined]
+    opened = client.app.state.dashboard.ledgers()
     assert opened and all(ledger.guard.fold.position == 0 for ledger in opened)

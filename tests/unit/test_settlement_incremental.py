@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from log_events import LogEvents, captured
 from machine_world import PRELUDE, World, op  # same directory, prepend import mode
+from settlement_inputs import drawn_input
 
 from machines import samples
 from machines.projection import LedgerFold
@@ -60,19 +61,8 @@ GROUPS = (samples.hex64("group:1"), samples.hex64("group:2"))
 def _input(
     index: int, block: int, order: int, status: str, group: int, speedup: int, verdict: str
 ) -> SubmissionInput:
-    passed = status == "QUALIFIED"
-    return SubmissionInput(
-        submission_id=samples.hex64(f"sub:{index}"),
-        hotkey=f"5H{index % 3}",
-        content_hash=samples.hex64(f"content:{index}"),
-        block=block,
-        event_index=order,
-        event_subindex=0,
-        status=status,
-        incumbent_digest=GROUPS[group],
-        verdict="PASS" if passed else (None if verdict == "PASS" else verdict),
-        speedup=SPEEDUPS[speedup] if passed else None,
-    )
+    return drawn_input(index, block, order, status, GROUPS[group], SPEEDUPS[speedup], verdict,
+                       hotkeys=3)
 
 
 puts = st.lists(

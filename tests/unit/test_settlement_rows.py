@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from settlement_inputs import drawn_input
 
 from machines import samples
 from machines.settlement_rules import (
@@ -43,19 +44,8 @@ submissions = st.lists(
 def _inputs(drawn: list[tuple[int, int, str, int, int, str | None]]) -> list[SubmissionInput]:
     found = []
     for index, (block, order, status, group, speedup, verdict) in enumerate(drawn):
-        passed = status == "QUALIFIED"
-        found.append(SubmissionInput(
-            submission_id=samples.hex64(f"sub:{index}"),
-            hotkey=f"5H{index % 4}",
-            content_hash=samples.hex64(f"content:{index}"),
-            block=block,
-            event_index=order,
-            event_subindex=0,
-            status=status,
-            incumbent_digest=GROUPS[group],
-            verdict="PASS" if passed else (None if verdict == "PASS" else verdict),
-            speedup=SPEEDUPS[speedup] if passed else None,
-        ))
+        found.append(drawn_input(index, block, order, status, GROUPS[group], SPEEDUPS[speedup],
+                                 verdict, hotkeys=4))
     return found
 
 

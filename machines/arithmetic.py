@@ -12,17 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import (
-    ROUND_HALF_EVEN,
-    Context,
-    Decimal,
-    DecimalException,
-    DivisionByZero,
-    InvalidOperation,
-    Overflow,
-)
+from decimal import Decimal, DecimalException
 from typing import NamedTuple
 
+from machines.decimal_context import CONTEXT
 from vocabulary.codec import fixed6
 from vocabulary.events import AttemptDecided, AuditNodeGraded, Policy
 
@@ -56,18 +49,6 @@ __all__ = [
 ]
 
 RULES_VERSION = "paired-windows.v1"
-
-#: The one arithmetic context of the machines (docs/machines.md, decision arithmetic).
-CONTEXT = Context(
-    prec=34,
-    rounding=ROUND_HALF_EVEN,
-    Emin=-999_999,
-    Emax=999_999,
-    capitals=1,
-    clamp=0,
-    flags=[],
-    traps=[InvalidOperation, DivisionByZero, Overflow],
-)
 
 _C = CONTEXT
 _ONE = Decimal(1)

@@ -10,14 +10,17 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
-from machines import arena, attempt, payment, submission
+from machines import arena, attempt, calibration, payment, submission
 from machines.arithmetic import CONTEXT, FAULT_DISPOSITIONS, RULES_VERSION, compile_policy
 from machines.intake import epoch_blocks
 from machines.limits import admissions_per_epoch_max, requeues_max
 from machines.reasons import KINDS, REASONS
 from machines.samples import (
+    CALIBRATION_EXAMPLE_COSTS,
     WORKED_EXAMPLE_COSTS,
     arrived,
+    calibration_started,
+    calibration_windows,
     claimed,
     commissioned,
     window,
@@ -331,6 +334,52 @@ loop in miniature.
 """
 
 
+_CALIBRATION_NOTES = """\
+A calibration (`arena-ledger calibrate`) measures stock against stock (A/A) on the engine an
+arena seals, so the noise its policy seals is what the host supports, not a guess. Its
+windows come in the planned order: boot rounds 1..`boots`, each windows 1..W laid out as an
+attempt's (orientation 1 for windows 1..⌊W/2⌋, lanes booted fresh per orientation and round),
+else `calibration_window_out_of_order`. CalibrationConcluded is accepted only once every
+window is measured (`calibration_incomplete`) and only when it equals
+`machines.calibration.derive_conclusion` (`calibration_mismatch`, the first differing field
+named), like AttemptDecided. A CalibrationStarted naming an arena must measure that arena's
+current commission: `measured_digest` = digest("arena-ledger.calibration-target", {engine,
+hardware, model}) (`calibration_target_mismatch`). The arithmetic:
+[calibration.md](calibration.md)."""
+
+
+def _calibration_example() -> str:
+    state: Any = calibration.step(None, calibration_started())
+    for event in calibration_windows():
+        state = calibration.step(state, event)
+    groups: dict[tuple[int, int], list[Decimal]] = {}
+    rows = ["| boot | window | orientation | lane A ns | lane B ns | y |",
+            "|---|---|---|---|---|---|"]
+    for boot, index, orientation, lane_a, lane_b in state.measured:
+        y = calibration.log_ratio(orientation, lane_a, lane_b)
+        groups.setdefault((boot, orientation), []).append(y)
+        shown = format(Decimal(_q7(y)), "f")
+        rows.append(f"| {boot} | {index} | {orientation} | {lane_a:,} | {lane_b:,} | {shown} |")
+    found = calibration.estimate(groups, Decimal(state.confidence))
+    derived = calibration.derive_conclusion(state)
+    assert derived is not None
+    recorded = ", ".join(f"{name} `{derived[name]}`" for name in (
+        "window_noise", "boot_noise", "window_noise_bound", "boot_noise_bound",
+        "seal_window_noise", "seal_boot_noise", "seal_policy_version"))
+    return "\n\n".join([
+        "### Calibration worked example",
+        f"W = {state.windows}, boots = {state.boots}, confidence {state.confidence} "
+        f"(`machines.samples.CALIBRATION_EXAMPLE_COSTS`, {len(CALIBRATION_EXAMPLE_COSTS)} "
+        "windows; lane A runs about 2.5% slower than lane B by itself, which shows as +y in "
+        "orientation 1 and -y in orientation 2 and cancels):",
+        "\n".join(rows),
+        f"σw ≈ {_q7(found.window_noise)} ({found.window_dof} dof), σb ≈ "
+        f"{_q7(found.boot_noise)} ({found.boot_dof} dof); upper bounds σw_U ≈ "
+        f"{_q7(found.window_noise_bound)}, σb_U ≈ {_q7(found.boot_noise_bound)}. Recorded: "
+        f"{recorded}.",
+    ])
+
+
 def _dispositions() -> str:
     rows = ["| fault code | disposition |", "|---|---|"]
     rows.extend(f"| `{code}` | {disp} |" for code, disp in FAULT_DISPOSITIONS.items())
@@ -347,6 +396,8 @@ def render_machines_md() -> str:
         _machine_section("Arena", arena.TABLE, _ARENA_NOTES),
         _machine_section("Payment", payment.PAYMENT_TABLE, "A payment pays at most once."),
         _machine_section("Credit", payment.CREDIT_TABLE, "A credit pays at most once."),
+        _machine_section("Calibration", calibration.CALIBRATION_TABLE, _CALIBRATION_NOTES),
+        _calibration_example(),
         _INTAKE.rstrip(),
         _WRITE_SIDE.rstrip(),
         _ARITHMETIC.rstrip(),

@@ -39,10 +39,12 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from machines import arena as arena_machine
 from machines import attempt as attempt_machine
+from machines import calibration as calibration_machine
 from machines import submission as submission_machine
 from machines.arena import ArenaState, Payload
 from machines.arithmetic import Decision
 from machines.attempt import AttemptState, AttemptSummary, ClaimContext
+from machines.calibration import CalibrationState
 from machines.control import ControlRow, control_rows
 from machines.intake import (
     Admission,
@@ -73,6 +75,9 @@ from vocabulary.events import (
     AttemptClaimed,
     AttemptDecided,
     AuditNodeGraded,
+    CalibrationConcluded,
+    CalibrationStarted,
+    CalibrationWindowMeasured,
     ControlRegistered,
     CreditGranted,
     CreditSpent,
@@ -494,6 +499,8 @@ class LedgerFold:
         self._attempts: dict[str, AttemptState | AttemptSummary] = {}
         self._payments: dict[str, PaymentState] = {}
         self._credits: dict[str, CreditState] = {}
+        #: Calibrations by id, in start order (few and small: never archived).
+        self._calibrations: dict[str, CalibrationState] = {}
         self._unspent: dict[str, dict[str, int]] = {}
         self._credit_of: dict[str, str] = {}
         self._admissions: dict[tuple[str, int], int] = {}
@@ -558,6 +565,9 @@ class LedgerFold:
             CreditSpent: self._on_credit,
             EmissionPolicySet: self._on_settlement,
             SettlementComputed: self._on_settlement,
+            CalibrationStarted: self._on_calibration,
+            CalibrationWindowMeasured: self._on_calibration,
+            CalibrationConcluded: self._on_calibration,
         }
         routes.update({kind: self._on_submission for kind in _SUBMISSION_EVENTS})
         routes.update({kind: self._on_attempt for kind in _ATTEMPT_EVENTS})
@@ -575,6 +585,7 @@ class LedgerFold:
         owed_payments: Mapping[str, str],
         owed_credits: Mapping[str, str],
         source: LiveSource | None = None,
+        calibrations: Iterable[CalibrationState] = (),
     ) -> None:
         """Starts an archiving fold at ``position`` from the state a fold of the ledger up to
         there holds in memory, instead of folding every event: the arenas, the live
@@ -589,6 +600,7 @@ class LedgerFold:
         have), and the queries that list live submissions (``queue``, ``next_claimable``,
         ``expirable``, ``submissions``, ``snapshot``…) add the ones ``source`` lists and the
         fold has not loaded. A write then costs what it touches, not the live state.
+        ``calibrations`` are the calibrations as a fold of their streams holds them.
         """
         if self.position or self.events or self.archive is None:
             raise ValueError("seed starts an archiving fold that has folded nothing")
@@ -602,6 +614,8 @@ class LedgerFold:
             self._queued.setdefault(arena.arena_id, {})
         for record in live:
             self._load(record)
+        for calibration in calibrations:
+            self._calibrations[calibration.calibration_id] = calibration
         for credit in unspent:
             self._credits[credit.credit_id] = credit
             self._unspent.setdefault(credit.hotkey, {})[credit.credit_id] = credit.amount_rao
@@ -946,6 +960,28 @@ class LedgerFold:
         if isinstance(result, Refusal):
             return result
         self._put(self._arenas, ident, result)
+        return None
+
+    def _on_calibration(self, ident: str, event: Event, _: Payload) -> Refusal | None:
+        state = self._calibrations.get(ident)
+        arena_digest = None
+        if type(event) is CalibrationStarted:
+            if event.calibration_id != ident:
+                return _refuse("calibration", ABSENT, event, "stream_id_mismatch",
+                               event.calibration_id)
+            if state is None and event.arena_id is not None:
+                arena = self._arenas.get(event.arena_id)
+                if arena is None:
+                    return _refuse("calibration", ABSENT, event, "arena_unknown",
+                                   event.arena_id)
+                sealed = arena.commission.event
+                arena_digest = calibration_machine.measured_digest(
+                    sealed.engine.model_dump(), sealed.model.model_dump(),
+                    sealed.hardware.model_dump())
+        result = calibration_machine.step(state, event, arena_digest)
+        if isinstance(result, Refusal):
+            return result
+        self._put(self._calibrations, ident, result)
         return None
 
     # --- submissions ----------------------------------------------------------------------
@@ -1564,6 +1600,15 @@ class LedgerFold:
         """Returns the ids of the credits in memory (all of them, without archive)."""
         return list(self._credits)
 
+    def calibration(self, calibration_id: str) -> CalibrationState | None:
+        """Returns a calibration, or None."""
+        return self._calibrations.get(calibration_id)
+
+    def calibrations(self, arena_id: str | None = None) -> list[CalibrationState]:
+        """Returns the calibrations (of one arena when given) in the order they started."""
+        return [c for c in self._calibrations.values()
+                if arena_id is None or c.arena_id == arena_id]
+
     def controls(self, arena_id: str) -> list[ControlRow]:
         """Returns the arena's control report (as_expected / unexpected / pending)."""
         arena = self._arenas.get(arena_id)
@@ -1587,6 +1632,7 @@ class LedgerFold:
             "live": {**self._live, **self._unloaded_keys(LIVE)},
             "groups": merged["groups"],
             "counts": self.counts()._asdict(),
+            "calibrations": dict(self._calibrations),
         }
 
     def _unloaded_keys(self, statuses: Sequence[str]) -> dict[str, ArrivalKey]:

@@ -302,6 +302,20 @@ _REFUSALS = (
     _r("payment_submission_mismatch", "refusal",
        "PaymentReleased names another submission than the one the payment paid for.",
        "-", "Release the payment for the submission that consumed it."),
+    _r("calibration_target_mismatch", "refusal",
+       "CalibrationStarted whose measured_digest is not the digest of its engine, model and "
+       "hardware, or not its arena's current commission's.",
+       "-", "Measure the arena's current engine (machines.calibration.measured_digest)."),
+    _r("calibration_window_out_of_order", "refusal",
+       "CalibrationWindowMeasured that is not the next planned (boot, window, orientation).",
+       "-", "Measure boot rounds 1..boots, each windows 1..W, orientations as in an attempt."),
+    _r("calibration_incomplete", "refusal",
+       "CalibrationConcluded before every planned window is measured.",
+       "-", "Append the missing CalibrationWindowMeasured events first."),
+    _r("calibration_mismatch", "refusal",
+       "CalibrationConcluded differs from what the calibration rules derive from its windows "
+       "(field named in detail), or its block precedes the start's.",
+       "-", "Append exactly machines.calibration.derive_conclusion(state)."),
 )
 
 #: Every code by name, in the order docs list them.

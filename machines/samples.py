@@ -11,12 +11,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from machines.arithmetic import RULES_VERSION, Decision
+from machines.calibration import measured_digest
 from machines.submission import submission_id_of
 from vocabulary.events import (
     ArenaCommissioned,
     AttemptClaimed,
     AttemptDecided,
     AuditNodeGraded,
+    CalibrationStarted,
+    CalibrationWindowMeasured,
     Policy,
     QualityGraded,
     SubmissionArrived,
@@ -24,9 +27,12 @@ from vocabulary.events import (
 )
 
 __all__ = [
+    "CALIBRATION_EXAMPLE_COSTS",
     "WORKED_EXAMPLE_COSTS",
     "arrived",
     "audit",
+    "calibration_started",
+    "calibration_windows",
     "claimed",
     "commission_document",
     "commissioned",
@@ -44,6 +50,16 @@ WORKED_EXAMPLE_COSTS = (
     (1_000_000_000, 985_000_000),
     (1_000_000_000, 975_000_000),
     (1_000_000_000, 980_000_000),
+)
+
+
+#: The calibration worked example (docs/calibration.md): (lane A, lane B) costs in ns of
+#: 2 boot rounds of W = 4 windows (orientation 1: windows 1-2, orientation 2: windows 3-4).
+CALIBRATION_EXAMPLE_COSTS = (
+    (1_010_000_000, 1_000_000_000), (1_030_000_000, 1_000_000_000),
+    (1_020_000_000, 1_000_000_000), (1_000_000_000, 1_000_000_000),
+    (1_040_000_000, 1_000_000_000), (1_020_000_000, 1_000_000_000),
+    (1_040_000_000, 1_000_000_000), (1_020_000_000, 1_000_000_000),
 )
 
 
@@ -195,3 +211,36 @@ def decided(decision: Decision, *, block: int = 1_020) -> AttemptDecided:
         "rules_version": RULES_VERSION,
     }
     return AttemptDecided.model_validate(fields)
+
+
+def calibration_started(
+    calibration_id: str = "cal-1", *, arena: ArenaCommissioned | None = None, windows: int = 4,
+    boots: int = 2, confidence: str = "0.95", block: int = 200,
+) -> CalibrationStarted:
+    """Returns a CalibrationStarted measuring ``arena``'s engine (``commissioned()``'s when
+    None; the calibration names the arena only when one is given)."""
+    target = arena or commissioned()
+    parts = {name: getattr(target, name).model_dump() for name in ("engine", "model", "hardware")}
+    return CalibrationStarted.model_validate({
+        "calibration_id": calibration_id,
+        "arena_id": arena.arena_id if arena is not None else None,
+        **parts,
+        "measured_digest": measured_digest(parts["engine"], parts["model"], parts["hardware"]),
+        "validator_hotkey": "5Validator", "block": block, "windows": windows, "boots": boots,
+        "confidence": confidence,
+    })
+
+
+def calibration_windows(
+    costs: tuple[tuple[int, int], ...] = CALIBRATION_EXAMPLE_COSTS, windows: int = 4,
+) -> list[CalibrationWindowMeasured]:
+    """Returns CalibrationWindowMeasured events of (lane A, lane B) costs in planned order."""
+    events = []
+    for index, (lane_a, lane_b) in enumerate(costs):
+        window = index % windows + 1
+        events.append(CalibrationWindowMeasured(
+            boot=index // windows + 1, window=window,
+            orientation=1 if window <= windows // 2 else 2,
+            lane_a_cost_ns=lane_a, lane_b_cost_ns=lane_b, output_tokens=128,
+        ))
+    return events

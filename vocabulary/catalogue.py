@@ -52,6 +52,7 @@ _CATEGORY_ID_CHECK: Mapping[str, Callable[[str], bool]] = {
     "attempt": is_local_id,
     "payment": is_local_id,
     "credit": is_local_id,
+    "calibration": is_local_id,
 }
 
 

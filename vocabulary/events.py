@@ -7,6 +7,7 @@ and the stream ``category`` it belongs to.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -34,6 +35,9 @@ __all__ = [
     "AttemptDecided",
     "AuditNodeGraded",
     "AuditPolicy",
+    "CalibrationConcluded",
+    "CalibrationStarted",
+    "CalibrationWindowMeasured",
     "ControlRegistered",
     "CreditGranted",
     "CreditSpent",
@@ -482,6 +486,69 @@ class SettlementComputed(Event):
     settlement_digest: Digest
 
 
+# --- calibration ----------------------------------------------------------------------------
+
+
+class CalibrationStarted(Event):
+    """Records an A/A noise calibration: what it measures and its plan (docs/calibration.md)."""
+
+    event_type: ClassVar[str] = "CalibrationStarted"
+    category: ClassVar[str | None] = "calibration"
+    calibration_id: LocalId
+    #: The arena whose commissioned engine is measured; null for an engine no arena seals yet.
+    arena_id: ArenaId | None
+    model: ModelRef
+    hardware: Hardware
+    engine: EngineSpec
+    #: digest("arena-ledger.calibration-target", {engine, hardware, model}).
+    measured_digest: Digest
+    validator_hotkey: Hotkey
+    block: Block
+    windows: int = Field(ge=3, le=5)  # strict int: windows per boot round, as an attempt's W
+    boots: int = Field(ge=2, le=20)
+    confidence: DecimalStr
+
+    @field_validator("confidence")
+    @classmethod
+    def _confidence_in_range(cls, value: str) -> str:
+        number = Decimal(value)
+        if not Decimal("0.5") <= number <= Decimal("0.9999") or number != round(number, 4):
+            raise ValueError("confidence must lie in [0.5, 0.9999] with at most 4 places")
+        return value
+
+
+class CalibrationWindowMeasured(Event):
+    """Records one A/A window: stock on both lanes, each lane's cost in ns."""
+
+    event_type: ClassVar[str] = "CalibrationWindowMeasured"
+    category: ClassVar[str | None] = "calibration"
+    boot: int = Field(ge=1, le=20)
+    window: int = Field(ge=1, le=5)
+    orientation: int = Field(ge=1, le=2)
+    lane_a_cost_ns: PositiveInt
+    lane_b_cost_ns: PositiveInt
+    output_tokens: NonNegInt
+
+
+class CalibrationConcluded(Event):
+    """Records the noise estimates, bounds and seal exactly as the calibration rules derive
+    them from the calibration's windows."""
+
+    event_type: ClassVar[str] = "CalibrationConcluded"
+    category: ClassVar[str | None] = "calibration"
+    window_noise: Fixed6
+    boot_noise: Fixed6
+    window_noise_bound: Fixed6
+    boot_noise_bound: Fixed6
+    window_dof: PositiveInt
+    boot_dof: PositiveInt
+    seal_window_noise: DecimalStr
+    seal_boot_noise: DecimalStr
+    seal_policy_version: Literal["paired-windows.v1", "paired-windows.v2"] | None
+    concluded_block: Block
+    rules_version: Literal["calibration.v1"]
+
+
 ALL_EVENTS_V1: tuple[type[Event], ...] = (
     ArenaCommissioned,
     ControlRegistered,
@@ -508,4 +575,7 @@ ALL_EVENTS_V1: tuple[type[Event], ...] = (
     AttemptDecided,
     EmissionPolicySet,
     SettlementComputed,
+    CalibrationStarted,
+    CalibrationWindowMeasured,
+    CalibrationConcluded,
 )

@@ -45,6 +45,7 @@ DOMAIN_TYPES = {
     "attempt": ["AttemptClaimed", "WindowMeasured", "AuditNodeGraded", "QualityGraded",
                 "InfrastructureFault", "AttemptDecided"],
     "settlement": ["EmissionPolicySet", "SettlementComputed"],
+    "calibration": ["CalibrationStarted", "CalibrationWindowMeasured", "CalibrationConcluded"],
 }
 EXAMPLE_STREAM = {
     "arena": "arena-qwen3-8b-mlp",
@@ -53,6 +54,7 @@ EXAMPLE_STREAM = {
     "credit": "credit-credit-2026-11-ops-1",
     "attempt": "attempt-att-6d3e1395-1",
     "settlement": "settlement",
+    "calibration": "calibration-cal-qwen3-8b-mlp-5218800",
 }
 CATEGORY_OF = {t: c for c, types in DOMAIN_TYPES.items() for t in types}
 

@@ -17,6 +17,7 @@ from machines.scenario import Scenario
 from vocabulary.events import (
     FAULT_CODES,
     ArenaRetired,
+    CalibrationConcluded,
     ControlRegistered,
     CreditSpent,
     Event,
@@ -295,8 +296,42 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
             _world(fee=BILLION)[0], "payment-pay-1",
             PaymentReleased(submission_id="9" * 64, reason="refund"),
         ),
+        "calibration_target_mismatch": lambda: _decide(
+            _world()[0], "calibration-cal-1",
+            samples.calibration_started(arena=samples.commissioned(hardware={
+                "gpu": "H100", "count": 1})),
+        ),
+        "calibration_window_out_of_order": lambda: _decide(
+            _calibrating(0), "calibration-cal-1", samples.calibration_windows()[1]
+        ),
+        "calibration_incomplete": lambda: _decide(
+            _calibrating(7), "calibration-cal-1", _concluded()
+        ),
+        "calibration_mismatch": lambda: _decide(
+            _calibrating(8), "calibration-cal-1",
+            _concluded().model_copy(update={"window_dof": 5}),
+        ),
     }
     return scenarios
+
+
+def _calibrating(windows: int) -> Scenario:
+    """Returns a scenario whose calibration cal-1 of the arena has its first ``windows``
+    windows of the worked example measured."""
+    sc, _ = _world()
+    started = samples.calibration_started(arena=samples.commissioned())
+    sc.append("calibration-cal-1", started, *samples.calibration_windows()[:windows])
+    return sc
+
+
+def _concluded() -> CalibrationConcluded:
+    """Returns the worked example's CalibrationConcluded (docs/calibration.md)."""
+    return CalibrationConcluded(
+        window_noise="0.013833", boot_noise="0.004926", window_noise_bound="0.032817",
+        boot_noise_bound="0.048357", window_dof=4, boot_dof=2, seal_window_noise="0.0329",
+        seal_boot_noise="0.0484", seal_policy_version="paired-windows.v2",
+        concluded_block=300, rules_version="calibration.v1",
+    )
 
 
 def _derived(sc: Scenario) -> Decision:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from machines import arena, attempt, payment, samples, submission
+from machines import arena, attempt, calibration, payment, samples, submission
 from machines.arithmetic import Decision
 from machines.reasons import REASONS
 from machines.refusal import Refusal
@@ -16,6 +16,7 @@ from machines.table import Guard, Table, build
 from vocabulary.events import (
     ALL_EVENTS_V1,
     ArenaRetired,
+    CalibrationConcluded,
     ControlRegistered,
     CreditGranted,
     CreditSpent,
@@ -42,6 +43,7 @@ TABLES: dict[str, Table[Any, Any]] = {
     "arena": arena.TABLE,
     "payment": payment.PAYMENT_TABLE,
     "credit": payment.CREDIT_TABLE,
+    "calibration": calibration.CALIBRATION_TABLE,
 }
 
 
@@ -78,6 +80,14 @@ def example_events() -> dict[str, Event]:
         EmissionPolicySet(half_life_blocks=10, burn_hotkey="5B", validator_hotkey="5V"),
         SettlementComputed(block=1, as_of_position=1, claims=[], weights_ppm={}, fees={},
                            settlement_digest="f" * 64),
+        samples.calibration_started(),
+        samples.calibration_windows()[0],
+        CalibrationConcluded(
+            window_noise="0.010000", boot_noise="0.000000", window_noise_bound="0.020000",
+            boot_noise_bound="0.010000", window_dof=4, boot_dof=2, seal_window_noise="0.02",
+            seal_boot_noise="0.01", seal_policy_version="paired-windows.v1",
+            concluded_block=1, rules_version="calibration.v1",
+        ),
     ]
     found = {event.event_type: event for event in examples}
     assert set(found) == {model.event_type for model in ALL_EVENTS_V1}

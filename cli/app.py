@@ -409,6 +409,10 @@ from cli.evaluate import register as _register_evaluate  # noqa: E402
 
 _register_evaluate(app)
 
+from cli.calibrate import register as _register_calibrate  # noqa: E402
+
+_register_calibrate(app)
+
 from cli.demo import register as _register_demo  # noqa: E402
 
 _register_demo(app)

@@ -89,7 +89,7 @@ class _Pair:
                 lane.shutdown()
 
 
-def _boot_pair(engine: Engine, candidate: DeltaSpec, orientation: int, replay: ReplaySlice,
+def _boot_pair(engine: Engine, candidate: DeltaSpec | None, orientation: int, replay: ReplaySlice,
                warmup_runs: int) -> _Pair:
     candidate_lane, stock_lane = lane_roles(orientation)
     cand = engine.boot_lane(candidate_lane, candidate, stage=STAGE_SPEED)
@@ -163,7 +163,8 @@ def window_payload(window: int, orientation: int, stock: WindowRun, candidate: W
     return payload
 
 
-def iter_windows(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *, windows: int,
+def iter_windows(engine: Engine, candidate: DeltaSpec | None, replay: ReplaySlice, *,
+                 windows: int,
                  warmup_runs: int = 1, include_rates: bool = False,
                  first_window: int = 1) -> Generator[dict[str, Any], None, None]:
     """Yields WindowMeasured payloads for windows first_window..W in order; stop to stop.
@@ -172,6 +173,7 @@ def iter_windows(engine: Engine, candidate: DeltaSpec, replay: ReplaySlice, *, w
     yielded stay valid. Any other exception from a lane becomes
     ``unproven_infrastructure_failure``. ``first_window`` > 1 resumes an attempt whose
     earlier windows are recorded: its orientation's lanes are booted (and warmed up) afresh.
+    ``candidate`` None runs stock on both lanes (an A/A calibration, docs/calibration.md).
     """
     orientation_of(first_window, windows)  # validates W and the start before anything boots
     pair: _Pair | None = None

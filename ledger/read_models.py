@@ -589,6 +589,15 @@ class Reader:
         found.sort()
         return found
 
+    def streams_of_type(self, event_type: str) -> list[str]:
+        """Returns the streams holding an event of ``event_type`` (the (type, position)
+        index), in the order of their first such event."""
+        c = events_table.c
+        rows = self.conn.execute(
+            select(c.stream).where(c.type == event_type).order_by(c.position)
+        )
+        return list(dict.fromkeys(str(row[0]) for row in rows))
+
     def latest_of_type(self, event_type: str) -> tuple[int, bytes] | None:
         """Returns (schema version, payload) of the latest event of ``event_type``, or None
         (one seek on the (type, position) index)."""

@@ -32,6 +32,7 @@ from machines import attempt as attempt_machine
 from machines.arena import ArenaState
 from machines.arithmetic import Decision
 from machines.attempt import AttemptState, AttemptSummary
+from machines.calibration import CalibrationState
 from machines.intake import FailedRef, epoch_blocks
 from machines.payment import CreditState, PaymentState
 from machines.projection import Finished, FoldCounts, LedgerFold, encode_finished
@@ -346,7 +347,7 @@ def seeded_fold(
         admitted=lambda hot: _Admitted(hot, archive),
         failures=lambda hot: _Failures(hot, archive),
     )
-    arenas = _arenas(reader)
+    arenas, calibrations = _arenas(reader)
     archive.arenas = _ArenasOf(fold)
     unspent = [_credit(row) for row in reader.unspent_credits()]
     tables: dict[str, dict[str, int]] = {"decided": {}, "no_decision": {}, "holds_placed": {}}
@@ -359,7 +360,7 @@ def seeded_fold(
     # No live submission is read here: each is loaded when a rule first reads it, and the
     # queries list the unloaded ones from rm_submissions (LiveRows).
     fold.seed(reader.position, arenas.values(), (), unspent, counts, owed["payment"],
-              owed["credit"], LiveRows(archive))
+              owed["credit"], LiveRows(archive), calibrations)
     policy = None
     found = reader.latest_of_type("EmissionPolicySet")
     if found is not None:
@@ -369,14 +370,18 @@ def seeded_fold(
     return fold, archive, policy
 
 
-def _arenas(reader: read_models.Reader) -> dict[str, ArenaState]:
-    """Folds every arena's own stream (its commissions, controls, incumbent, retirement),
-    read in one query: arena events touch nothing but their arena, so one fold of all
-    their streams in position order holds each arena as a fold of its stream alone."""
+def _arenas(
+    reader: read_models.Reader,
+) -> tuple[dict[str, ArenaState], list[CalibrationState]]:
+    """Folds every arena's own stream (its commissions, controls, incumbent, retirement)
+    and every calibration's, read in one query: arena events touch nothing but their arena,
+    and a calibration reads nothing but its arena's commission as it stood, so one fold of
+    all their streams in position order holds each as a fold of the ledger does."""
     fold = LedgerFold()
     decode = CATALOGUE.decode
     streams = [f"arena-{arena_id}" for arena_id in reader.arena_ids()]
+    streams += reader.streams_of_type("CalibrationStarted")
     for position, stream, kind, version, data in reader.stream_events(streams):
         payload = loads(data)
         fold.apply(position, stream, decode(kind, version, payload), payload)
-    return {arena.arena_id: arena for arena in fold.arenas()}
+    return {arena.arena_id: arena for arena in fold.arenas()}, fold.calibrations()

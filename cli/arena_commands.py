@@ -15,6 +15,7 @@ from cli.common import (
     decision_text,
     emit_json,
     emit_jsonl,
+    err_console,
     handle_errors,
     new_table,
     options_named,
@@ -23,6 +24,7 @@ from cli.common import (
 )
 from machines.control import UNEXPECTED, ControlRow, latest_complete_run
 from services.arena_ledger import ArenaLedger, require_prefix_length
+from services.calibration import commission_from_calibration, seal_warning
 from vocabulary import limits
 from vocabulary.codec import loads
 from vocabulary.errors import IntegrityError, InvalidInput, read_input, read_limited
@@ -63,13 +65,20 @@ def _positions(result: Any) -> str:
 @handle_errors
 def commission(
     file: str = typer.Argument(..., help="ArenaCommissioned payload as JSON (or - for stdin)."),
+    from_calibration: str | None = typer.Option(
+        None, "--from-calibration", help="Seal noise at least this calibration's bounds "
+        "(docs/calibration.md); its seal fills a policy's missing noise fields."
+    ),
 ) -> None:
     """Commissions (or re-commissions) an arena from a JSON payload."""
     payload = _read_json(file)
     if not isinstance(payload, dict):
         raise InvalidInput("the commission must be a JSON object", path="$")
     with _ledger() as ledger:
-        result = ledger.commission(payload)
+        if from_calibration is not None:
+            result = commission_from_calibration(ledger, payload, from_calibration)
+        else:
+            result = ledger.commission(payload)
         arena = ledger.fold.arena(str(payload["arena_id"]))
     digest = arena.commission_digest if arena is not None else "?"
     again = " (already recorded: nothing was written)" if result.already_recorded else ""
@@ -330,6 +339,7 @@ def controls(
     with _ledger(as_of) as ledger:
         rows = ledger.controls(arena_id)
         position = ledger.guard.fold.position
+        below = seal_warning(ledger, arena_id)
     if as_json:
         emit_jsonl(rows)
     else:
@@ -342,6 +352,8 @@ def controls(
             table.add_row(row["control_id"], block, row["attempt_id"] or "-", expected,
                           observed, row["outcome"])
         console.print(table)
+    if below is not None:  # the seal lets noise pass as speed: said, not an exit code
+        (err_console if as_json else console).print(below)
     latest = latest_complete_run([ControlRow(**row) for row in rows])
     failed = [row.control_id for row in latest if row.outcome == UNEXPECTED]
     if failed:

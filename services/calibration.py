@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ledger.store import AppendResult
+from ledger.records import AppendResult
 from machines.calibration import CONCLUDED, CalibrationState, Shortfall, seal_shortfall
 from machines.calibration import measured_digest as digest_of
 from machines.projection import LedgerFold
@@ -113,9 +113,9 @@ def commission_from_calibration(ledger: ArenaLedger, payload: dict[str, Any],
     target = _target(calibration)
     for name in ("engine", "model", "hardware"):
         document.setdefault(name, target[name])
-    parts = [document.get(name) for name in ("engine", "model", "hardware")]
-    if not all(isinstance(part, dict) for part in parts) or digest_of(*parts) != (
-            calibration.measured_digest):
+    engine, model, hardware = (document.get(name) for name in ("engine", "model", "hardware"))
+    if not (isinstance(engine, dict) and isinstance(model, dict) and isinstance(hardware, dict)
+            ) or digest_of(engine, model, hardware) != calibration.measured_digest:
         raise InvalidInput(
             f"the commission's engine, model and hardware are not what calibration "
             f"{calibration_id} measured; calibrate this engine, or leave them out to take the "
@@ -123,23 +123,25 @@ def commission_from_calibration(ledger: ArenaLedger, payload: dict[str, Any],
     policy = document.get("policy")
     if not isinstance(policy, dict):
         raise InvalidInput("the commission needs a policy object", path="$.policy")
-    if conclusion.seal_policy_version is None:
-        raise Refused(
-            f"calibration {calibration_id} bounds (window_noise {conclusion.window_noise_bound}, "
-            f"boot_noise {conclusion.boot_noise_bound}) are above what any policy version "
-            "allows; nothing was written", reason="calibration_noise_unsealable")
-    policy.setdefault("policy_version", conclusion.seal_policy_version)
-    policy.setdefault("window_noise", conclusion.seal_window_noise)
-    policy.setdefault("boot_noise", conclusion.seal_boot_noise)
     for name, bound in (("window_noise", conclusion.window_noise_bound),
                         ("boot_noise", conclusion.boot_noise_bound)):
-        stated = policy[name]
+        stated = policy.get(name, bound)
         if not isinstance(stated, str) or _below(stated, bound):
             raise InvalidInput(
                 f"policy {name} {stated} is below calibration {calibration_id}'s bound "
                 f"{bound}; seal at least {bound} (its seal is "
                 f"{getattr(conclusion, 'seal_' + name)}) or leave it out",
                 path=f"$.policy.{name}", sealed=stated, bound=bound)
+    missing = {"policy_version", "window_noise", "boot_noise"} - set(policy)
+    if missing and conclusion.seal_policy_version is None:
+        raise Refused(
+            f"calibration {calibration_id} bounds (window_noise {conclusion.window_noise_bound}, "
+            f"boot_noise {conclusion.boot_noise_bound}) are above what any policy version "
+            "allows, so it cannot fill the policy's " + ", ".join(sorted(missing)) +
+            "; nothing was written", reason="calibration_noise_unsealable")
+    policy.setdefault("policy_version", conclusion.seal_policy_version)
+    policy.setdefault("window_noise", conclusion.seal_window_noise)
+    policy.setdefault("boot_noise", conclusion.seal_boot_noise)
     return ledger.commission(document)
 
 

@@ -108,6 +108,8 @@ class CalibrationState:
     windows: int
     boots: int
     confidence: str
+    #: The opening event: the engine, model and hardware measured, as recorded.
+    started: CalibrationStarted
     #: (boot, window, orientation, lane A cost ns, lane B cost ns) in measured order.
     measured: tuple[tuple[int, int, int, int, int], ...] = ()
     conclusion: CalibrationConcluded | None = None
@@ -320,7 +322,7 @@ def _start(event: CalibrationStarted, arena_digest: str | None) -> CalibrationSt
         )
     return CalibrationState(
         event.calibration_id, event.arena_id, own, event.block, event.windows, event.boots,
-        event.confidence,
+        event.confidence, event,
     )
 
 

@@ -33,7 +33,8 @@ ROLES: dict[str, tuple[str, ...]] = {
         "events", "head", "explain", "submissions", "controls", "history", "rewards", "fees",
         "earnings", "checkpoints", "prove", "verify-proof", "verify-bundle", "serve",
     ),
-    "Engine: evaluate on the reference engine": ("evaluate", "run-controls", "demo"),
+    "Engine: evaluate on the reference engine": ("evaluate", "run-controls", "calibrate",
+                                                 "demo"),
 }
 
 

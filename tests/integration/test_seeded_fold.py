@@ -20,10 +20,14 @@ import pytest
 from generated_ledger import batches, generated
 
 from ledger import migrate
+from machines import samples
+from machines.calibration import derive_conclusion
 from machines.intake import Rejection
 from machines.submission import SubmissionState, submission_id_of
 from services.arena_ledger import ArenaLedger
+from vocabulary.errors import Refused
 from vocabulary.events import (
+    CalibrationConcluded,
     CreditGranted,
     Event,
     IncumbentAdvanced,
@@ -372,4 +376,31 @@ def test_expire_finds_the_due_submissions_loaded_or_not(ledger_url: str) -> None
         assert fold.expirable(block) == due
         assert ledger.expire(block) == [s.submission_id for s in due]
         assert fold.expirable(block) == []
+    _same_state(ledger_url)
+
+
+def test_a_seeded_fold_holds_calibrations_and_decides_their_windows(ledger_url: str) -> None:
+    # A calibration's state lives in no read model: the seeded fold folds its stream with
+    # the arenas', so a window or a conclusion appended later is decided as the whole fold
+    # decides it (a re-commission in between changes nothing already started).
+    arena = samples.commissioned()
+    windows = samples.calibration_windows()
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        ledger.append([("arena-mlp-arena", arena)])
+        ledger.append([("calibration-cal-1", samples.calibration_started(arena=arena)),
+                       *[("calibration-cal-1", w) for w in windows[:5]]])
+        ledger.append([("arena-mlp-arena", samples.commissioned(fee_rao=7))])
+    _same_state(ledger_url)
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        assert ledger.guard.seeded
+        with pytest.raises(Refused, match="calibration_window_out_of_order"):
+            ledger.append([("calibration-cal-1", windows[4])])
+        ledger.append([("calibration-cal-1", w) for w in windows[5:]])
+    with ArenaLedger(ledger_url, actor="test") as ledger:
+        state = ledger.fold.calibration("cal-1")
+        assert state is not None
+        derived = derive_conclusion(state)
+        assert derived is not None
+        ledger.append([("calibration-cal-1", CalibrationConcluded.model_validate(
+            {**derived, "concluded_block": 300}))])
     _same_state(ledger_url)

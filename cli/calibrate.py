@@ -6,8 +6,9 @@ from typing import Any
 
 import typer
 
-from cli.common import INT_MAX, console, emit_json, err_console, handle_errors, options_named, state
+from cli.common import INT_MAX, console, emit_json, handle_errors, options_named, state
 from services.arena_ledger import ArenaLedger
+from vocabulary import limits
 from vocabulary.errors import IntegrityError, InvalidInput
 
 __all__ = ["register"]
@@ -37,8 +38,14 @@ def calibrate(
         None, "--engine",
         help="Without --arena: torch-reference (the reference model on this host's CPU).",
     ),
-    windows: int = typer.Option(4, "--windows", help="Windows per boot round (3-5), as W."),
-    boots: int = typer.Option(3, "--boots", help="Boot rounds (2-20)."),
+    windows: int = typer.Option(
+        4, "--windows", min=limits.calibration_windows_min, max=limits.calibration_windows_max,
+        help="Windows per boot round, laid out as an attempt's W.",
+    ),
+    boots: int = typer.Option(
+        3, "--boots", min=limits.calibration_boots_min, max=limits.calibration_boots_max,
+        help="Boot rounds (each boots both lanes afresh per orientation).",
+    ),
     confidence: str = typer.Option("0.95", "--confidence", help="Of the upper bounds."),
     block: int = typer.Option(
         ..., "--block", min=0, max=INT_MAX, help="Finalized block of the calibration."
@@ -90,8 +97,6 @@ def calibrate(
         )
     check = report.check
     if check is not None and check.shortfalls:
-        if as_json:
-            err_console.print(check.text())
         raise IntegrityError(check.text(), arena_id=check.arena_id,
                              calibration_id=check.calibration_id)
     if check is not None and not as_json:

@@ -67,15 +67,17 @@ def concluded_calibration(fold: LedgerFold, calibration_id: str) -> CalibrationS
 
 
 def latest_calibration(fold: LedgerFold, arena_id: str) -> CalibrationState | None:
-    """Returns the arena's latest concluded calibration of its current engine, or None."""
+    """Returns the latest concluded calibration of the arena's current engine, model and
+    hardware, made for the arena or for no arena (``calibrate --engine``), or None."""
     arena = fold.arena(arena_id)
     if arena is None:
         return None
     sealed = arena.commission.event
     current = digest_of(sealed.engine.model_dump(), sealed.model.model_dump(),
                         sealed.hardware.model_dump())
-    found = [c for c in fold.calibrations(arena_id)
-             if c.status == CONCLUDED and c.measured_digest == current]
+    found = [c for c in fold.calibrations()
+             if c.arena_id in (arena_id, None) and c.status == CONCLUDED
+             and c.measured_digest == current]
     return found[-1] if found else None
 
 

@@ -25,6 +25,12 @@ from vocabulary.fields import (
     Rao,
     Reason,
 )
+from vocabulary.limits import (
+    calibration_boots_max,
+    calibration_boots_min,
+    calibration_windows_max,
+    calibration_windows_min,
+)
 
 __all__ = [
     "ALL_EVENTS_V1",
@@ -504,8 +510,9 @@ class CalibrationStarted(Event):
     measured_digest: Digest
     validator_hotkey: Hotkey
     block: Block
-    windows: int = Field(ge=3, le=5)  # strict int: windows per boot round, as an attempt's W
-    boots: int = Field(ge=2, le=20)
+    #: Windows per boot round, laid out as an attempt's W.
+    windows: int = Field(ge=calibration_windows_min, le=calibration_windows_max)
+    boots: int = Field(ge=calibration_boots_min, le=calibration_boots_max)
     confidence: DecimalStr
 
     @field_validator("confidence")
@@ -522,7 +529,7 @@ class CalibrationWindowMeasured(Event):
 
     event_type: ClassVar[str] = "CalibrationWindowMeasured"
     category: ClassVar[str | None] = "calibration"
-    boot: int = Field(ge=1, le=20)
+    boot: int = Field(ge=1, le=calibration_boots_max)
     window: int = Field(ge=1, le=5)
     orientation: int = Field(ge=1, le=2)
     lane_a_cost_ns: PositiveInt

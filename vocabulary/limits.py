@@ -9,6 +9,10 @@ from __future__ import annotations
 __all__ = [
     "actor_chars_max",
     "batch_events_max",
+    "calibration_boots_max",
+    "calibration_boots_min",
+    "calibration_windows_max",
+    "calibration_windows_min",
     "checkpoint_origin_chars_max",
     "digest_hex_chars",
     "idempotency_key_chars_max",
@@ -21,6 +25,15 @@ __all__ = [
     "stream_name_chars_max",
     "type_name_chars_max",
 ]
+
+#: Windows per boot round of an A/A calibration: as an attempt's W (at most 5), and at
+#: least 3 so that orientation 2 holds two windows and the window noise has a degree of
+#: freedom (docs/calibration.md).
+calibration_windows_min = 3
+calibration_windows_max = 5
+#: Boot rounds of a calibration: two at least, for the boot noise's degrees of freedom.
+calibration_boots_min = 2
+calibration_boots_max = 20
 
 #: Largest canonical payload, in bytes, of one event.
 payload_bytes_max = 65_536

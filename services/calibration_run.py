@@ -140,6 +140,9 @@ def run_calibration(
     ident = calibration_id or default_calibration_id(arena_id, block)
     target = None if arena_id is not None else reference_target()
     _check_plan(ident, arena_id, windows, boots, confidence, block, validator_hotkey, target)
+    if ledger.fold.calibration(ident) is not None:
+        raise InvalidInput(f"calibration {ident} already exists; choose another --id",
+                           path="--id", calibration_id=ident)
     engine = arena_engine(ledger, arena_id) if arena_id is not None else make_engine(
         "torch-reference", engine_config={"cost_clock": "thread_time"})
     try:

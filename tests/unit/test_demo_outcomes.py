@@ -7,6 +7,7 @@ summaries (the shape `arena-ledger demo --json` prints) and ledger records inste
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,24 @@ def test_the_busy_loop_is_killed_when_the_runs_fail(bench: Any) -> None:
         assert hog.poll() is None
         raise RuntimeError("a run failed")
     assert hog.returncode is not None
+
+
+def test_a_run_reads_the_summary_the_command_prints_and_keeps_its_exit_code(
+    bench: Any,
+) -> None:
+    # A stand-in for the console script: prints a canned summary, exits 4 (replay diverged).
+    printed = json.dumps(_summary(fast=("FAIL", "candidate_slower")))
+    fake = [sys.executable, "-c", f"import sys; print({printed!r}); sys.exit(4)"]
+    run = bench.run_once(3, fake, 60, NAMES)
+    assert (run.run, run.exit_code, run.error) == (3, 4, None)
+    # No ledger was written: a miner's delta is unknown, shown as such, never guessed.
+    assert {e.delta for e in run.entries if e.role == "miner"} == {"?"}
+    assert [e.verdict for e in run.entries][:4] == ["FAIL", "FAIL", "FAIL", "NO_DECISION"]
+    assert run.wall_s > 0
+
+
+def test_a_run_that_prints_no_summary_keeps_the_tail_of_what_it_said(bench: Any) -> None:
+    fake = [sys.executable, "-c", "import sys; sys.exit('error: the engine extra is missing')"]
+    run = bench.run_once(1, fake, 60, NAMES)
+    assert run.exit_code == 1 and run.entries == []
+    assert run.error is not None and "the engine extra is missing" in run.error

@@ -88,6 +88,7 @@ def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None
     lines = text.splitlines()
     assert lines[0] == (
         f"attempt att-1 (normal) state {doc['state']}  commission {doc['commission_digest'][:16]}…"
+        "  rules paired-windows.v1"
     )
     for w in doc["windows"]:
         row = next(line for line in lines if line.startswith(f"│ {w['window']} "))

@@ -184,9 +184,9 @@ class Policy(_Part):
 #: The seal range of window_noise and boot_noise under paired-windows.v2: wide enough for the
 #: window-to-window spread a shared CPU host shows (docs/domain.md, the noise guard).
 _V2_NOISE_MAX = Decimal("0.25")
-#: noise_guard_alpha's range [10^-9, 0.5): below 10^-9 the guard could never trip on real
-#: windows (its bound passes 37 at one degree of freedom) and 1 − α nears the end of the
-#: 34 digits the bound is computed in; at 0.5 or above it trips on half of honest attempts.
+#: noise_guard_alpha's range [10^-9, 0.5): below 10^-9 the bound passes 37 at one degree of
+#: freedom (two windows 8.6 σw apart), a seal that says little, and 1 − α nears the last of
+#: the 34 digits the bound is computed in; at 0.5 it trips on half of the honest attempts.
 _V2_ALPHA_MIN = Decimal("0.000000001")
 _V2_ALPHA_MAX = Decimal("0.5")
 

@@ -5,11 +5,10 @@ level, and a submission's page shows each attempt's rules version and noise chec
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import page  # same directory
 from fastapi.testclient import TestClient
 
 from ledger import migrate
@@ -51,17 +50,20 @@ def client(noisy: tuple[str, str]) -> Iterator[TestClient]:
         yield found
 
 
-def test_the_arena_pages_show_the_sealed_guard_level(client: TestClient) -> None:
+Page = Callable[..., str]
+
+
+def test_the_arena_pages_show_the_sealed_guard_level(html_page: Page) -> None:
     for path in ("/", f"/arenas/{ARENA}"):
-        shown = page(client, path)
+        shown = html_page(path)
         assert re.search(r'data-field="noise_guard_alpha">0\.001<', shown), path
         assert "paired-windows.v2" in shown
 
 
 def test_the_submission_page_shows_the_rules_version_and_the_tripped_check(
-    client: TestClient, noisy: tuple[str, str]
+    client: TestClient, html_page: Page, noisy: tuple[str, str]
 ) -> None:
-    shown = page(client, f"/submissions/{noisy[1]}")
+    shown = html_page(f"/submissions/{noisy[1]}")
     assert "<dt>rules</dt><dd><code>paired-windows.v2</code></dd>" in shown
     table = shown.split('<table class="noise">', 1)[1].split("</table>", 1)[0]
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", table)
@@ -89,6 +91,8 @@ def test_a_v1_attempt_page_has_no_guard_section(tmp_path: Path) -> None:
             ledger.record("att-1", samples.window(index, 1 if index <= 2 else 2,
                                                   1_000_000_000, cost))
     with TestClient(create_app(url), raise_server_exceptions=False) as v1_client:
-        shown = page(v1_client, f"/submissions/{sid}")
+        response = v1_client.get(f"/submissions/{sid}", headers={"accept": "text/html"})
+    assert response.status_code == 200
+    shown = response.text
     assert "<dt>rules</dt><dd><code>paired-windows.v1</code></dd>" in shown
     assert "Noise guard" not in shown and 'class="noise"' not in shown

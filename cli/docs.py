@@ -178,7 +178,7 @@ def _type_name(annotation: Any) -> str:
     return str(annotation)
 
 
-def _field_rows(model: Any, prefix: str = "") -> list[str]:
+def _field_rows(model: Any, prefix: str = "", suffix: str = "") -> list[str]:
     rows = []
     for name, info in model.model_fields.items():
         annotation = info.annotation
@@ -187,21 +187,29 @@ def _field_rows(model: Any, prefix: str = "") -> list[str]:
         required = "required" if info.is_required() else f"optional (default `{info.default!r}`)"
         if info.default_factory is not None:
             required = "optional"
-        rows.append(f"| `{prefix}{name}` | {_type_name(annotation)} | {required} |")
-        nested = _nested_model(annotation)
-        if nested is not None:
-            rows.extend(_field_rows(nested, f"{prefix}{name}."))
+        rows.append(f"| `{prefix}{name}`{suffix} | {_type_name(annotation)} | {required} |")
+        nested = _nested_models(annotation)
+        for model_of in nested:
+            # A union of models (the sealed policy's versions): each one's fields, the later
+            # ones named by their model.
+            shown = f" ({model_of.__name__})" if model_of is not nested[0] else suffix
+            rows.extend(_field_rows(model_of, f"{prefix}{name}.", shown))
     return rows
 
 
-def _nested_model(annotation: Any) -> Any:
+def _nested_models(annotation: Any) -> list[Any]:
     from pydantic import BaseModel
 
-    candidates = [annotation, *typing.get_args(annotation)]
-    for candidate in candidates:
+    found = []
+    pending = [annotation]
+    while pending:
+        candidate = pending.pop(0)
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
+            found.append(candidate)
+        elif typing.get_origin(candidate) in (typing.Annotated, typing.Union, types.UnionType):
+            args = typing.get_args(candidate)
+            pending.extend(args[:1] if typing.get_origin(candidate) is typing.Annotated else args)
+    return found
 
 
 def render_events_md() -> str:

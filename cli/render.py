@@ -64,7 +64,7 @@ def _attempt(doc: dict[str, Any]) -> None:
     console.print(Text.assemble(
         ("attempt", "bold"),
         f" {doc['attempt_id']} ({doc.get('plan')}) state {doc.get('state')}  commission "
-        f"{str(doc.get('commission_digest'))[:16]}…",
+        f"{str(doc.get('commission_digest'))[:16]}…  rules {doc.get('rules_version') or '-'}",
     ))
     windows = new_table(
         "window",
@@ -110,6 +110,7 @@ def _attempt(doc: dict[str, Any]) -> None:
             str(k["outcome"]),
         )
     _table_or_none(looks, "looks: none taken")
+    _noise_guard(doc.get("noise_guard"))
     audit = new_table(
         "node",
         "calls",
@@ -148,6 +149,23 @@ def _attempt(doc: dict[str, Any]) -> None:
         f" speedup {shown(decision.get('speedup'))} pass line {shown(decision.get('pass_line'))}"
         f" look {shown(decision.get('look_window'))}",
     ))
+
+
+def _noise_guard(guard: dict[str, Any] | None) -> None:
+    """Prints paired-windows.v2's noise checks (nothing under v1, which has no guard)."""
+    if guard is None:
+        return
+    checks = new_table(
+        "window", "dof", "T", "bound", "trips?",
+        title=f"noise guard (α {guard['alpha']}, σw {guard['window_noise']})",
+        caption="T = Σ (ln r − orientation mean)² / σw²; trips when T > χ²(1 − α, dof)",
+    )
+    for c in guard.get("checks", []):
+        checks.add_row(
+            str(c["window"]), str(c["dof"]), _d(c["statistic"]), _d(c["critical"]),
+            "yes" if c["trips"] else "no",
+        )
+    _table_or_none(checks, "noise guard: no check yet")
 
 
 def _table_or_none(table: Any, none: str) -> None:

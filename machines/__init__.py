@@ -5,10 +5,11 @@ database, clock, randomness, logging or engine. Modules:
 
 - ``refusal``, ``reasons``, ``table``: the refusal record, the one reason-code table, and the
   shared shape of a transition table.
-- ``submission``, ``attempt``, ``arena``, ``payment``: one machine per stream category.
-- ``arithmetic``: the ``paired-windows.v1`` arithmetic (Decimal, precision 34), in the one
-  context of ``decimal_context``; ``chi_square``: exact chi-square quantiles for the noise
-  guard and the calibration bounds.
+- ``submission``, ``attempt``, ``arena``, ``payment``, ``calibration``: one machine per
+  stream category (``calibration`` also derives the A/A noise estimates and bounds).
+- ``arithmetic``: the ``paired-windows.v1`` and ``.v2`` arithmetic (Decimal, precision 34;
+  v2 adds the noise guard), in the one context of ``decimal_context``; ``chi_square``: exact
+  chi-square quantiles for the noise guard and the calibration bounds.
 - ``intake``, ``control``: intake rules and the control-outcome projection.
 - ``projection``: ``LedgerFold``, the whole-ledger fold and write-side ``decide``.
 - ``docs``, ``samples``: docs/machines.md rendering and deterministic example events.
@@ -18,8 +19,9 @@ database, clock, randomness, logging or engine. Modules:
 __all__ = [
     "arena",
     "arithmetic",
-    "chi_square",
     "attempt",
+    "calibration",
+    "chi_square",
     "control",
     "decimal_context",
     "docs",

@@ -23,6 +23,7 @@ from vocabulary.events import (
     Event,
     IncumbentAdvanced,
     Policy,
+    PolicyV2,
 )
 
 __all__ = [
@@ -60,7 +61,7 @@ def commission_digest(event: ArenaCommissioned, payload: Payload = None) -> str:
     return digest("arena-ledger.commission", document)
 
 
-def policy_digest(policy: Policy) -> str:
+def policy_digest(policy: Policy | PolicyV2) -> str:
     """Returns digest(``arena-ledger.policy``, policy), omitting an empty control list.
 
     The policy is hashed in full (defaults spelled out), so two spellings of one sealed

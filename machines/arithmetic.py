@@ -1,4 +1,8 @@
-"""Computes the decision arithmetic of policy ``paired-windows.v1`` (docs/machines.md).
+"""Computes the decision arithmetic of ``paired-windows.v1`` and ``.v2`` (docs/machines.md).
+
+v2 is v1 plus the noise guard (``noise_check``): at each point where v1 could decide, a
+chi-square test of the windows' spread against the sealed σw; its critical values are
+compiled once per commission (``PolicyParams.noise_lines``).
 
 Every operation goes through one fixed ``decimal.Context`` (precision 34, ROUND_HALF_EVEN,
 traps on invalid operations, division by zero and overflow), called explicitly rather than
@@ -10,22 +14,27 @@ every digit. Decisions compare full-precision values; recorded results use ``fix
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, DecimalException
 from typing import NamedTuple
 
+from machines.chi_square import chi2_quantile
 from machines.decimal_context import CONTEXT
+from machines.reasons import NOISE_ABOVE_SEAL, verdict_disposition
 from vocabulary.codec import fixed6
-from vocabulary.events import AttemptDecided, AuditNodeGraded, Policy
+from vocabulary.events import AttemptDecided, AuditNodeGraded, Policy, PolicyV2
 
 __all__ = [
     "CONTEXT",
     "FAULT_DISPOSITIONS",
     "RULES_VERSION",
+    "RULES_VERSION_V2",
     "Decision",
     "Look",
     "NodeTally",
+    "NoiseCheck",
+    "NoiseLine",
     "PolicyParams",
     "QuickLine",
     "SpeedLine",
@@ -41,6 +50,8 @@ __all__ = [
     "ln",
     "look",
     "node_outcome",
+    "noise_check",
+    "noise_checks",
     "quality_outcome",
     "quick_fixed",
     "quick_outcome",
@@ -49,6 +60,7 @@ __all__ = [
 ]
 
 RULES_VERSION = "paired-windows.v1"
+RULES_VERSION_V2 = "paired-windows.v2"
 
 _C = CONTEXT
 _ONE = Decimal(1)
@@ -71,6 +83,14 @@ FAULT_DISPOSITIONS: Mapping[str, str] = {
 def fault_disposition(code: str) -> str:
     """Returns the disposition of a fault: REQUEUE when nothing ran, HOLD when unproven."""
     return FAULT_DISPOSITIONS[code]
+
+
+class NoiseLine(NamedTuple):
+    """Holds the noise guard's policy-fixed numbers at one window where it checks (v2)."""
+
+    window: int
+    dof: int
+    critical: Decimal
 
 
 class SpeedLine(NamedTuple):
@@ -108,6 +128,12 @@ class PolicyParams:
     sla_blocks: int
     #: Float thresholds per look for the fold's quick pre-check (derived from ``lines``).
     quick: tuple[QuickLine | None, ...] = field(default=(), compare=False, repr=False)
+    #: The sealed policy_version: an AttemptDecided must carry it as its rules_version.
+    rules_version: str = RULES_VERSION
+    #: v2's noise guard level α (None under v1: no guard).
+    noise_guard_alpha: Decimal | None = None
+    #: v2: the guard's sealed numbers by window index (None where it does not check).
+    noise_lines: tuple[NoiseLine | None, ...] = ()
 
     def orientation(self, window: int) -> int:
         """Returns the orientation paired-windows.v1 prescribes for ``window`` (1-based)."""
@@ -150,7 +176,7 @@ def _quick_line(line: SpeedLine | None) -> QuickLine | None:
     return QuickLine(float(gate), float(_C.divide(_ONE, gate)), fixed(pass_line))
 
 
-def _speed_line(window: int, n1: int, policy: Policy) -> SpeedLine:
+def _speed_line(window: int, n1: int, policy: Policy | PolicyV2) -> SpeedLine:
     n2 = window - n1
     sw = Decimal(policy.window_noise)
     sb = Decimal(policy.boot_noise)
@@ -168,7 +194,7 @@ def _speed_line(window: int, n1: int, policy: Policy) -> SpeedLine:
     return SpeedLine(window, n1, n2, se, z, line)
 
 
-def line_out_of_range(policy: Policy) -> int | None:
+def line_out_of_range(policy: Policy | PolicyV2) -> int | None:
     """Returns the first look window whose pass line cannot be decided with, else None.
 
     A pass line L = (1 + g) · exp(z · SE) − 1 must be computable in the 34-digit context
@@ -188,13 +214,38 @@ def line_out_of_range(policy: Policy) -> int | None:
     return None
 
 
-def compile_policy(policy: Policy) -> PolicyParams:
-    """Turns a sealed ``Policy`` into ``PolicyParams`` (Decimals, per-look lines)."""
+def _noise_dof(window: int, n1: int) -> int:
+    """Returns Σ_o (n_o − 1) over the orientations holding two or more of windows 1..window."""
+    in1 = min(window, n1)
+    in2 = max(window - n1, 0)
+    return max(in1 - 1, 0) + max(in2 - 1, 0)
+
+
+def _noise_lines(policy: PolicyV2, n1: int) -> tuple[NoiseLine | None, ...]:
+    """Returns v2's guard numbers per window: where v1 could decide (futility after window
+    n1 when a margin is sealed, every look) and the windows so far give dof >= 1."""
+    level = _C.subtract(_ONE, Decimal(policy.noise_guard_alpha))
+    first = n1 if policy.futility_margin is not None else n1 + 1
+    lines: list[NoiseLine | None] = [None] * (policy.windows + 1)
+    for window in range(first, policy.windows + 1):
+        dof = _noise_dof(window, n1)
+        if dof >= 1:
+            lines[window] = NoiseLine(window, dof, chi2_quantile(level, dof))
+    return tuple(lines)
+
+
+def compile_policy(policy: Policy | PolicyV2) -> PolicyParams:
+    """Turns a sealed policy into ``PolicyParams`` (Decimals, per-look lines, v2's guard)."""
     n1 = policy.windows // 2
     lines: list[SpeedLine | None] = [None] * (policy.windows + 1)
     for window in range(n1 + 1, policy.windows + 1):
         lines[window] = _speed_line(window, n1, policy)
     margin = policy.futility_margin
+    alpha: Decimal | None = None
+    noise_lines: tuple[NoiseLine | None, ...] = ()
+    if isinstance(policy, PolicyV2):
+        alpha = Decimal(policy.noise_guard_alpha)
+        noise_lines = _noise_lines(policy, n1)
     return PolicyParams(
         windows=policy.windows,
         orientation1_windows=n1,
@@ -211,6 +262,9 @@ def compile_policy(policy: Policy) -> PolicyParams:
         calibration_digests=frozenset(policy.audit_control_delta_digests),
         sla_blocks=policy.sla_blocks,
         quick=tuple(_quick_line(line) for line in lines),
+        rules_version=policy.policy_version,
+        noise_guard_alpha=alpha,
+        noise_lines=noise_lines,
     )
 
 
@@ -240,6 +294,56 @@ def futile(params: PolicyParams, r1: Decimal) -> bool:
     """Tells whether R1 > 1 + futility_margin (never, when the policy sets no margin)."""
     limit = futility_limit(params)
     return limit is not None and r1 > limit
+
+
+class NoiseCheck(NamedTuple):
+    """Holds one check of v2's noise guard at full precision: T, its dof and the bound."""
+
+    window: int
+    dof: int
+    statistic: Decimal
+    critical: Decimal
+    trips: bool
+
+
+def _squares_about_mean(logs: Sequence[Decimal]) -> Decimal:
+    """Returns Σ (y_i − ȳ)² over ``logs`` in window order (0 for fewer than two)."""
+    count = len(logs)
+    if count < 2:
+        return Decimal(0)
+    total = Decimal(0)
+    for value in logs:
+        total = _C.add(total, value)
+    mean = _C.divide(total, Decimal(count))
+    squares = Decimal(0)
+    for value in logs:
+        gap = _C.subtract(value, mean)
+        squares = _C.add(squares, _C.multiply(gap, gap))
+    return squares
+
+
+def noise_check(params: PolicyParams, window: int, logs: Sequence[Decimal]) -> NoiseCheck | None:
+    """Returns the guard's check after ``window`` (None where v2 does not check, and in v1).
+
+    ``logs`` are y_i = ln r_i of windows 1..window. T = Σ_o Σ_i (y_i − ȳ_o)² / σw² within
+    each orientation; the check trips when T > chi2_quantile(1 − α, dof), a bound compiled
+    with the commission.
+    """
+    lines = params.noise_lines
+    line = lines[window] if window < len(lines) else None
+    if line is None:
+        return None
+    n1 = params.orientation1_windows
+    squares = _C.add(_squares_about_mean(logs[:n1]), _squares_about_mean(logs[n1:window]))
+    noise = params.window_noise
+    statistic = _C.divide(squares, _C.multiply(noise, noise))
+    return NoiseCheck(window, line.dof, statistic, line.critical, statistic > line.critical)
+
+
+def noise_checks(params: PolicyParams, logs: Sequence[Decimal]) -> tuple[NoiseCheck, ...]:
+    """Returns every check the guard made over windows 1..len(logs), in window order."""
+    seen = (noise_check(params, window, logs) for window in range(1, len(logs) + 1))
+    return tuple(check for check in seen if check is not None)
 
 
 class Look(NamedTuple):
@@ -389,6 +493,12 @@ class SpeedResult(NamedTuple):
         """Returns the futility FAIL: no speedup, no line, the last orientation-1 window."""
         return _new_tuple(cls, ("FAIL", "futility", None, None, params.orientation1_windows))
 
+    @classmethod
+    def noise_above_seal(cls, window: int) -> SpeedResult:
+        """Returns v2's guard NO_DECISION at ``window``: no speedup, no line (the windows
+        spread wider than the seal, so no speed number is worth recording)."""
+        return _new_tuple(cls, ("NO_DECISION", NOISE_ABOVE_SEAL, None, None, window))
+
 
 class NodeTally(NamedTuple):
     """Sums one audited node's AuditNodeGraded counts over its ranks."""
@@ -478,6 +588,15 @@ class Decision(NamedTuple):
         """Returns a COMPLETE decision carrying the speed stage's numbers."""
         _, _, speedup, pass_line, look_window = speed
         return _new_tuple(cls, (verdict, reason, "COMPLETE", speedup, pass_line, look_window))
+
+    @classmethod
+    def of_speed_stage(cls, speed: SpeedResult) -> Decision:
+        """Returns the decision a speed result that ends the attempt in SPEED records: a
+        FAIL (COMPLETE), or v2's guard NO_DECISION with its reason's disposition."""
+        verdict, reason, speedup, pass_line, look_window = speed
+        disposition = verdict_disposition(reason) if verdict == "NO_DECISION" else "COMPLETE"
+        verdict = "NO_DECISION" if verdict == "NO_DECISION" else "FAIL"
+        return _new_tuple(cls, (verdict, reason, disposition, speedup, pass_line, look_window))
 
     def differences(self, other: Decision) -> list[str]:
         """Names the fields, in AttemptDecided order, where ``other`` differs."""

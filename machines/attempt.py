@@ -26,6 +26,13 @@ Rules this module fixes beyond the transition table (see docs/machines.md):
   moves to ``AUDIT``; quality never runs there.
 - The audit is judged on what was graded so far: QualityGraded is accepted only while the
   audit passes, and AttemptDecided in ``AUDIT`` must carry the audit's outcome.
+- Under ``paired-windows.v2`` the noise guard (``machines.arithmetic.noise_check``, always
+  exact Decimal) runs first at every window where v1 could decide; when it trips, speed is
+  decided NO_DECISION ``noise_above_seal`` (REQUEUE) and the attempt stays in ``SPEED``
+  under either plan. Only when it does not trip does the look (quick or exact) run, so the
+  quick path decides nothing the guard could have changed.
+- AttemptDecided must carry the sealed policy's version as ``rules_version``
+  (``rules_version_mismatch``).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from machines.arithmetic import (
     Decision,
     Look,
     NodeTally,
+    NoiseCheck,
     PolicyParams,
     SpeedResult,
     audit_outcome,
@@ -51,6 +59,8 @@ from machines.arithmetic import (
     ln,
     look,
     node_outcome,
+    noise_check,
+    noise_checks,
     quality_outcome,
     quick_fixed,
     quick_outcome,
@@ -154,6 +164,8 @@ class AttemptState:
     status: str = CLAIMED
     windows: tuple[Window, ...] = ()
     sums: tuple[int, int, int, int] = (0, 0, 0, 0)
+    #: v2 only: y_i = ln r_i of every window, for the noise guard (empty under v1).
+    logs: tuple[Decimal, ...] = ()
     r1: Decimal | None = None
     speed: SpeedResult | None = None
     audit: Mapping[str, NodeTally] | None = None
@@ -190,7 +202,16 @@ class AttemptState:
             stock += measured.stock_cost_ns
             candidate += measured.candidate_cost_ns
             seen.append(look(self.params, measured.window, r1, ln_r1, ratio(candidate, stock)))
+        speed = self.speed
+        if speed is not None and speed.verdict == "NO_DECISION" and speed.look_window > n1:
+            # v2's guard decided this look before its S was compared with anything.
+            seen[-1] = seen[-1]._replace(outcome=speed.reason)
         return tuple(seen)
+
+    @property
+    def noise_checks(self) -> tuple[NoiseCheck, ...]:
+        """Returns every check v2's noise guard made so far (none under v1), full precision."""
+        return noise_checks(self.params, self.logs)
 
     @property
     def last_window(self) -> int:
@@ -374,21 +395,38 @@ def _measure(
     stock, candidate = fields["stock_cost_ns"], fields["candidate_cost_ns"]
     a, b, c, d = state.sums
     r1, speed = state.r1, None
+    logs, noisy = state.logs, False
+    if params.noise_lines:  # paired-windows.v2: the guard, exact, before anything decides
+        logs = (*logs, ln(ratio(candidate, stock)))
+        check = noise_check(params, index, logs)
+        noisy = check is not None and check.trips
     if orientation == 1:
         sums = (a + stock, b + candidate, c, d)
         if index == n1:
             r1 = ratio(sums[1], sums[0])
-            if futile(params, r1):
+            if noisy:
+                speed = SpeedResult.noise_above_seal(index)
+            elif futile(params, r1):
                 speed = SpeedResult.futility(params)
     else:
         sums = (a, b, c + stock, d + candidate)
         assert r1 is not None
-        speed = _speed_of(params, index, sums, r1)
+        speed = SpeedResult.noise_above_seal(index) if noisy else _speed_of(
+            params, index, sums, r1
+        )
     status = SPEED
-    if speed is not None and (speed.verdict == "PASS" or state.plan == "calibration_observation"):
+    if speed is not None and (
+        speed.verdict == "PASS"
+        or (speed.verdict == "FAIL" and state.plan == "calibration_observation")
+    ):
         status = AUDIT
     # Window(...) without its Python-level __new__: the same tuple, built once per window.
     window = _new_tuple(Window, (index, orientation, stock, candidate, tokens))
+    if logs:
+        return evolve(
+            state, status=status, windows=(*state.windows, window), sums=sums, logs=logs,
+            r1=r1, speed=speed,
+        )
     return evolve(
         state, status=status, windows=(*state.windows, window), sums=sums, r1=r1, speed=speed
     )
@@ -506,8 +544,8 @@ def derive_decision(state: AttemptState) -> Decision | None:
     speed = state.speed
     if speed is None:
         return None
-    if state.status == SPEED:
-        return Decision.of_speed("FAIL", speed.reason, speed)
+    if state.status == SPEED:  # a speed FAIL, or v2's guard NO_DECISION
+        return Decision.of_speed_stage(speed)
     if state.status == AUDIT:
         outcome = audit_outcome(state.params, state.audit or {})
         if outcome == "slot_audit_failed":
@@ -547,6 +585,13 @@ def record_decision(
         return TABLE.refuse(
             state.status, event.event_type, "decided_before_claim",
             f"decided_block: {decided_block} < claimed_block {state.claimed_block}",
+        )
+    version = event.__dict__["rules_version"]
+    if version != state.params.rules_version:
+        return TABLE.refuse(
+            state.status, event.event_type, "rules_version_mismatch",
+            f"rules_version: the commission seals {state.params.rules_version!r}, event has "
+            f"{version!r}",
         )
     recorded = Decision.of_event(event)
     if recorded != derived:
@@ -645,6 +690,7 @@ def explain(state: AttemptState) -> dict[str, Any]:
         "state": state.status,
         "plan": state.plan,
         "commission_digest": state.commission_digest,
+        "rules_version": params.rules_version,
         "windows": [
             {
                 "window": w.window,
@@ -665,6 +711,17 @@ def explain(state: AttemptState) -> dict[str, Any]:
             }
             for k in state.looks
         ],
+        "noise_guard": None if params.noise_guard_alpha is None else {
+            "alpha": _text(params.noise_guard_alpha),
+            "window_noise": _text(params.window_noise),
+            "checks": [
+                {
+                    "window": c.window, "dof": c.dof, "statistic": _text(c.statistic),
+                    "critical": _text(c.critical), "trips": c.trips,
+                }
+                for c in state.noise_checks
+            ],
+        },
         "audit": {
             node: {**tally._asdict(), "outcome": node_outcome(params, tally) or "PASS"}
             for node, tally in sorted((state.audit or {}).items())

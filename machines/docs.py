@@ -11,10 +11,16 @@ from decimal import Decimal
 from typing import Any
 
 from machines import arena, attempt, calibration, payment, submission
-from machines.arithmetic import CONTEXT, FAULT_DISPOSITIONS, RULES_VERSION, compile_policy
+from machines.arithmetic import (
+    CONTEXT,
+    FAULT_DISPOSITIONS,
+    RULES_VERSION,
+    RULES_VERSION_V2,
+    compile_policy,
+)
 from machines.intake import epoch_blocks
 from machines.limits import admissions_per_epoch_max, requeues_max
-from machines.reasons import KINDS, REASONS
+from machines.reasons import KINDS, NOISE_ABOVE_SEAL, REASONS, VERDICT_DISPOSITIONS
 from machines.samples import (
     CALIBRATION_EXAMPLE_COSTS,
     WORKED_EXAMPLE_COSTS,
@@ -23,6 +29,7 @@ from machines.samples import (
     calibration_windows,
     claimed,
     commissioned,
+    policy_v2,
     window,
     worked_example_policy,
 )
@@ -115,14 +122,23 @@ _ATTEMPT_NOTES = """Rules this machine fixes beyond its table:
 - **Faults.** An InfrastructureFault is accepted in every non-terminal state and decides
   NO_DECISION with reason = the fault code (disposition table below), even after the
   evidence had decided; after it only AttemptDecided is accepted (`fault_recorded`).
+- **Noise guard** (`paired-windows.v2` only). At every window where speed could be decided
+  the guard runs first; when it trips, speed is decided NO_DECISION `noise_above_seal`
+  (REQUEUE) and the attempt stays in `SPEED` under either plan (a calibration observation
+  has no FAIL to observe then); only AttemptDecided (or a fault) may follow.
 - **AttemptDecided** is accepted only when it equals `derive_decision(state)`; otherwise
   `decision_not_derived` (evidence still due) or `decision_mismatch` (the detail names the
-  first differing field). Claims are checked against the ledger: the submission is QUEUED,
-  the commission is the arena's current one.
+  first differing field). Its `rules_version` must be the `policy_version` of the
+  commission the attempt was claimed under (`rules_version_mismatch`). Claims are checked
+  against the ledger: the submission is QUEUED, the commission is the arena's current one.
 """
 
-_ARENA_NOTES = """`commission_digest` = digest(`arena-ledger.commission`, the ArenaCommissioned
-payload as recorded). `policy_digest` = digest(`arena-ledger.policy`, the policy with its
+_ARENA_NOTES = """A commission seals a `paired-windows.v1` or `paired-windows.v2` policy (its
+`policy_version` picks the schema; a v2 policy's own bounds are in the decision arithmetic
+below). Either is refused when it seals a negative `reward_margin` (`reward_margin_negative`)
+or a pass line out of range (`pass_line_out_of_range`). `commission_digest` =
+digest(`arena-ledger.commission`, the ArenaCommissioned payload as recorded).
+`policy_digest` = digest(`arena-ledger.policy`, the policy with its
 defaults spelled out, an empty `audit_control_delta_digests` omitted). Every commission stays
 in the arena's state by digest: attempts are graded under the commission they were claimed
 under. Re-commissioning with another incumbent, or IncumbentAdvanced, starts a new reward
@@ -231,6 +247,79 @@ def _q7(value: Decimal | None) -> str:
     return "-" if value is None else str(value.quantize(Decimal("1e-7"), context=CONTEXT))
 
 
+def _q(value: Decimal) -> str:
+    return str(value.quantize(Decimal("1e-7"), context=CONTEXT))
+
+
+#: The v2 worked example's noisy costs: window 2 is 5 % slower than window 1 in the same
+#: orientation, six times the sealed σw = 0.01 over √2.
+_NOISY_COSTS = (
+    (1_000_000_000, 990_000_000),
+    (1_000_000_000, 940_000_000),
+    (1_000_000_000, 975_000_000),
+)
+
+
+def _run_v2(costs: tuple[tuple[int, int], ...], **overrides: Any) -> Any:
+    sealed = policy_v2(**overrides)
+    commission = arena.start(commissioned(sealed=sealed))
+    sub = submission.start(arrived())
+    state: Any = attempt.claim(claimed(sub.submission_id, commission.commission_digest),
+                               compile_policy(sealed))
+    for index, (stock, candidate) in enumerate(costs, start=1):
+        if state.speed is not None:
+            break
+        state = attempt.step(state, window(index, state.params.orientation(index), stock,
+                                           candidate))
+    return state
+
+
+def _worked_example_v2() -> str:
+    sealed = policy_v2()
+    params = compile_policy(sealed)
+    bounds = [line for line in params.noise_lines if line is not None]
+    calm = _run_v2(WORKED_EXAMPLE_COSTS)
+    noisy = _run_v2(_NOISY_COSTS)
+    early = _run_v2(_NOISY_COSTS, futility_margin="0.05")
+    calm_check, noisy_check = calm.noise_checks[-1], noisy.noise_checks[-1]
+    decision = attempt.derive_decision(noisy)
+    assert decision is not None, "the noisy example decides at its look"
+    noisy_look = noisy.looks[-1]
+    rows = [
+        "| windows (r) | check at | dof | T | χ²(0.999, dof) | guard | speed decided |",
+        "|---|---|---|---|---|---|---|",
+        f"| 0.990, 0.985 \\| 0.975 | {calm_check.window} | {calm_check.dof} "
+        f"| {_q(calm_check.statistic)} | {_q(calm_check.critical)} | passes "
+        f"| {calm.speed.verdict} at look {calm.speed.look_window}, speedup "
+        f"`\"{calm.speed.speedup}\"`, pass line `\"{calm.speed.pass_line}\"` |",
+        f"| 0.990, 0.940 \\| 0.975 | {noisy_check.window} | {noisy_check.dof} "
+        f"| {_q(noisy_check.statistic)} | {_q(noisy_check.critical)} | trips "
+        f"| {decision.verdict} `{decision.reason}`, {decision.disposition}, look_window "
+        f"{decision.look_window} |",
+    ]
+    return "\n".join(
+        [
+            "Worked example (computed by the code on every render): the v1 example's policy "
+            f"with α = `\"{sealed.noise_guard_alpha}\"` (W = 4, σw = σb = 0.01, z = {{3: 2, "
+            "4: 1.5}, g = 0, no futility). The bounds compiled with the commission: "
+            + ", ".join(f"window {b.window}: dof {b.dof}, χ²(0.999, {b.dof}) = {b.critical}"
+                        for b in bounds)
+            + ". Without futility the first check is the look at window 3, where orientation 1 "
+            "holds two windows (dof 1) and orientation 2 one (dof 0).",
+            "",
+            *rows,
+            "",
+            f"The first row is the v1 worked example: T = (ln 0.990 − ln 0.985)² / 2 / 0.01² "
+            f"= {calm_check.statistic} ≤ {calm_check.critical}, so its look decides as under "
+            "v1, to the digit. In the second, windows 1 and 2 differ by 5 %: "
+            f"T = {noisy_check.statistic} > {noisy_check.critical}. v1 would have passed it "
+            f"(S = {_q(noisy_look.speedup)}, S − 1 ≥ L = {_q(noisy_look.pass_line)}); v2 "
+            "records no speed. With f = 0.05 sealed, the same windows trip one window "
+            f"earlier, at window {early.speed.look_window} (T and dof are those of window 3).",
+        ]
+    )
+
+
 def _worked_example() -> str:
     sealed = worked_example_policy()
     commission = arena.start(commissioned(sealed=sealed))
@@ -314,6 +403,54 @@ outcome and the same 6 places, so every recorded value and verdict is the one th
 formula gives; property tests in `tests/unit/test_machine_fast_paths.py` hold the two
 equal on random policies and on costs placed within 10⁻¹⁶–10⁻¹² of each threshold and
 rounding tie. The looks `explain` shows are always the Decimal ones.
+"""
+
+
+_ARITHMETIC_V2 = f"""## Decision arithmetic (`{RULES_VERSION_V2}`): v1 plus a noise guard
+
+A `{RULES_VERSION}` verdict is only as good as its seal: a look's pass line assumes the
+windows scatter by about σw, and on a CPU host they scatter far wider (docs/engine.md, cost
+clocks), so v1 records PASS and FAIL verdicts the seal does not support. `{RULES_VERSION_V2}`
+is every rule of v1, unchanged, plus a test of that assumption; v1 stays as it is, so every
+v1 ledger replays to the same bytes.
+
+The sealed policy adds `noise_guard_alpha` α, a decimal in [0.000000001, 0.5) (e.g.
+`"0.001"`), and changes three bounds: W = `windows` in 3..5 (with 2 windows no orientation
+holds two, so the guard could never look); σw = `window_noise` in (0, 0.25] (the guard
+divides by it); σb = `boot_noise` in [0, 0.25]. The wider seal range is for CPU hosts, whose
+window-to-window spread (tens of percent under load) no v1 seal could state honestly: with
+the guard in place an arena seals the noise its host shows, rather than a GPU's 0.01 that
+the windows then break. Below α = 10⁻⁹ the guard's bound passes 37 at one degree of freedom
+and 1 − α nears the end of the 34 digits it is computed in; at 0.5 it would trip on half of
+the honest attempts.
+
+- **Where it checks.** Exactly where v1 could decide: after the last window of orientation 1
+  when a futility margin f is set, and after every window k of orientation 2 (every look).
+  At each such window, before futility or the look.
+- **Statistic.** y_i = ln r_i for each window so far (r_i = candidate / stock of window i).
+  Within each orientation o holding n_o ≥ 2 of those windows, with ȳ_o their mean:
+  T = Σ_o Σ_i (y_i − ȳ_o)² / σw², with dof = Σ_o (n_o − 1). Under the seal (each y_i
+  spreads about its orientation's mean with standard deviation σw), T follows a chi-square
+  distribution with dof degrees of freedom; the orientation means are removed, so a real
+  speedup, and the lanes' swap, do not count as noise.
+- **Decision.** dof ≥ 1 and T > χ²(1 − α, dof) (`machines.chi_square.chi2_quantile`, exact
+  Decimal; a T equal to the bound does not trip) → speed is decided NO_DECISION
+  `{NOISE_ABOVE_SEAL}`, disposition {VERDICT_DISPOSITIONS[NOISE_ABOVE_SEAL]} (the host, not the
+  delta, failed the seal: the submission is queued again within the retry budget);
+  AttemptDecided carries speedup null, pass line null and look_window = that window. The
+  remaining windows are not run. Otherwise futility and the look decide exactly as in v1.
+- **Compiled once.** dof depends only on W and the window index, so
+  `compile_policy` computes every check's bound χ²(1 − α, dof) once per commission
+  (`PolicyParams.noise_lines`); a check computes only T.
+- **Exact.** The guard is computed in the rules' Decimal context and decided before the
+  look: the look's float quick path (below) runs only when the guard did not trip, and then
+  decides what v1's Decimal look decides, so v2's quick and exact paths agree digit for
+  digit (a property test in `tests/unit/test_noise_guard.py`).
+- **Multiple checks.** T never falls as windows are added and the bound rises with dof,
+  so the checks are nested; an honest attempt trips at some check with probability at most
+  the sum of the α of its checks (≤ 4α), and a check at window ⌊W/2⌋ + 1 repeats the one at
+  ⌊W/2⌋ (the single orientation-2 window adds nothing), which only stops a noisy attempt
+  one window earlier when f is set.
 """
 
 
@@ -402,6 +539,8 @@ def render_machines_md() -> str:
         _WRITE_SIDE.rstrip(),
         _ARITHMETIC.rstrip(),
         _worked_example(),
+        _ARITHMETIC_V2.rstrip(),
+        _worked_example_v2(),
         "## Reason codes\n\nOne table (`machines.reasons.REASONS`); codes are never renamed "
         "or reused. PASS carries the empty reason `\"\"`.\n\n" + render_reason_table(),
     ]

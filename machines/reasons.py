@@ -14,11 +14,14 @@ from dataclasses import dataclass
 __all__ = [
     "DUPLICATE_PREFIX",
     "KINDS",
+    "NOISE_ABOVE_SEAL",
     "REASONS",
+    "VERDICT_DISPOSITIONS",
     "ReasonCode",
     "codes_of_kind",
     "describe",
     "duplicate_reason",
+    "verdict_disposition",
 ]
 
 #: Kinds of code, in the order docs list them.
@@ -26,6 +29,14 @@ KINDS = ("rejection", "verdict", "fault", "hold", "expiry", "refusal")
 
 #: Prefix of the parametrised rejection ``duplicate_of:<first 16 hex>:<its reason>``.
 DUPLICATE_PREFIX = "duplicate_of"
+
+#: paired-windows.v2's noise guard verdict: the windows spread wider than the sealed σw.
+NOISE_ABOVE_SEAL = "noise_above_seal"
+
+#: The disposition of a verdict reason's NO_DECISION where it is not COMPLETE: the noise
+#: guard found the host noisier than sealed, which says nothing of the delta, so it queues
+#: the submission again (within the retry budget).
+VERDICT_DISPOSITIONS: Mapping[str, str] = {NOISE_ABOVE_SEAL: "REQUEUE"}
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,14 @@ _VERDICTS = (
        "NO_DECISION: the pristine quality check drifted outside its envelope.",
        "The quality check could not establish authority; this is not your failure.",
        "Nothing for the miner; an operator investigates the grader and may requeue."),
+    _r(NOISE_ABOVE_SEAL, "verdict",
+       "NO_DECISION (REQUEUE), paired-windows.v2 only: the windows' log-ratios spread wider "
+       "within their orientations than the sealed window_noise allows (chi-square statistic "
+       "T above its 1 − noise_guard_alpha quantile), checked where speed could be decided.",
+       "The measuring host was noisier than the arena's sealed noise; this is not your "
+       "failure.",
+       "Nothing for the miner; it is queued again automatically (at most 3 requeues). An "
+       "operator whose host stays this noisy re-commissions with a calibrated window_noise."),
     _r("quality_regression", "verdict",
        "FAIL: the pristine quality check found a regression against stock.",
        "Your delta changed the model's outputs (argmax agreement regressed).",
@@ -285,6 +304,10 @@ _REFUSALS = (
     _r("decision_mismatch", "refusal",
        "AttemptDecided differs from the decision the fold derived (field named in detail).",
        "-", "Append exactly machines.attempt.derive_decision(state)."),
+    _r("rules_version_mismatch", "refusal",
+       "AttemptDecided names another rules_version than the policy_version of the commission "
+       "the attempt was claimed under.",
+       "-", "Record the sealed policy's version (machines.arithmetic.PolicyParams.rules_version)."),
     _r("decided_before_claim", "refusal",
        "AttemptDecided's decided_block is before the attempt's claimed_block.",
        "-", "Use the finalized block at decision time."),
@@ -332,6 +355,12 @@ def codes_of_kind(kind: str) -> tuple[str, ...]:
 def duplicate_reason(submission_id: str, reason: str) -> str:
     """Spells the rejection ``duplicate_of:<first 16 hex of submission_id>:<reason>``."""
     return f"{DUPLICATE_PREFIX}:{submission_id[:16]}:{reason}"
+
+
+def verdict_disposition(reason: str) -> str:
+    """Returns the disposition of a NO_DECISION verdict with ``reason`` (COMPLETE unless
+    ``VERDICT_DISPOSITIONS`` names another)."""
+    return VERDICT_DISPOSITIONS.get(reason, "COMPLETE")
 
 
 def describe(reason: str) -> ReasonCode | None:

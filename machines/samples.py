@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from machines.arithmetic import RULES_VERSION, Decision
+from machines.arithmetic import RULES_VERSION, RULES_VERSION_V2, Decision
 from machines.calibration import measured_digest
 from machines.submission import submission_id_of
 from vocabulary.events import (
@@ -21,6 +21,7 @@ from vocabulary.events import (
     CalibrationStarted,
     CalibrationWindowMeasured,
     Policy,
+    PolicyV2,
     QualityGraded,
     SubmissionArrived,
     WindowMeasured,
@@ -39,6 +40,7 @@ __all__ = [
     "decided",
     "hex64",
     "policy",
+    "policy_v2",
     "quality",
     "window",
     "worked_example_policy",
@@ -82,6 +84,22 @@ def policy(**overrides: Any) -> Policy:
     return Policy.model_validate(document)
 
 
+def policy_v2(**overrides: Any) -> PolicyV2:
+    """Returns a valid sealed paired-windows.v2 policy: ``policy``'s values plus the noise
+    guard at α = 0.001, with overrides."""
+    document: dict[str, Any] = {
+        "policy_version": RULES_VERSION_V2,
+        "windows": 4,
+        "z": {"3": "2", "4": "1.5"},
+        "window_noise": "0.01",
+        "boot_noise": "0.01",
+        "noise_guard_alpha": "0.001",
+        "audit": {"bar": "0.99999", "min_calls": 8},
+    }
+    document.update(overrides)
+    return PolicyV2.model_validate(document)
+
+
 def worked_example_policy() -> Policy:
     """Returns the policy of the worked example (no futility, g = 0)."""
     return policy()
@@ -89,7 +107,7 @@ def worked_example_policy() -> Policy:
 
 def commissioned(
     arena_id: str = "mlp-arena", *, fee_rao: int = 1_000_000_000, block: int = 100,
-    sealed: Policy | None = None, incumbent: str = "incumbent-0", **overrides: Any,
+    sealed: Policy | PolicyV2 | None = None, incumbent: str = "incumbent-0", **overrides: Any,
 ) -> ArenaCommissioned:
     """Returns an ArenaCommissioned with a small, valid engine description."""
     return ArenaCommissioned.model_validate(commission_document(
@@ -99,7 +117,7 @@ def commissioned(
 
 def commission_document(
     arena_id: str = "mlp-arena", *, fee_rao: int = 1_000_000_000, block: int = 100,
-    sealed: Policy | None = None, incumbent: str = "incumbent-0", **overrides: Any,
+    sealed: Policy | PolicyV2 | None = None, incumbent: str = "incumbent-0", **overrides: Any,
 ) -> dict[str, Any]:
     """Returns ``commissioned``'s payload as an appender writes it: the sealed policy spells
     only the fields it sets, not the model's defaults."""
@@ -198,8 +216,10 @@ def quality(*, drift_within_envelope: bool = True, regression: bool = False) -> 
     )
 
 
-def decided(decision: Decision, *, block: int = 1_020) -> AttemptDecided:
-    """Returns the AttemptDecided that records ``decision``."""
+def decided(
+    decision: Decision, *, block: int = 1_020, rules_version: str = RULES_VERSION
+) -> AttemptDecided:
+    """Returns the AttemptDecided that records ``decision`` under ``rules_version``."""
     fields: Mapping[str, Any] = {
         "verdict": decision.verdict,
         "reason": decision.reason,
@@ -208,7 +228,7 @@ def decided(decision: Decision, *, block: int = 1_020) -> AttemptDecided:
         "pass_line": decision.pass_line,
         "look_window": decision.look_window,
         "decided_block": block,
-        "rules_version": RULES_VERSION,
+        "rules_version": rules_version,
     }
     return AttemptDecided.model_validate(fields)
 

@@ -153,7 +153,11 @@ class Scenario:
         """Appends the AttemptDecided the fold derives; returns that decision."""
         decision = self.fold.derive_decision(attempt_id)
         assert decision is not None, f"{attempt_id} has no derived decision yet"
-        self.append(f"attempt-{attempt_id}", samples.decided(decision, block=block))
+        version = self.attempt(attempt_id).params.rules_version
+        self.append(
+            f"attempt-{attempt_id}",
+            samples.decided(decision, block=block, rules_version=version),
+        )
         return decision
 
     def resolve(self, sid: str) -> SubmissionState:

@@ -100,7 +100,11 @@ __all__ = [
     "submission_id",
 ]
 
-RULES_VERSION = "paired-windows.v1"
+def _sealed_rules_version(fold: LedgerFold, arena_id: str, commission: str) -> str:
+    """Returns the policy_version the attempt's commission sealed (its rules version)."""
+    arena = fold.arena(arena_id)
+    assert arena is not None, "an attempt is claimed only under a commissioned arena"
+    return arena.commissions[commission].params.rules_version
 
 
 def refused_error(refusal: Refusal, index: int | None = None) -> Refused:
@@ -784,7 +788,9 @@ class ArenaLedger:
             {
                 **decision._asdict(),
                 "decided_block": block,
-                "rules_version": RULES_VERSION,
+                # The attempt's commission seals it; the machine refuses any other.
+                "rules_version": _sealed_rules_version(fold, state.arena_id,
+                                                       state.commission_digest),
             },
         )
         sid = state.submission_id

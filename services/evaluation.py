@@ -2,8 +2,9 @@
 
 Every measurement is appended as it happens, through the machines, so a crash leaves a
 valid partial attempt that a later fault event or conclusion completes. The runner asks the
-ledger's fold after each window whether speed is decided and stops there (futility or a
-passing look), exactly where the attempt machine says the evaluation stops.
+ledger's fold after each window whether speed is decided and stops there (futility, a
+passing look, or under paired-windows.v2 the noise guard), exactly where the attempt machine
+says the evaluation stops; the conclusion carries the rules version the arena sealed.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from vocabulary import limits
 from vocabulary.codec import canonical_bytes, normalise, plain_canonical_bytes
 from vocabulary.errors import LimitExceeded, SchemaError, UnknownEventType
-from vocabulary.events import ALL_EVENTS_V1, Event
+from vocabulary.events import ALL_EVENTS_V1, POLICY_VERSIONS, Event
 from vocabulary.fields import (
     DECIMAL_PATTERN,
     DECIMAL_PROBLEM,
@@ -308,10 +308,19 @@ def _exact(data: bytes) -> bytes:
     return bytes(memoryview(data))
 
 
+#: The tags of the catalogue's discriminated unions (ArenaCommissioned's policy).
+_UNION_TAGS = frozenset(POLICY_VERSIONS)
+
+
 def schema_error(event_type: str, version: int, exc: ValidationError) -> SchemaError:
     """Turns a pydantic error into a SchemaError naming the first bad JSON path."""
     first = exc.errors()[0]
-    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+    # A discriminated union names the member it tried (a policy_version) in the location;
+    # that is no JSON key, so the path leaves it out, as it did before v2 policies existed.
+    parts = [p for p in first["loc"] if p not in _UNION_TAGS]
+    if first["type"] == "union_tag_invalid":
+        parts.append(str(first.get("ctx", {}).get("discriminator", "")).strip("'"))
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
     path = f"$.payload{loc}"
     message = first["msg"]
     if first["type"] == "string_pattern_mismatch":

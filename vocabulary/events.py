@@ -8,7 +8,7 @@ and the stream ``category`` it belongs to.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -35,6 +35,7 @@ from vocabulary.limits import (
 __all__ = [
     "ALL_EVENTS_V1",
     "FAULT_CODES",
+    "POLICY_VERSIONS",
     "ArenaCommissioned",
     "ArenaRetired",
     "AttemptClaimed",
@@ -55,8 +56,10 @@ __all__ = [
     "PaymentConsumed",
     "PaymentReleased",
     "Policy",
+    "PolicyV2",
     "QualificationStarted",
     "QualityGraded",
+    "SealedPolicy",
     "SettlementComputed",
     "SubmissionAdmitted",
     "SubmissionArrived",
@@ -187,6 +190,65 @@ class Policy(_Part):
         return self
 
 
+#: The seal range of window_noise and boot_noise under paired-windows.v2: wide enough for the
+#: window-to-window spread a shared CPU host shows (docs/domain.md, the noise guard).
+_V2_NOISE_MAX = Decimal("0.25")
+#: noise_guard_alpha's range [10^-9, 0.5): below 10^-9 the bound passes 37 at one degree of
+#: freedom (two windows 8.6 σw apart), a seal that says little, and 1 − α nears the last of
+#: the 34 digits the bound is computed in; at 0.5 it trips on half of the honest attempts.
+_V2_ALPHA_MIN = Decimal("0.000000001")
+_V2_ALPHA_MAX = Decimal("0.5")
+
+
+class PolicyV2(_Part):
+    """Is the sealed `paired-windows.v2` policy: v1's fields, a wider noise seal, and the
+    noise guard's level ``noise_guard_alpha`` (docs/machines.md)."""
+
+    policy_version: Literal["paired-windows.v2"]
+    #: At least 3: with 2 windows no orientation holds two, and the guard could never look.
+    windows: int = Field(ge=3, le=5)
+    z: dict[str, DecimalStr]
+    window_noise: DecimalStr
+    boot_noise: DecimalStr
+    noise_guard_alpha: DecimalStr
+    required_gain: DecimalStr = "0"
+    futility_margin: DecimalStr | None = None
+    audit: AuditPolicy
+    reward_margin: DecimalStr = "0.015"
+    audit_control_delta_digests: list[Digest] = Field(default_factory=list)
+    sla_blocks: PositiveInt = 500_000
+
+    @field_validator("z")
+    @classmethod
+    def _z_keys_are_windows(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.isdigit() or not 1 <= int(key) <= 5 or str(int(key)) != key:
+                raise ValueError(f"z key {key!r} is not a window index 1..5")
+        return value
+
+    @model_validator(mode="after")
+    def _sealed_values_in_range(self) -> PolicyV2:
+        window_noise, boot_noise = Decimal(self.window_noise), Decimal(self.boot_noise)
+        if not 0 <= boot_noise <= _V2_NOISE_MAX:
+            raise ValueError("boot_noise must lie in [0, 0.25]")
+        if not 0 < window_noise <= _V2_NOISE_MAX:
+            raise ValueError("window_noise must lie in (0, 0.25]: the noise guard divides by it")
+        if not _V2_ALPHA_MIN <= Decimal(self.noise_guard_alpha) < _V2_ALPHA_MAX:
+            raise ValueError("noise_guard_alpha must lie in [0.000000001, 0.5)")
+        if Decimal(self.required_gain) < 0:
+            raise ValueError("required_gain must be >= 0")
+        if any(int(k) > self.windows for k in self.z):
+            raise ValueError("z names a window past `windows`")
+        return self
+
+
+#: Every decision-rules version a commission may seal, oldest first.
+POLICY_VERSIONS = ("paired-windows.v1", "paired-windows.v2")
+
+#: A commission's sealed policy, picked by its ``policy_version``.
+SealedPolicy = Annotated[Policy | PolicyV2, Field(discriminator="policy_version")]
+
+
 class ArenaCommissioned(Event):
     """Records that an arena was commissioned (or re-commissioned) with a sealed policy."""
 
@@ -197,7 +259,7 @@ class ArenaCommissioned(Event):
     model: ModelRef
     hardware: Hardware
     engine: EngineSpec
-    policy: Policy
+    policy: SealedPolicy
     fee_rao: Rao
     incumbent_digest: Digest
     emission_share_ppm: int = Field(ge=0, le=1_000_000)
@@ -463,7 +525,8 @@ class AttemptDecided(Event):
     pass_line: Fixed6 | None
     look_window: int | None = Field(ge=1, le=5)
     decided_block: Block
-    rules_version: Literal["paired-windows.v1"]
+    #: The policy_version of the commission the attempt was claimed under.
+    rules_version: Literal["paired-windows.v1", "paired-windows.v2"]
 
 
 # --- settlement -----------------------------------------------------------------------------

@@ -135,3 +135,18 @@ def test_commission_from_calibration_seals_at_least_the_bounds(ledger: ArenaLedg
     # The arena-less calibration of the same engine is the arena's latest one now.
     check = seal_check(ledger.fold, ARENA)
     assert check is not None and check.calibration_id == "cal-q" and check.shortfalls == ()
+
+
+def test_a_seal_above_v1_commissions_under_paired_windows_v2(ledger: ArenaLedger) -> None:
+    _record(ledger, "cal-1", samples.CALIBRATION_EXAMPLE_COSTS)  # seal 0.0329 / 0.0484, v2
+    document = samples.commission_document(ARENA, fee_rao=5)
+    for name in ("window_noise", "boot_noise", "policy_version"):
+        del document["policy"][name]
+    document["policy"]["noise_guard_alpha"] = "0.001"  # v2's own field: the operator's call
+    commission_from_calibration(ledger, document, "cal-1")
+    arena = ledger.fold.arena(ARENA)
+    assert arena is not None
+    sealed = arena.commission.event.policy
+    assert (sealed.policy_version, sealed.window_noise, sealed.boot_noise) == (
+        "paired-windows.v2", "0.0329", "0.0484")
+    assert seal_warning(ledger, ARENA) is None

@@ -195,7 +195,7 @@ def _delete(key: str) -> Callable[[dict[str, Any]], None]:
         ("AttemptDecided", _set(["pass_line"], "-0.000000"), "$.payload.pass_line"),
         ("AttemptDecided", _set(["look_window"], 6), "$.payload.look_window"),
         ("AttemptDecided", _set(["verdict"], "pass"), "$.payload.verdict"),
-        ("AttemptDecided", _set(["rules_version"], "paired-windows.v2"),
+        ("AttemptDecided", _set(["rules_version"], "paired-windows.v3"),
          "$.payload.rules_version"),
         ("AttemptClaimed", _set(["attempt_id"], "Att_1"), "$.payload.attempt_id"),
         ("AttemptClaimed", _set(["plan"], "fast"), "$.payload.plan"),

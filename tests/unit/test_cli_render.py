@@ -81,6 +81,22 @@ def _passed() -> tuple[Scenario, str]:
     return scenario, sid
 
 
+def test_a_v2_attempt_shows_its_rules_and_every_noise_check() -> None:
+    scenario = Scenario(LedgerFold(detail=True))
+    scenario.commission(sealed=samples.policy_v2(futility_margin="0.05"))
+    sid = scenario.arrive(payment_ref="pay-1", paid_rao=1_000_000_000)
+    scenario.evaluate(sid, "att-1", ((1_000_000_000, 990_000_000), (1_000_000_000, 940_000_000)))
+    doc = _attempt(scenario, "att-1")
+    lines = _rendered("attempt", doc).splitlines()
+    assert lines[0].endswith("  rules paired-windows.v2")
+    (check,) = doc["noise_guard"]["checks"]
+    row = next(line for line in lines if line.startswith("│ 2 ") and "yes" in line)
+    assert _cells(row) == ["2", "1", _d(check["statistic"]), _d(check["critical"]), "yes"]
+    assert any("noise guard (α 0.001, σw 0.01)" in line for line in lines)
+    v1 = _rendered("attempt", _attempt(_passed()[0], "att-1"))
+    assert "noise guard" not in v1
+
+
 def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None:
     scenario, _ = _passed()
     doc = _attempt(scenario, "att-1")
@@ -88,6 +104,7 @@ def test_an_attempt_shows_every_window_look_audit_node_and_the_verdict() -> None
     lines = text.splitlines()
     assert lines[0] == (
         f"attempt att-1 (normal) state {doc['state']}  commission {doc['commission_digest'][:16]}…"
+        "  rules paired-windows.v1"
     )
     for w in doc["windows"]:
         row = next(line for line in lines if line.startswith(f"│ {w['window']} "))

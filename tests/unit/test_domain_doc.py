@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic_core import PydanticUndefined
 
-from machines import arena, attempt, payment, submission
+from machines import arena, attempt, payment, samples, submission
 from machines.arithmetic import FAULT_DISPOSITIONS, compile_policy, fixed, ln, look, ratio
 from machines.reasons import REASONS
 from machines.refusal import Refusal
@@ -28,6 +28,7 @@ from vocabulary.events import (
     AttemptClaimed,
     AuditPolicy,
     Policy,
+    PolicyV2,
     WindowMeasured,
 )
 
@@ -193,6 +194,38 @@ def test_policy_table_lists_every_sealed_field_with_its_default() -> None:
         for name, field in AuditPolicy.model_fields.items()
     }
     assert listed == expected
+
+
+def test_the_v2_policy_table_lists_what_v2_changes_and_the_rest_is_v1s() -> None:
+    body = _section(_text(), "## Decision arithmetic (`paired-windows.v2`)")
+    rows = _table(body, "| field | symbol | bounds | default |")
+    listed = {_plain(name): _plain(default) for name, _, _, default in rows}
+    assert listed == {name: "required" for name in (
+        "policy_version", "windows", "window_noise", "boot_noise", "noise_guard_alpha")}
+    assert all(PolicyV2.model_fields[name].is_required() for name in listed)
+    for name, field in PolicyV2.model_fields.items():  # the rest: v1's fields and defaults
+        if name not in listed:
+            assert _expected_default(field) == _expected_default(Policy.model_fields[name])
+
+
+def test_the_v2_worked_example_is_what_the_guard_computes() -> None:
+    text = _section(_text(), "## Decision arithmetic (`paired-windows.v2`)").replace("\n", " ")
+    seven = Decimal("0.0000001")
+    params = compile_policy(samples.policy_v2())
+    bound = params.noise_lines[3]
+    assert bound is not None and bound.dof == 1
+    for costs, shown in (((990, 985, 975), "≤"), ((990, 940, 975), ">")):
+        state = attempt.claim(samples.claimed("a" * 64, "c" * 64), params)
+        for index, cost in enumerate(costs, start=1):
+            event = samples.window(index, params.orientation(index), 10**9, cost * 10**6)
+            result = attempt.step(state, event)
+            assert isinstance(result, attempt.AttemptState)
+            state = result
+        (check,) = state.noise_checks
+        assert check.trips == (shown == ">")
+        statistic, critical = check.statistic.quantize(seven), bound.critical.quantize(seven)
+        assert f"T ≈ {statistic} {shown} χ²(0.999, 1) ≈ {critical}" in text
+    assert f"S ≈ {state.looks[-1].speedup.quantize(seven)}" in text
 
 
 def _resolve(dotted: str) -> object:

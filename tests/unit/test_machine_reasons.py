@@ -61,6 +61,17 @@ def _in_attempt(costs: tuple[tuple[int, int], ...], *events: Event, **policy: An
     return sc
 
 
+def _noisy_verdict() -> str:
+    """Returns the reason of a paired-windows.v2 attempt whose orientation-1 windows differ
+    by far more than the sealed σw = 0.01 allows (ln 0.9 − ln 1.0, T ≈ 55.5 > 10.83)."""
+    sc = Scenario()
+    sc.commission(fee_rao=0, sealed=samples.policy_v2(futility_margin="0.05"))
+    sid = sc.arrive()
+    sub = sc.evaluate(sid, "att-1", ((BILLION, 900_000_000), (BILLION, BILLION)))
+    assert sub.status == "QUEUED"  # REQUEUE: measured again on a later attempt
+    return sc.fold.attempt("att-1").decision.reason  # type: ignore[union-attr]
+
+
 def _verdict(costs: tuple[tuple[int, int], ...], *events: Event, **policy: Any) -> str:
     sc, sid = _world(**policy)
     sub = sc.evaluate(sid, "att-1", costs, *events)
@@ -274,6 +285,10 @@ def _refusal_scenarios() -> dict[str, Callable[[], str]]:
             _in_attempt(SLOW), "attempt-att-1",
             samples.decided(Decision("FAIL", "futility", "COMPLETE", None, None, 2)),
         ),
+        "rules_version_mismatch": lambda: _decide(
+            _in_attempt(SLOW), "attempt-att-1",
+            samples.decided(_derived(_in_attempt(SLOW)), rules_version="paired-windows.v2"),
+        ),
         "decided_before_claim": lambda: _decide(
             _in_attempt(SLOW), "attempt-att-1",
             samples.decided(_derived(_in_attempt(SLOW)), block=1),
@@ -398,6 +413,7 @@ def _observed() -> dict[str, Callable[[], str]]:
         "quality_drift": lambda: _verdict(
             WORKED, samples.audit(), samples.quality(drift_within_envelope=False)
         ),
+        "noise_above_seal": _noisy_verdict,
         "quality_regression": lambda: _verdict(
             WORKED, samples.audit(), samples.quality(regression=True)
         ),

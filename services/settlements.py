@@ -10,14 +10,15 @@ up to that position gives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ledger import read_models
 from ledger.log import get_logger
 from machines import settlement_rules as rules
-from machines.control import CONTROL_HOTKEY
+from machines.control import CONTROL_HOTKEY, ControlRow, complete_runs
 from services.projections import state_of
+from services.read_view import ReadView
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.errors import LedgerError, Refused
 from vocabulary.events import AttemptDecided, EmissionPolicySet, SettlementComputed
@@ -36,7 +37,10 @@ __all__ = [
     "check_recorded",
     "compute",
     "compute_from_read_models",
+    "control_runs",
     "fee_summary",
+    "fold_control_runs",
+    "read_model_control_runs",
     "rewards",
     "settlement_input",
 ]
@@ -62,13 +66,45 @@ def settlement_input(
     """Returns the settlement input of the ledger as folded, at settlement ``block``."""
     policy = _require_policy(policy)
     arenas = [_arena_input(fold, arena) for arena in fold.arenas()]
+    emission = rules.EmissionPolicy.from_event(policy)
     return rules.SettlementInput(
         block=block,
         as_of_position=fold.position,
-        policy=rules.EmissionPolicy.from_event(policy),
+        policy=emission,
         arenas=arenas,
         fees=_fee_records(fold),
+        control_runs=fold_control_runs(fold) if emission.gated else {},
     )
+
+
+# --- the control gate's input (settlement-rules.v2) -----------------------------------------
+
+
+def control_runs(
+    arena_ids: Iterable[str], rows_of: Callable[[str], Iterable[ControlRow]]
+) -> dict[str, tuple[rules.ControlRun, ...]]:
+    """Returns each arena's complete control runs, from its control report ``rows_of(id)``:
+    what the settlement-rules.v2 gate reads (``rules.control_suspension``)."""
+    return {
+        arena_id: tuple(
+            rules.ControlRun(block, unexpected)
+            for block, unexpected in complete_runs(rows_of(arena_id))
+        )
+        for arena_id in arena_ids
+    }
+
+
+def fold_control_runs(fold: LedgerFold) -> dict[str, tuple[rules.ControlRun, ...]]:
+    """Is ``control_runs`` of every arena of a fold, from ``LedgerFold.controls``."""
+    return control_runs([a.arena_id for a in fold.arenas()], fold.controls)
+
+
+def read_model_control_runs(
+    reader: read_models.Reader, arena_ids: Iterable[str]
+) -> dict[str, tuple[rules.ControlRun, ...]]:
+    """Is ``control_runs`` from the read models at ``reader.position``: the same runs the
+    fold gives, from the arenas' control rows and their controls' submissions only."""
+    return control_runs(arena_ids, ReadView(reader).controls)
 
 
 #: Statuses that matter to rewards: a PASS, or an earlier arrival that blocks one.
@@ -209,19 +245,24 @@ def compute_from_read_models(
     arenas' states then): the same settlement, digest and all, without a fold's archive."""
     policy = _require_policy(policy)
     ordered = sorted(arenas, key=lambda a: a.arena_id)
+    emission = rules.EmissionPolicy.from_event(policy)
+    gate = (
+        read_model_control_runs(reader, [a.arena_id for a in ordered])
+        if emission.gated else None
+    )
     rewarded = _rewarded_from_read_models(reader, ordered)
     if rewarded is None:  # a row the inputs refuse: build them, which raises the refusal
         inputs = rules.SettlementInput(
             block=block,
             as_of_position=reader.position,
-            policy=rules.EmissionPolicy.from_event(policy),
+            policy=emission,
             arenas=arena_inputs(reader, ordered),
         )
         shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
         return rules.settle_assessed(
             inputs.block, inputs.as_of_position, inputs.policy, shares,
             rules.assess_rewards(inputs.arenas),
-            rules.fee_summary(shares, reader.fee_sums()),
+            rules.fee_summary(shares, reader.fee_sums()), gate,
         )
     headers, assessed = rewarded
     # The checks SettlementInput makes of its header (block, position, shares, a repeated
@@ -229,13 +270,13 @@ def compute_from_read_models(
     inputs = rules.SettlementInput(
         block=block,
         as_of_position=reader.position,
-        policy=rules.EmissionPolicy.from_event(policy),
+        policy=emission,
         arenas=headers,
     )
     shares = {a.arena_id: a.emission_share_ppm for a in headers}
     return rules.settle_assessed(
         inputs.block, inputs.as_of_position, inputs.policy, shares, assessed,
-        rules.fee_summary(shares, reader.fee_sums()),
+        rules.fee_summary(shares, reader.fee_sums()), gate,
     )
 
 
@@ -461,8 +502,11 @@ class SettlementTracker:
             rewarded.extend(scan.rewarded())
         sums = {a: row[:3] for a, row in self._fees.items() if row[3]}
         fees = rules.fee_summary(shares, sums)
+        # The gate reads every arena's control report from the fold (archive included):
+        # a cost a v2 ledger pays at each settlement, which a v1 replay never does.
+        gate = fold_control_runs(self.fold) if emission.gated else None
         settlement = rules.settle_assessed(
-            block, self.fold.position, emission, shares, rewarded, fees
+            block, self.fold.position, emission, shares, rewarded, fees, gate
         )
         return rules.settlement_payload(settlement)
 

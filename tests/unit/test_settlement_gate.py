@@ -80,13 +80,17 @@ def fresh(block: int = 900) -> list[ControlRun]:
 
 
 def test_an_unexpected_latest_run_suspends_the_arena_and_its_pool_burns() -> None:
-    runs = {"mlp": fresh(), "cache": [ControlRun(700), ControlRun(900, ["wrong-cache"])]}
-    result = settle(V2, runs)
+    # docs/settlement.md's v2 worked example; cache's later run (1200) is not seen at 1100.
+    cache = [ControlRun(700), ControlRun(900, ["wrong-cache"]), ControlRun(1_200)]
+    result = settle(V2, {"mlp": [ControlRun(600)], "cache": cache})
     assert result.suspensions == (Suspension("cache", CONTROL_UNEXPECTED, 900, ("wrong-cache",)),)
     # mlp is split as in v1; cache's 300,000 join the unshared 100,000 at burn.
     assert result.weights_ppm == {"alice": 192_125, "bob": 407_875, "burn": 400_000}
     # The claim stays on record: it was rewarded; the suspension withholds its weight only.
-    assert [c.submission_id for c in result.claims if c.arena_id == "cache"] == [hexid("c2")]
+    assert [(c.submission_id, c.credit) for c in result.claims if c.arena_id == "cache"] == [
+        (hexid("c2"), 26_455)]
+    # At 1200 the as-expected run at 1200 is the latest: the suspension is lifted.
+    assert settle(V2, {"mlp": [ControlRun(1_000)], "cache": cache}, 1_200).suspensions == ()
 
 
 def test_a_stale_latest_run_suspends_the_arena() -> None:

@@ -72,7 +72,9 @@ def emission_policy(
             half_life_blocks, burn_hotkey, validator_hotkey, rules_version,
             control_max_age_blocks,
         )
-    console.print(f"emission policy ({rules_version}) set at position {result.first}")
+    rules = "" if control_max_age_blocks is None else (
+        f" ({rules_version}, controls at most {control_max_age_blocks:,} blocks old)")
+    console.print(f"emission policy{rules} set at position {result.first}")
 
 
 def _render_settlement(

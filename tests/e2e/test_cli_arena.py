@@ -532,7 +532,8 @@ def test_controls_of_every_arena_exit_4_and_v2_settlements_name_the_suspended_ar
         "error[invalid_input] [path --control-max-age-blocks]: --control-max-age-blocks: "
         "settlement-rules.v2 needs control_max_age_blocks (a positive number of blocks); "
         "nothing was written")
-    assert "(settlement-rules.v2)" in cli(*policy, "--control-max-age-blocks", "100").stdout
+    assert cli(*policy, "--control-max-age-blocks", "100").stdout.startswith(
+        "emission policy (settlement-rules.v2, controls at most 100 blocks old) set at position ")
 
     settled = cli("settle", "--block", "1250")
     assert ("suspended arena mlp-arena: control_unexpected (run at block 1,200: honest); its "

@@ -21,15 +21,17 @@ from settled_ledger import (
     open_ledger,
 )
 
+from ledger.records import EventDraft
 from machines.settlement_rules import (
     RULES_VERSION_V2,
     check_settlement_digest,
+    settlement_digest,
     settlement_payload,
 )
 from services.arena_ledger import ArenaLedger
 from services.replay import replay_store
 from vocabulary.codec import canonical_bytes
-from vocabulary.errors import InvalidInput
+from vocabulary.errors import InvalidInput, Refused
 
 #: What each settlement of gated_ledger.py suspends: (arena, reason, run block, controls).
 SUSPENSIONS = {
@@ -89,11 +91,31 @@ def test_v2_settlements_suspend_as_the_controls_say_and_replay_to_the_same_paylo
             assert settlement_payload(view.weights(payload["block"])) == payload
 
 
-def test_a_live_preview_names_the_suspensions_the_settle_records(ledger: ArenaLedger) -> None:
+def test_a_live_preview_names_the_suspensions_and_a_settlement_without_them_is_refused(
+    ledger: ArenaLedger
+) -> None:
     settled = build_gated(ledger)
     preview = ledger.weights(2_601)  # from the read models, as of the head
     assert [s.arena_id for s in preview.suspensions] == [ARENA_A, ARENA_B]
-    assert settlement_payload(preview)["suspensions"] == settled[-1][0]["suspensions"]
+    honest = settlement_payload(preview)
+    assert honest["suspensions"] == settled[-1][0]["suspensions"]
+    # A forger who drops a suspension and redoes the digest is told which field is wrong.
+    forged = {**honest, "suspensions": honest["suspensions"][1:]}
+    document = {k: v for k, v in forged.items() if k != "settlement_digest"}
+    forged["settlement_digest"] = settlement_digest(document)
+    assert check_settlement_digest(forged)
+    head = ledger.store.head()
+    with pytest.raises(Refused) as caught:
+        ledger.store.append([EventDraft("settlement", "SettlementComputed", forged)])
+    assert (caught.value.context["reason"], caught.value.context["field"]) == (
+        "settlement_mismatch", "suspensions")
+    assert ledger.store.head() == head
+    # The same payload under v1's name (no rules_version, no suspensions) is refused too.
+    as_v1 = {k: v for k, v in honest.items() if k not in ("rules_version", "suspensions")}
+    with pytest.raises(Refused, match="rules_version"):
+        ledger.store.append([EventDraft("settlement", "SettlementComputed", as_v1)])
+    assert ledger.store.append(
+        [EventDraft("settlement", "SettlementComputed", honest)]).first == head.position + 1
 
 
 def test_a_v2_policy_needs_its_max_age_and_a_v1_policy_refuses_one(ledger: ArenaLedger) -> None:

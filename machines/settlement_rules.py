@@ -509,12 +509,15 @@ class SettlementInput:
     fees: FeeRecords = field(default_factory=FeeRecords)
     #: Per arena id, its complete control runs (any order); read under settlement-rules.v2
     #: only, where an arena missing here has no run.
-    control_runs: Mapping[str, Sequence[ControlRun]] = field(default_factory=dict)
+    control_runs: Mapping[str, Sequence[ControlRun]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         _check_int(self.block, "block")
         _check_int(self.as_of_position, "as_of_position")
         _check_control_runs(self.control_runs)
+        object.__setattr__(
+            self, "control_runs", {a: tuple(runs) for a, runs in self.control_runs.items()}
+        )
         _as_tuple(self, "arenas")
         arena = _first_duplicate(a.arena_id for a in self.arenas)
         if arena is not None:

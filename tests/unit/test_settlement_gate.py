@@ -231,6 +231,14 @@ def test_a_bad_policy_is_refused(args: tuple[Any, Any], message: str) -> None:
         EmissionPolicy(1000, "burn", "val", *args)
 
 
+def test_an_input_with_control_runs_is_still_hashable_and_keeps_its_runs() -> None:
+    runs = [ControlRun(900, ["b", "a"])]
+    inputs = SettlementInput(BLOCK, 42, V2, ARENAS, control_runs={"mlp": runs})
+    hash(inputs)
+    runs.append(ControlRun(1_000))  # the caller's list is not the input's
+    assert inputs.control_runs == {"mlp": (ControlRun(900, ("b", "a")),)}
+
+
 def test_two_runs_of_an_arena_at_one_block_are_refused() -> None:
     with pytest.raises(InvalidInput, match="two control runs at block 900"):
         settle(V2, {"mlp": [ControlRun(900), ControlRun(900, ["x"])]})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ledger import read_models
 from ledger.log import get_logger
 from machines import settlement_rules as rules
-from machines.control import CONTROL_HOTKEY, ControlRow, complete_runs
+from machines.control import CONTROL_HOTKEY, ControlRow, complete_runs, control_report
 from services.projections import state_of
 from services.read_view import ReadView
 from vocabulary.catalogue import CATALOGUE
@@ -418,6 +418,10 @@ class SettlementTracker:
         self._payment_refs: set[str] = set()
         self._credit_ids: set[str] = set()
         self._rebuild = True
+        #: settlement-rules.v2's input: per arena, its control digests and the states of
+        #: the submissions of those digests (a control's runs), kept as ``note`` and the
+        #: archive report them; an arena whose digests changed is read from the fold again.
+        self._control_subs: dict[str, tuple[frozenset[str], dict[str, SubmissionState]]] = {}
         #: Every touched set, for the steps that size or empty them all.
         self._touched = (self._subs, self._arenas, self._payment_refs, self._credit_ids)
         by_category = {
@@ -490,6 +494,7 @@ class SettlementTracker:
             settlement_input(self.fold, policy, block)  # raises the refusal
         assert policy is not None
         emission = rules.EmissionPolicy.from_event(policy)
+        rebuilding, touched = self._rebuild, set(self._subs) if emission.gated else set()
         self._catch_up()
         shares: dict[str, int] = {}
         rewarded: list[Any] = []
@@ -502,13 +507,42 @@ class SettlementTracker:
             rewarded.extend(scan.rewarded())
         sums = {a: row[:3] for a, row in self._fees.items() if row[3]}
         fees = rules.fee_summary(shares, sums)
-        # The gate reads every arena's control report from the fold (archive included):
-        # a cost a v2 ledger pays at each settlement, which a v1 replay never does.
-        gate = fold_control_runs(self.fold) if emission.gated else None
+        gate = self._control_runs(rebuilding, touched) if emission.gated else None
         settlement = rules.settle_assessed(
             block, self.fold.position, emission, shares, rewarded, fees, gate
         )
         return rules.settlement_payload(settlement)
+
+    def _control_runs(
+        self, rebuilding: bool, touched: set[str]
+    ) -> dict[str, tuple[rules.ControlRun, ...]]:
+        """Is ``fold_control_runs(self.fold)`` from the kept control submissions: each check
+        reads the submissions touched since the last one, not every arena's whole report."""
+        fold, kept = self.fold, self._control_subs
+        if rebuilding:
+            kept.clear()  # the touches were forgotten: read every arena from the fold again
+        for sid in touched:
+            sub = fold.submission(sid)
+            if sub is not None:
+                self._keep_control_sub(sub)
+        arenas = {arena.arena_id: arena for arena in fold.arenas()}
+        for arena_id, arena in arenas.items():
+            digests = frozenset(c.delta_digest for c in arena.controls.values())
+            found = kept.get(arena_id)
+            if found is None or found[0] != digests:
+                subs = fold.submissions(arena_id) if digests else ()
+                kept[arena_id] = (digests, {
+                    sub.submission_id: sub for sub in subs if sub.delta_digest in digests
+                })
+        return control_runs(
+            arenas, lambda a: control_report(arenas[a].controls, kept[a][1].values())
+        )
+
+    def _keep_control_sub(self, sub: SubmissionState) -> None:
+        """Keeps ``sub``'s latest state when its delta is one of its arena's controls."""
+        found = self._control_subs.get(sub.arena_id)
+        if found is not None and sub.delta_digest in found[0]:
+            found[1][sub.submission_id] = sub
 
     # --- keeping the inputs ---------------------------------------------------------------
 
@@ -531,6 +565,7 @@ class SettlementTracker:
         sub = record.state
         sid = sub.submission_id
         self._subs.discard(sid)
+        self._keep_control_sub(sub)
         payment, credit = record.payment, record.credit
         if payment is not None:
             self._payment_refs.discard(payment.payment_ref)

@@ -324,7 +324,9 @@ def submissions(
 
 @handle_errors
 def controls(
-    arena_id: str = typer.Argument(..., help="The arena."),
+    arena_id: str | None = typer.Argument(
+        None, help="The arena (default: every commissioned arena)."
+    ),
     as_of: int | None = as_of_option(),
     as_json: bool = typer.Option(False, "--json", help="JSON Lines."),
 ) -> None:
@@ -332,36 +334,61 @@ def controls(
     pending), with the block and attempt of each run.
 
     Exits 4 when the latest complete control run (the rows of the latest block none of
-    whose rows is pending) has an unexpected outcome: the check the controls exist for
-    failed, so the grader cannot be trusted on that machine. A run still pending (one that
-    was interrupted, say) neither passes nor fails it.
+    whose rows is pending) of the arena, or without ARENA of any arena, has an unexpected
+    outcome: the check the controls exist for failed, so the grader cannot be trusted on
+    that machine (and settlement-rules.v2 suspends the arena's pool). A run still pending
+    (one that was interrupted, say) neither passes nor fails it.
     """
     with _ledger(as_of) as ledger:
-        rows = ledger.controls(arena_id)
+        if arena_id is None:
+            arena_ids = sorted(arena.arena_id for arena in ledger.fold.arenas())
+        else:
+            arena_ids = [arena_id]
+        by_arena = {a: ledger.controls(a) for a in arena_ids}
         position = ledger.guard.fold.position
-        below = seal_warning(ledger, arena_id)
+        below = [line for a in arena_ids if (line := seal_warning(ledger, a)) is not None]
+    every = arena_id is None
     if as_json:
-        emit_jsonl(rows)
+        emit_jsonl([{"arena_id": a, **row} if every else row
+                    for a, rows in by_arena.items() for row in rows])
     else:
         print_as_of(as_of, position)
-        table = new_table("control", "block", "attempt", "expected", "observed", "outcome")
+        _controls_table(by_arena, every)
+    for line in below:  # the seal lets noise pass as speed: said, not an exit code
+        (err_console if as_json else console).print(line)
+    failed = []
+    for arena, rows in by_arena.items():
+        latest = latest_complete_run([ControlRow(**row) for row in rows])
+        unexpected = [row.control_id for row in latest if row.outcome == UNEXPECTED]
+        if unexpected:
+            failed.append((arena, latest[0].block, unexpected))
+    if failed:
+        first, block, ids = failed[0]
+        message = (
+            f"the latest complete control run of {first} (block {block}) has an unexpected "
+            f"outcome: {', '.join(ids)}"
+        )
+        if every:
+            runs = "; ".join(f"{a} (block {b}): {', '.join(c)}" for a, b, c in failed)
+            message = (f"the latest complete control run of {counted(len(failed), 'arena')} "
+                       f"has an unexpected outcome: {runs}")
+        raise IntegrityError(message, arena_id=first, block=block, controls=ids,
+                             arenas=[a for a, _, _ in failed])
+
+
+def _controls_table(by_arena: dict[str, list[dict[str, Any]]], every: bool) -> None:
+    """Prints the control rows, with an arena column when they are every arena's."""
+    columns = ("control", "block", "attempt", "expected", "observed", "outcome")
+    table = new_table(*(("arena", *columns) if every else columns))
+    for arena, rows in by_arena.items():
         for row in rows:
             expected = f"{row['expected_verdict']} {row.get('expected_reason') or ''}".strip()
             observed = f"{row.get('verdict') or '-'} {row.get('reason') or ''}".strip()
             block = "-" if row["block"] is None else str(row["block"])
-            table.add_row(row["control_id"], block, row["attempt_id"] or "-", expected,
-                          observed, row["outcome"])
-        console.print(table)
-    if below is not None:  # the seal lets noise pass as speed: said, not an exit code
-        (err_console if as_json else console).print(below)
-    latest = latest_complete_run([ControlRow(**row) for row in rows])
-    failed = [row.control_id for row in latest if row.outcome == UNEXPECTED]
-    if failed:
-        raise IntegrityError(
-            f"the latest complete control run of {arena_id} (block {latest[0].block}) has an "
-            f"unexpected outcome: {', '.join(failed)}",
-            arena_id=arena_id, block=latest[0].block, controls=failed,
-        )
+            cells = (row["control_id"], block, row["attempt_id"] or "-", expected, observed,
+                     row["outcome"])
+            table.add_row(*((arena, *cells) if every else cells))
+    console.print(table)
 
 
 @handle_errors

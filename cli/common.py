@@ -61,7 +61,8 @@ EXIT_CODES = {
     3: "concurrency conflict (nothing was written; re-read and retry)",
     4: (
         "integrity failure (chain, proof, signature or replay mismatch; `controls`: the "
-        "latest complete control run has an unexpected outcome)"
+        "latest complete control run of the arena, or of any arena, has an unexpected "
+        "outcome)"
     ),
     5: "store unavailable or not initialised, or replay's temporary archive file failed",
     6: "engine fault, or no engine here (the `engine` extra is not installed)",

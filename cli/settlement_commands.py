@@ -29,7 +29,7 @@ from services.arena_ledger import ArenaLedger
 from vocabulary.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from machines.settlement_rules import Settlement
+    from machines.settlement_rules import Settlement, Suspension
     from services.replay import ReplayReport
     from services.weights_preview import RecordedSettlement
 
@@ -52,12 +52,29 @@ def emission_policy(
     validator_hotkey: str = typer.Option(
         ..., "--validator-hotkey", help="The validator the policy is set for."
     ),
+    rules_version: str = typer.Option(
+        "settlement-rules.v1", "--rules",
+        help="Settlement rules: settlement-rules.v1, or settlement-rules.v2 (v1 plus the "
+        "control gate; needs --control-max-age-blocks).",
+    ),
+    control_max_age_blocks: int | None = typer.Option(
+        None, "--control-max-age-blocks", min=1, max=INT_MAX,
+        help="settlement-rules.v2: an arena whose latest complete control run is older "
+        "than this many blocks at the settlement block is suspended (its pool burns).",
+    ),
 ) -> None:
     """Sets the emission policy settlements use from this position on."""
-    named = options_named(burn_hotkey="--burn-hotkey", validator_hotkey="--validator-hotkey")
+    named = options_named(burn_hotkey="--burn-hotkey", validator_hotkey="--validator-hotkey",
+                          rules_version="--rules",
+                          control_max_age_blocks="--control-max-age-blocks")
     with named, _ledger() as ledger:
-        result = ledger.set_emission_policy(half_life_blocks, burn_hotkey, validator_hotkey)
-    console.print(f"emission policy set at position {result.first}")
+        result = ledger.set_emission_policy(
+            half_life_blocks, burn_hotkey, validator_hotkey, rules_version,
+            control_max_age_blocks,
+        )
+    rules = "" if control_max_age_blocks is None else (
+        f" ({rules_version}, controls at most {control_max_age_blocks:,} blocks old)")
+    console.print(f"emission policy{rules} set at position {result.first}")
 
 
 def _render_settlement(
@@ -82,9 +99,26 @@ def _render_settlement(
             f"  claim {claim['hotkey']} arena {claim['arena_id']} speedup_ppm "
             f"{claim['speedup_ppm']} credit {claim['credit']}"
         )
+    for suspension in settlement.suspensions:
+        console.print(f"  suspended arena {suspension.arena_id}: {_suspended(suspension)}")
+    if settlement.rules_version != "settlement-rules.v1":
+        console.print(f"rules {settlement.rules_version}: "
+                      f"{counted(len(settlement.suspensions), 'arena')} suspended")
     console.print(f"settlement_digest {payload['settlement_digest']}")
     if position is not None:
         console.print(f"recorded at position {position}")
+
+
+def _suspended(suspension: Suspension) -> str:
+    """Says why settlement-rules.v2 suspended an arena, e.g. "control_unexpected (run at
+    block 1,300: wrong-mlp); its pool went to the burn hotkey"."""
+    if suspension.run_block is None:
+        why = "no complete control run"
+    else:
+        why = f"run at block {suspension.run_block:,}"
+        if suspension.control_ids:
+            why += f": {', '.join(suspension.control_ids)}"
+    return f"{suspension.reason} ({why}); its pool went to the burn hotkey"
 
 
 @handle_errors

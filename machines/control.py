@@ -31,6 +31,7 @@ __all__ = [
     "PENDING",
     "UNEXPECTED",
     "ControlRow",
+    "complete_runs",
     "control_outcome",
     "control_report",
     "control_rows",
@@ -124,6 +125,29 @@ def control_report(
     return report
 
 
+def _runs(rows: Iterable[ControlRow]) -> dict[int, list[ControlRow]]:
+    runs: dict[int, list[ControlRow]] = {}
+    for row in rows:
+        if row.block is not None:
+            runs.setdefault(row.block, []).append(row)
+    return runs
+
+
+def complete_runs(rows: Iterable[ControlRow]) -> list[tuple[int, tuple[str, ...]]]:
+    """Returns every complete control run as (block, ids of its unexpected controls), by
+    block: what the settlement-rules.v2 control gate reads of an arena's control report.
+
+    Runs and completeness are as ``latest_complete_run`` has them; a control id is listed
+    once however many of its rows came out unexpected.
+    """
+    found = []
+    for block, run in sorted(_runs(rows).items()):
+        if all(r.outcome != PENDING for r in run):
+            unexpected = sorted({r.control_id for r in run if r.outcome == UNEXPECTED})
+            found.append((block, tuple(unexpected)))
+    return found
+
+
 def latest_complete_run(rows: Iterable[ControlRow]) -> list[ControlRow]:
     """Returns the rows of the latest complete control run, or none when no run is complete.
 
@@ -131,10 +155,7 @@ def latest_complete_run(rows: Iterable[ControlRow]) -> list[ControlRow]:
     control at its ``--block``); it is complete when none of its rows is ``pending``. A run
     that was interrupted stays pending and never hides the last run that finished.
     """
-    runs: dict[int, list[ControlRow]] = {}
-    for row in rows:
-        if row.block is not None:
-            runs.setdefault(row.block, []).append(row)
+    runs = _runs(rows)
     complete = [block for block, found in runs.items()
                 if all(r.outcome != PENDING for r in found)]
     return runs[max(complete)] if complete else []

@@ -1,7 +1,8 @@
 """Lists every reason code the machines emit, with its meaning, stated cause and next step.
 
 This is the one table of codes: intake rejections, verdict reasons, infrastructure fault codes,
-hold and expiry reasons, and the refusal codes the machines give when they refuse an event.
+hold and expiry reasons, the refusal codes the machines give when they refuse an event, and
+why settlement-rules.v2 suspends an arena.
 The CLI and docs/machines.md render it; ``Refusal`` refuses to carry a code missing here.
 Codes are stable: never renamed, never reused for another meaning.
 """
@@ -12,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "CONTROLS_STALE",
+    "CONTROL_UNEXPECTED",
     "DUPLICATE_PREFIX",
     "KINDS",
     "NOISE_ABOVE_SEAL",
@@ -25,7 +28,7 @@ __all__ = [
 ]
 
 #: Kinds of code, in the order docs list them.
-KINDS = ("rejection", "verdict", "fault", "hold", "expiry", "refusal")
+KINDS = ("rejection", "verdict", "fault", "hold", "expiry", "refusal", "suspension")
 
 #: Prefix of the parametrised rejection ``duplicate_of:<first 16 hex>:<its reason>``.
 DUPLICATE_PREFIX = "duplicate_of"
@@ -37,6 +40,10 @@ NOISE_ABOVE_SEAL = "noise_above_seal"
 #: guard found the host noisier than sealed, which says nothing of the delta, so it queues
 #: the submission again (within the retry budget).
 VERDICT_DISPOSITIONS: Mapping[str, str] = {NOISE_ABOVE_SEAL: "REQUEUE"}
+
+#: Why settlement-rules.v2 suspends an arena (a SettlementComputed's ``suspensions``).
+CONTROL_UNEXPECTED = "control_unexpected"
+CONTROLS_STALE = "controls_stale"
 
 
 @dataclass(frozen=True)
@@ -341,9 +348,26 @@ _REFUSALS = (
        "-", "Append exactly machines.calibration.derive_conclusion(state)."),
 )
 
+_SUSPENSIONS = (
+    _r(CONTROL_UNEXPECTED, "suspension",
+       "settlement-rules.v2: the arena's latest complete control run at or before the "
+       "settlement block has an unexpected outcome; its pool goes to the burn hotkey.",
+       "The validator's own controls did not behave as registered, so its verdicts in this "
+       "arena are not trusted for rewards until they do.",
+       "The operator finds what broke the grader (`arena-ledger controls ARENA`), fixes it "
+       "and runs the controls again (`run-controls`)."),
+    _r(CONTROLS_STALE, "suspension",
+       "settlement-rules.v2: the arena has no complete control run within the policy's "
+       "control_max_age_blocks blocks before the settlement block.",
+       "The validator has not shown recently that its grader still tells good from bad "
+       "kernels in this arena.",
+       "The operator runs the arena's controls (`run-controls --block B`) before settling."),
+)
+
 #: Every code by name, in the order docs list them.
 REASONS: Mapping[str, ReasonCode] = {
-    r.code: r for r in (*_REJECTIONS, *_VERDICTS, *_FAULTS, *_HOLDS, *_REFUSALS)
+    r.code: r
+    for r in (*_REJECTIONS, *_VERDICTS, *_FAULTS, *_HOLDS, *_REFUSALS, *_SUSPENSIONS)
 }
 
 

@@ -1,4 +1,4 @@
-"""Computes `settlement-rules.v1` settlements (docs/settlement.md) from plain, frozen inputs.
+"""Computes `settlement-rules.v1` and `.v2` settlements (docs/settlement.md) from plain inputs.
 
 The module is pure: it reads no clock, store or randomness, uses integers for money, blocks
 and weights, and ``decimal.Decimal`` in one fixed context (precision 34, ROUND_HALF_EVEN)
@@ -20,6 +20,12 @@ Choices this module makes where the rules leave a mechanism open (also in docs/s
 - A credit is never negative (a PASS whose speedup_ppm is below 1,000,000 earns 0), and a
   settlement block before a claim's arrival block is refused.
 - Weights of zero are left out of ``weights_ppm``.
+
+``settlement-rules.v2`` is v1 plus a control gate, selected by the emission policy: an arena
+whose latest complete control run at or before the settlement block found an unexpected
+outcome, or that has no complete run within ``control_max_age_blocks`` blocks before it, is
+suspended, and its pool goes to the burn hotkey. v1 settlements are computed, hashed and
+rendered exactly as before.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from decimal import (
 from operator import itemgetter
 from typing import Any, Final, Literal
 
+from machines.reasons import CONTROL_UNEXPECTED, CONTROLS_STALE
 from vocabulary.codec import (
     canonical_bytes,
     canonical_decimal,
@@ -57,12 +64,15 @@ _set_attribute = object.__setattr__
 __all__ = [
     "BLOCKING_STATUSES",
     "RULES_VERSION",
+    "RULES_VERSIONS",
+    "RULES_VERSION_V2",
     "SETTLEMENT_DOMAIN",
     "SUBMISSION_STATUSES",
     "TERMINAL_STATUSES",
     "ArenaFees",
     "ArenaInput",
     "Claim",
+    "ControlRun",
     "CreditRecord",
     "EmissionPolicy",
     "FeeRecords",
@@ -75,6 +85,7 @@ __all__ = [
     "SettlementInput",
     "SubmissionInput",
     "SubmissionRow",
+    "Suspension",
     "assess_rewarded_rows",
     "assess_rewards",
     "build_claims",
@@ -82,6 +93,8 @@ __all__ = [
     "claim_credit",
     "compute_settlement",
     "compute_weights",
+    "control_suspension",
+    "control_suspensions",
     "diff_settlement_payload",
     "explain_rewards",
     "fee_summary",
@@ -96,8 +109,12 @@ __all__ = [
     "weights_total_ppm",
 ]
 
-#: Rules version hashed into every settlement digest.
+#: Rules version hashed into every settlement digest (of a policy that names no other).
 RULES_VERSION: Final = "settlement-rules.v1"
+#: v1 plus the control gate: suspended arenas' pools burn (docs/settlement.md).
+RULES_VERSION_V2: Final = "settlement-rules.v2"
+#: Every rules version an emission policy may name, oldest first.
+RULES_VERSIONS: Final = (RULES_VERSION, RULES_VERSION_V2)
 #: Digest domain of the settlement document (docs/settlement.md).
 SETTLEMENT_DOMAIN: Final = "arena-ledger.settlement"
 #: The weight vector always sums to this many parts per million.
@@ -353,26 +370,72 @@ class ArenaInput:
 
 @dataclass(frozen=True)
 class EmissionPolicy:
-    """Holds the emission policy in force: half-life in blocks and the burn hotkey.
+    """Holds the emission policy in force: half-life in blocks, the burn hotkey, and the
+    rules version with its control gate's maximum age.
 
-    ``validator_hotkey`` names the validator the policy was set for; settlement-rules.v1
-    gives it no weight.
+    ``validator_hotkey`` names the validator the policy was set for; neither rules version
+    gives it weight. ``control_max_age_blocks`` is set exactly under settlement-rules.v2.
     """
 
     half_life_blocks: int
     burn_hotkey: str
     validator_hotkey: str
+    rules_version: str = RULES_VERSION
+    control_max_age_blocks: int | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.half_life_blocks, "half_life_blocks", 1)
         _check_text(self.burn_hotkey, "burn_hotkey", is_hotkey(self.burn_hotkey), "a hotkey")
         valid = is_hotkey(self.validator_hotkey)
         _check_text(self.validator_hotkey, "validator_hotkey", valid, "a hotkey")
+        if self.rules_version not in RULES_VERSIONS:
+            raise _refuse(
+                f"rules_version must be one of {', '.join(RULES_VERSIONS)}, got "
+                f"{self.rules_version!r}",
+                "settlement_input_invalid",
+                field="rules_version",
+            )
+        if self.gated:
+            _check_int(self.control_max_age_blocks, "control_max_age_blocks", 1)
+        elif self.control_max_age_blocks is not None:
+            raise _refuse(
+                f"control_max_age_blocks is a {RULES_VERSION_V2} setting; "
+                f"{self.rules_version} has no control gate",
+                "settlement_input_invalid",
+                field="control_max_age_blocks",
+            )
+
+    @property
+    def gated(self) -> bool:
+        """Tells whether the rules gate arenas on their controls (settlement-rules.v2)."""
+        return self.rules_version == RULES_VERSION_V2
 
     @classmethod
     def from_event(cls, event: EmissionPolicySet) -> EmissionPolicy:
         """Builds the policy from the latest EmissionPolicySet event."""
-        return cls(event.half_life_blocks, event.burn_hotkey, event.validator_hotkey)
+        return cls(
+            event.half_life_blocks,
+            event.burn_hotkey,
+            event.validator_hotkey,
+            event.rules_version,
+            event.control_max_age_blocks,
+        )
+
+
+@dataclass(frozen=True)
+class ControlRun:
+    """Describes one complete control run of an arena (no control pending): the block its
+    submissions arrived at, and the ids of the controls whose outcome was unexpected."""
+
+    block: int
+    unexpected: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        _check_int(self.block, "block")
+        _as_tuple(self, "unexpected")
+        for control_id in self.unexpected:
+            ok = is_local_id(control_id)
+            _check_text(control_id, "unexpected", ok, "a control id")
 
 
 @dataclass(frozen=True)
@@ -444,10 +507,17 @@ class SettlementInput:
     policy: EmissionPolicy
     arenas: Sequence[ArenaInput] = ()
     fees: FeeRecords = field(default_factory=FeeRecords)
+    #: Per arena id, its complete control runs (any order); read under settlement-rules.v2
+    #: only, where an arena missing here has no run.
+    control_runs: Mapping[str, Sequence[ControlRun]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         _check_int(self.block, "block")
         _check_int(self.as_of_position, "as_of_position")
+        _check_control_runs(self.control_runs)
+        object.__setattr__(
+            self, "control_runs", {a: tuple(runs) for a, runs in self.control_runs.items()}
+        )
         _as_tuple(self, "arenas")
         arena = _first_duplicate(a.arena_id for a in self.arenas)
         if arena is not None:
@@ -460,6 +530,26 @@ class SettlementInput:
                 submission_id=sub,
             )
         _check_shares({a.arena_id: a.emission_share_ppm for a in self.arenas})
+
+
+def _check_control_runs(control_runs: Mapping[str, Sequence[ControlRun]]) -> None:
+    for arena_id, runs in control_runs.items():
+        blocks: set[int] = set()
+        for run in runs:
+            if not isinstance(run, ControlRun):
+                raise _refuse(
+                    f"control runs of arena {arena_id} list {run!r}, not a ControlRun",
+                    "settlement_input_invalid",
+                    field="control_runs",
+                )
+            if run.block in blocks:
+                raise _refuse(
+                    f"arena {arena_id} lists two control runs at block {run.block}; a run "
+                    "is every control's submission at one block",
+                    "settlement_input_invalid",
+                    field="control_runs",
+                )
+            blocks.add(run.block)
 
 
 def _check_shares(shares: Mapping[str, int]) -> None:
@@ -1019,6 +1109,73 @@ def fee_summary(arena_ids: Iterable[str], sums: Mapping[str, Sequence[int]]) -> 
     return FeeSummary(tuple(sorted(per.items())), total)
 
 
+# --- control gate (settlement-rules.v2) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """Records why an arena's pool went to the burn hotkey under settlement-rules.v2.
+
+    ``reason`` is ``control_unexpected`` (``control_ids`` the controls that came out
+    unexpected in the run at ``run_block``) or ``controls_stale`` (the latest complete run,
+    ``run_block``, is older than the policy allows, or there is none: ``run_block`` None).
+    """
+
+    arena_id: str
+    reason: str
+    run_block: int | None
+    control_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the suspension as the object written into the settlement document."""
+        return {
+            "arena_id": self.arena_id,
+            "control_ids": list(self.control_ids),
+            "reason": self.reason,
+            "run_block": self.run_block,
+        }
+
+
+def control_suspension(
+    arena_id: str, runs: Iterable[ControlRun], block: int, max_age_blocks: int
+) -> Suspension | None:
+    """Returns the arena's suspension at settlement ``block``, or None when it is not.
+
+    Only the complete runs at or before ``block`` count, and the latest of them decides:
+    an unexpected outcome suspends (``control_unexpected``, whatever the run's age); else a
+    run more than ``max_age_blocks`` blocks before ``block``, or no run, suspends
+    (``controls_stale``). A run exactly ``max_age_blocks`` old is still fresh.
+    """
+    latest: ControlRun | None = None
+    for run in runs:
+        if run.block <= block and (latest is None or run.block > latest.block):
+            latest = run
+    if latest is None:
+        return Suspension(arena_id, CONTROLS_STALE, None)
+    if latest.unexpected:
+        return Suspension(
+            arena_id, CONTROL_UNEXPECTED, latest.block, tuple(sorted(set(latest.unexpected)))
+        )
+    if block - latest.block > max_age_blocks:
+        return Suspension(arena_id, CONTROLS_STALE, latest.block)
+    return None
+
+
+def control_suspensions(
+    arena_ids: Iterable[str],
+    control_runs: Mapping[str, Sequence[ControlRun]],
+    block: int,
+    max_age_blocks: int,
+) -> tuple[Suspension, ...]:
+    """Returns the suspension of every suspended arena of ``arena_ids``, sorted by arena id
+    (an arena missing from ``control_runs`` has no run)."""
+    found = (
+        control_suspension(a, control_runs.get(a, ()), block, max_age_blocks)
+        for a in sorted(arena_ids)
+    )
+    return tuple(s for s in found if s is not None)
+
+
 # --- settlement and its digest --------------------------------------------------------------
 
 
@@ -1028,21 +1185,31 @@ def settlement_document(
     claims: Iterable[Claim],
     weights_ppm: Mapping[str, int],
     fees: FeeSummary,
+    rules_version: str = RULES_VERSION,
+    suspensions: Iterable[Suspension] = (),
 ) -> dict[str, Any]:
     """Returns the exact document ``settlement_digest`` hashes (see docs/settlement.md).
 
     ``{"as_of_position", "block", "claims": [claim objects sorted by (arena_id, block,
     submission_id)], "fees": {"arenas", "total"}, "rules_version": "settlement-rules.v1",
-    "weights_ppm": {hotkey: ppm}}``.
+    "weights_ppm": {hotkey: ppm}}``; under settlement-rules.v2 also ``"suspensions":
+    [suspension objects sorted by arena_id]`` (a v1 document has no such key).
     """
-    return {
+    document = {
         "as_of_position": as_of_position,
         "block": block,
         "claims": [c.to_dict() for c in sorted(claims, key=lambda c: c.sort_key)],
         "fees": fees.to_dict(),
-        "rules_version": RULES_VERSION,
+        "rules_version": rules_version,
         "weights_ppm": {h: weights_ppm[h] for h in sorted(weights_ppm)},
     }
+    suspended = sorted(suspensions, key=lambda s: s.arena_id)
+    if rules_version == RULES_VERSION:
+        if suspended:
+            raise ValueError(f"{RULES_VERSION} suspends no arena")
+    else:
+        document["suspensions"] = [s.to_dict() for s in suspended]
+    return document
 
 
 def settlement_digest(document: Mapping[str, Any]) -> str:
@@ -1061,16 +1228,20 @@ class Settlement:
     fees: FeeSummary
     settlement_digest: str
     assessments: tuple[RewardAssessment, ...]
+    rules_version: str = RULES_VERSION
+    #: The arenas settlement-rules.v2 suspended, by arena id (always empty under v1).
+    suspensions: tuple[Suspension, ...] = ()
 
     def document(self) -> dict[str, Any]:
         """Returns the document the settlement digest covers."""
         return settlement_document(
-            self.block, self.as_of_position, self.claims, self.weights_ppm, self.fees
+            self.block, self.as_of_position, self.claims, self.weights_ppm, self.fees,
+            self.rules_version, self.suspensions,
         )
 
 
 def compute_settlement(inputs: SettlementInput) -> Settlement:
-    """Computes the settlement of ``inputs``: assess, claim, weigh, sum fees, hash."""
+    """Computes the settlement of ``inputs``: assess, claim, gate, weigh, sum fees, hash."""
     assessments = assess_rewards(inputs.arenas)
     shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
     return _settle(
@@ -1080,6 +1251,7 @@ def compute_settlement(inputs: SettlementInput) -> Settlement:
         shares,
         assessments,
         lambda: summarize_fees(shares, inputs.fees),
+        inputs.control_runs,
     )
 
 
@@ -1090,18 +1262,25 @@ def settle_assessed(
     shares_ppm: Mapping[str, int],
     assessments: Sequence[RewardAssessment],
     fees: FeeSummary,
+    control_runs: Mapping[str, Sequence[ControlRun]] | None = None,
 ) -> Settlement:
     """Computes a settlement from assessments made elsewhere (``RewardScan``) and fee sums.
 
     Claims, weights, document and digest come from the same code as ``compute_settlement``;
     only the rewarded ``assessments`` matter (the others earn nothing), and ``shares_ppm``
     must name every arena. ``Settlement.assessments`` holds what was passed in.
+    ``control_runs`` (per arena, its complete control runs) is read under
+    settlement-rules.v2 only.
     """
     # What SettlementInput checks on construction (the rest holds by how a fold is built).
     _check_int(block, "block")
     _check_int(as_of_position, "as_of_position")
     _check_shares(shares_ppm)
-    return _settle(block, as_of_position, policy, shares_ppm, tuple(assessments), lambda: fees)
+    runs = {} if control_runs is None else control_runs
+    _check_control_runs(runs)
+    return _settle(
+        block, as_of_position, policy, shares_ppm, tuple(assessments), lambda: fees, runs
+    )
 
 
 def _settle(
@@ -1111,11 +1290,24 @@ def _settle(
     shares: Mapping[str, int],
     assessments: tuple[RewardAssessment, ...],
     fees_of: Callable[[], FeeSummary],
+    control_runs: Mapping[str, Sequence[ControlRun]],
 ) -> Settlement:
     claims = build_claims(assessments, block, policy.half_life_blocks)
-    weights = compute_weights(claims, shares, policy.burn_hotkey)
+    suspensions: tuple[Suspension, ...] = ()
+    paid = claims
+    if policy.gated:
+        assert policy.control_max_age_blocks is not None  # EmissionPolicy checks it
+        suspensions = control_suspensions(
+            shares, control_runs, block, policy.control_max_age_blocks
+        )
+        # A suspended arena's claims stay on record; its pool has no credit, so it burns.
+        suspended = {s.arena_id for s in suspensions}
+        paid = tuple(c for c in claims if c.arena_id not in suspended)
+    weights = compute_weights(paid, shares, policy.burn_hotkey)
     fees = fees_of()  # after the weights, so errors come in the order they always did
-    document = settlement_document(block, as_of_position, claims, weights, fees)
+    document = settlement_document(
+        block, as_of_position, claims, weights, fees, policy.rules_version, suspensions
+    )
     return Settlement(
         block=block,
         as_of_position=as_of_position,
@@ -1124,13 +1316,18 @@ def _settle(
         fees=fees,
         settlement_digest=settlement_digest(document),
         assessments=assessments,
+        rules_version=policy.rules_version,
+        suspensions=suspensions,
     )
 
 
 def settlement_payload(settlement: Settlement) -> dict[str, Any]:
-    """Returns the SettlementComputed payload: the document less rules_version, plus digest."""
+    """Returns the SettlementComputed payload: the document plus its digest, less
+    ``rules_version`` under settlement-rules.v1 (whose payloads never carried it); a later
+    version's payload keeps it, so that the payload still names the rules it was made by."""
     payload = settlement.document()
-    del payload["rules_version"]
+    if settlement.rules_version == RULES_VERSION:
+        del payload["rules_version"]
     payload["settlement_digest"] = settlement.settlement_digest
     return payload
 
@@ -1138,7 +1335,7 @@ def settlement_payload(settlement: Settlement) -> dict[str, Any]:
 def check_settlement_digest(payload: Mapping[str, Any]) -> bool:
     """Tells whether a SettlementComputed payload's digest matches its own fields."""
     document = {k: v for k, v in payload.items() if k != "settlement_digest"}
-    document["rules_version"] = RULES_VERSION
+    document.setdefault("rules_version", RULES_VERSION)  # a v1 payload omits it
     return settlement_digest(document) == payload.get("settlement_digest")
 
 

@@ -541,17 +541,40 @@ class ArenaLedger:
         )
 
     def set_emission_policy(
-        self, half_life_blocks: int, burn_hotkey: str, validator_hotkey: str
+        self,
+        half_life_blocks: int,
+        burn_hotkey: str,
+        validator_hotkey: str,
+        rules_version: str = "settlement-rules.v1",
+        control_max_age_blocks: int | None = None,
     ) -> AppendResult:
-        """Appends EmissionPolicySet to the settlement stream."""
-        event = _model(
-            EmissionPolicySet,
-            {
-                "half_life_blocks": half_life_blocks,
-                "burn_hotkey": burn_hotkey,
-                "validator_hotkey": validator_hotkey,
-            },
-        )
+        """Appends EmissionPolicySet to the settlement stream.
+
+        A settlement-rules.v1 policy is written without ``rules_version`` (as every policy
+        was before v2), so it has the bytes it always had; settlement-rules.v2 needs
+        ``control_max_age_blocks``, and v1 refuses one.
+        """
+        data: dict[str, Any] = {
+            "half_life_blocks": half_life_blocks,
+            "burn_hotkey": burn_hotkey,
+            "validator_hotkey": validator_hotkey,
+        }
+        if rules_version != "settlement-rules.v1":
+            data["rules_version"] = rules_version
+        gated = rules_version == "settlement-rules.v2"
+        if control_max_age_blocks is not None:
+            data["control_max_age_blocks"] = control_max_age_blocks
+        known = rules_version in ("settlement-rules.v1", "settlement-rules.v2")
+        if known and gated == (control_max_age_blocks is None):  # else the schema says why
+            path = "$.payload.control_max_age_blocks"
+            raise InvalidInput(
+                f"{path}: settlement-rules.v2 needs control_max_age_blocks (a positive "
+                "number of blocks); nothing was written" if gated else
+                f"{path}: control_max_age_blocks is a settlement-rules.v2 setting, and the "
+                f"policy names {rules_version}; nothing was written",
+                path=path,
+            )
+        event = _model(EmissionPolicySet, data)
         return self.append([("settlement", event)])
 
     # -- intake ----------------------------------------------------------------------------

@@ -145,7 +145,9 @@ def _rules(payload: Mapping[str, Any], claims: Sequence[Mapping[str, Any]],
     of its claims' PASS verdicts (None when the read models cannot say)."""
     matches = check_settlement_digest(payload)
     return {
-        "settlement_rules_version": RULES_VERSION if matches else None,
+        # A v1 payload omits its rules version; a later version's names it.
+        "settlement_rules_version": payload.get("rules_version", RULES_VERSION)
+        if matches else None,
         "digest_matches": matches,
         "decision_rules_versions": None if versions is None else _versions_of(claims, versions),
     }

@@ -10,14 +10,15 @@ up to that position gives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ledger import read_models
 from ledger.log import get_logger
 from machines import settlement_rules as rules
-from machines.control import CONTROL_HOTKEY
+from machines.control import CONTROL_HOTKEY, ControlRow, complete_runs, control_report
 from services.projections import state_of
+from services.read_view import ReadView
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.errors import LedgerError, Refused
 from vocabulary.events import AttemptDecided, EmissionPolicySet, SettlementComputed
@@ -36,7 +37,10 @@ __all__ = [
     "check_recorded",
     "compute",
     "compute_from_read_models",
+    "control_runs",
     "fee_summary",
+    "fold_control_runs",
+    "read_model_control_runs",
     "rewards",
     "settlement_input",
 ]
@@ -62,13 +66,45 @@ def settlement_input(
     """Returns the settlement input of the ledger as folded, at settlement ``block``."""
     policy = _require_policy(policy)
     arenas = [_arena_input(fold, arena) for arena in fold.arenas()]
+    emission = rules.EmissionPolicy.from_event(policy)
     return rules.SettlementInput(
         block=block,
         as_of_position=fold.position,
-        policy=rules.EmissionPolicy.from_event(policy),
+        policy=emission,
         arenas=arenas,
         fees=_fee_records(fold),
+        control_runs=fold_control_runs(fold) if emission.gated else {},
     )
+
+
+# --- the control gate's input (settlement-rules.v2) -----------------------------------------
+
+
+def control_runs(
+    arena_ids: Iterable[str], rows_of: Callable[[str], Iterable[ControlRow]]
+) -> dict[str, tuple[rules.ControlRun, ...]]:
+    """Returns each arena's complete control runs, from its control report ``rows_of(id)``:
+    what the settlement-rules.v2 gate reads (``rules.control_suspension``)."""
+    return {
+        arena_id: tuple(
+            rules.ControlRun(block, unexpected)
+            for block, unexpected in complete_runs(rows_of(arena_id))
+        )
+        for arena_id in arena_ids
+    }
+
+
+def fold_control_runs(fold: LedgerFold) -> dict[str, tuple[rules.ControlRun, ...]]:
+    """Is ``control_runs`` of every arena of a fold, from ``LedgerFold.controls``."""
+    return control_runs([a.arena_id for a in fold.arenas()], fold.controls)
+
+
+def read_model_control_runs(
+    reader: read_models.Reader, arena_ids: Iterable[str]
+) -> dict[str, tuple[rules.ControlRun, ...]]:
+    """Is ``control_runs`` from the read models at ``reader.position``: the same runs the
+    fold gives, from the arenas' control rows and their controls' submissions only."""
+    return control_runs(arena_ids, ReadView(reader).controls)
 
 
 #: Statuses that matter to rewards: a PASS, or an earlier arrival that blocks one.
@@ -209,19 +245,24 @@ def compute_from_read_models(
     arenas' states then): the same settlement, digest and all, without a fold's archive."""
     policy = _require_policy(policy)
     ordered = sorted(arenas, key=lambda a: a.arena_id)
+    emission = rules.EmissionPolicy.from_event(policy)
+    gate = (
+        read_model_control_runs(reader, [a.arena_id for a in ordered])
+        if emission.gated else None
+    )
     rewarded = _rewarded_from_read_models(reader, ordered)
     if rewarded is None:  # a row the inputs refuse: build them, which raises the refusal
         inputs = rules.SettlementInput(
             block=block,
             as_of_position=reader.position,
-            policy=rules.EmissionPolicy.from_event(policy),
+            policy=emission,
             arenas=arena_inputs(reader, ordered),
         )
         shares = {a.arena_id: a.emission_share_ppm for a in inputs.arenas}
         return rules.settle_assessed(
             inputs.block, inputs.as_of_position, inputs.policy, shares,
             rules.assess_rewards(inputs.arenas),
-            rules.fee_summary(shares, reader.fee_sums()),
+            rules.fee_summary(shares, reader.fee_sums()), gate,
         )
     headers, assessed = rewarded
     # The checks SettlementInput makes of its header (block, position, shares, a repeated
@@ -229,13 +270,13 @@ def compute_from_read_models(
     inputs = rules.SettlementInput(
         block=block,
         as_of_position=reader.position,
-        policy=rules.EmissionPolicy.from_event(policy),
+        policy=emission,
         arenas=headers,
     )
     shares = {a.arena_id: a.emission_share_ppm for a in headers}
     return rules.settle_assessed(
         inputs.block, inputs.as_of_position, inputs.policy, shares, assessed,
-        rules.fee_summary(shares, reader.fee_sums()),
+        rules.fee_summary(shares, reader.fee_sums()), gate,
     )
 
 
@@ -377,6 +418,10 @@ class SettlementTracker:
         self._payment_refs: set[str] = set()
         self._credit_ids: set[str] = set()
         self._rebuild = True
+        #: settlement-rules.v2's input: per arena, its control digests and the states of
+        #: the submissions of those digests (a control's runs), kept as ``note`` and the
+        #: archive report them; an arena whose digests changed is read from the fold again.
+        self._control_subs: dict[str, tuple[frozenset[str], dict[str, SubmissionState]]] = {}
         #: Every touched set, for the steps that size or empty them all.
         self._touched = (self._subs, self._arenas, self._payment_refs, self._credit_ids)
         by_category = {
@@ -449,6 +494,7 @@ class SettlementTracker:
             settlement_input(self.fold, policy, block)  # raises the refusal
         assert policy is not None
         emission = rules.EmissionPolicy.from_event(policy)
+        rebuilding, touched = self._rebuild, set(self._subs) if emission.gated else set()
         self._catch_up()
         shares: dict[str, int] = {}
         rewarded: list[Any] = []
@@ -461,10 +507,42 @@ class SettlementTracker:
             rewarded.extend(scan.rewarded())
         sums = {a: row[:3] for a, row in self._fees.items() if row[3]}
         fees = rules.fee_summary(shares, sums)
+        gate = self._control_runs(rebuilding, touched) if emission.gated else None
         settlement = rules.settle_assessed(
-            block, self.fold.position, emission, shares, rewarded, fees
+            block, self.fold.position, emission, shares, rewarded, fees, gate
         )
         return rules.settlement_payload(settlement)
+
+    def _control_runs(
+        self, rebuilding: bool, touched: set[str]
+    ) -> dict[str, tuple[rules.ControlRun, ...]]:
+        """Is ``fold_control_runs(self.fold)`` from the kept control submissions: each check
+        reads the submissions touched since the last one, not every arena's whole report."""
+        fold, kept = self.fold, self._control_subs
+        if rebuilding:
+            kept.clear()  # the touches were forgotten: read every arena from the fold again
+        for sid in touched:
+            sub = fold.submission(sid)
+            if sub is not None:
+                self._keep_control_sub(sub)
+        arenas = {arena.arena_id: arena for arena in fold.arenas()}
+        for arena_id, arena in arenas.items():
+            digests = frozenset(c.delta_digest for c in arena.controls.values())
+            found = kept.get(arena_id)
+            if found is None or found[0] != digests:
+                subs = fold.submissions(arena_id) if digests else ()
+                kept[arena_id] = (digests, {
+                    sub.submission_id: sub for sub in subs if sub.delta_digest in digests
+                })
+        return control_runs(
+            arenas, lambda a: control_report(arenas[a].controls, kept[a][1].values())
+        )
+
+    def _keep_control_sub(self, sub: SubmissionState) -> None:
+        """Keeps ``sub``'s latest state when its delta is one of its arena's controls."""
+        found = self._control_subs.get(sub.arena_id)
+        if found is not None and sub.delta_digest in found[0]:
+            found[1][sub.submission_id] = sub
 
     # --- keeping the inputs ---------------------------------------------------------------
 
@@ -487,6 +565,7 @@ class SettlementTracker:
         sub = record.state
         sid = sub.submission_id
         self._subs.discard(sid)
+        self._keep_control_sub(sub)
         payment, credit = record.payment, record.credit
         if payment is not None:
             self._payment_refs.discard(payment.payment_ref)

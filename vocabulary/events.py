@@ -532,18 +532,45 @@ class AttemptDecided(Event):
 # --- settlement -----------------------------------------------------------------------------
 
 
+SettlementRules = Literal["settlement-rules.v1", "settlement-rules.v2"]
+
+
 class EmissionPolicySet(Event):
-    """Records the emission policy settlements use from this position on."""
+    """Records the emission policy settlements use from this position on.
+
+    ``rules_version`` and ``control_max_age_blocks`` came with settlement-rules.v2 as
+    optional fields: a policy that omits them is settlement-rules.v1, so the payloads
+    recorded before them keep their bytes. ``control_max_age_blocks`` is given exactly
+    under settlement-rules.v2.
+    """
 
     event_type: ClassVar[str] = "EmissionPolicySet"
     category: ClassVar[str | None] = "settlement"
     half_life_blocks: PositiveInt
     burn_hotkey: Hotkey
     validator_hotkey: Hotkey
+    rules_version: SettlementRules = "settlement-rules.v1"
+    control_max_age_blocks: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _gate_age_with_v2(self) -> EmissionPolicySet:
+        gated = self.rules_version == "settlement-rules.v2"
+        if gated and self.control_max_age_blocks is None:
+            raise ValueError("settlement-rules.v2 needs control_max_age_blocks")
+        if not gated and self.control_max_age_blocks is not None:
+            raise ValueError(
+                f"control_max_age_blocks is a settlement-rules.v2 setting, not "
+                f"{self.rules_version}"
+            )
+        return self
 
 
 class SettlementComputed(Event):
-    """Records a settlement: claims, weights (ppm), fees and their digest."""
+    """Records a settlement: claims, weights (ppm), fees and their digest.
+
+    A settlement-rules.v2 payload also names its ``rules_version`` and lists the arenas it
+    ``suspensions`` (both absent from a v1 payload, whose bytes stay as they were).
+    """
 
     event_type: ClassVar[str] = "SettlementComputed"
     category: ClassVar[str | None] = "settlement"
@@ -553,6 +580,14 @@ class SettlementComputed(Event):
     weights_ppm: dict[str, int]
     fees: dict[str, Any]
     settlement_digest: Digest
+    rules_version: Literal["settlement-rules.v2"] | None = None
+    suspensions: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _suspensions_with_v2(self) -> SettlementComputed:
+        if (self.rules_version is None) != (self.suspensions is None):
+            raise ValueError("rules_version and suspensions come together (settlement-rules.v2)")
+        return self
 
 
 # --- calibration ----------------------------------------------------------------------------

@@ -510,3 +510,40 @@ def test_controls_shows_each_runs_block_and_fails_when_the_latest_complete_run_d
         ["honest", "1400", "ctl-honest-1400", "pending"]]
     assert [(r["block"], r["attempt_id"]) for r in cli.jsonl("controls", ARENA)] == [
         (1_200, "ctl-honest-1200"), (1_300, "ctl-honest-1300"), (1_400, "ctl-honest-1400")]
+
+
+def test_controls_of_every_arena_exit_4_and_v2_settlements_name_the_suspended_arena(
+        cli: Any) -> None:
+    cli("init")
+    _run_controls_at(cli.db, 1_200, "pass")
+    done = cli("controls", expect=4)  # no ARENA: every arena's latest complete run
+    assert cli.error_line(done.stderr, "integrity_failure") == (
+        "error[integrity_failure]: the latest complete control run of 1 arena has an "
+        "unexpected outcome: mlp-arena (block 1200): honest")
+    assert "mlp-arena" in done.stdout  # the table, with an arena column, is printed too
+    listed = cli("controls", "--json", expect=4)
+    assert [(r["arena_id"], r["block"], r["outcome"]) for r in cli.lines(listed.stdout)] == [
+        (ARENA, 1_200, "unexpected")]
+
+    policy = ("emission-policy", "--half-life-blocks", "1000", "--burn-hotkey", "5Burn",
+              "--validator-hotkey", "5Val", "--rules", "settlement-rules.v2")
+    refused = cli(*policy, expect=1)
+    assert cli.error_line(refused.stderr, "invalid_input") == (
+        "error[invalid_input] [path --control-max-age-blocks]: --control-max-age-blocks: "
+        "settlement-rules.v2 needs control_max_age_blocks (a positive number of blocks); "
+        "nothing was written")
+    assert cli(*policy, "--control-max-age-blocks", "100").stdout.startswith(
+        "emission policy (settlement-rules.v2, controls at most 100 blocks old) set at position ")
+
+    settled = cli("settle", "--block", "1250")
+    assert ("suspended arena mlp-arena: control_unexpected (run at block 1,200: honest); its "
+            "pool went to the burn hotkey") in settled.stdout
+    assert "rules settlement-rules.v2: 1 arena suspended" in settled.stdout
+
+    _run_controls_at(cli.db, 1_300, "fail")
+    cli("controls")  # the latest complete run is as expected: exit 0
+    fresh = cli.json("weights", "--block", "1400")  # exactly 100 blocks old: fresh
+    assert (fresh["suspensions"], fresh["weights_ppm"]) == ([], {"5Burn": 1_000_000})
+    stale = cli.json("weights", "--block", "1401")
+    assert stale["suspensions"] == [{"arena_id": ARENA, "control_ids": [],
+                                     "reason": "controls_stale", "run_block": 1_300}]

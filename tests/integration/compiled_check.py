@@ -35,6 +35,8 @@ SUITES = [
     "tests/integration/test_replay_sources.py",
     "tests/integration/test_tracker_generated.py",
     "tests/integration/test_archive.py",
+    "tests/unit/test_settlement_gate.py",
+    "tests/integration/test_settlement_gate_ledger.py",
 ]
 
 #: Where result.json is written inside OUT.

@@ -50,4 +50,4 @@ def test_replay_tests_pass_on_the_compiled_build(tmp_path: Path) -> None:
     ran = result["ran"]
     assert ran["returncode"] == 0, ran["stdout"][-4000:] + ran["stderr"][-2000:]
     assert " passed" in ran["stdout"] and " failed" not in ran["stdout"]
-    assert len(SUITES) == 10
+    assert len(SUITES) == 12

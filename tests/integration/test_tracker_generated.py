@@ -29,6 +29,10 @@ _ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 30_000
 CHECK_EVERY = 1_500
 POLICY = EmissionPolicySet(half_life_blocks=7_200, burn_hotkey="5Burn", validator_hotkey="5Val")
+#: settlement-rules.v2: the tracker keeps each arena's control submissions as well (the
+#: generated ledger's controls give both suspension reasons at these blocks).
+POLICY_V2 = POLICY.model_copy(update={"rules_version": "settlement-rules.v2",
+                                      "control_max_age_blocks": 720})
 
 
 class _CountingArchive(DiskArchive):
@@ -49,9 +53,11 @@ def _generator() -> Any:
     return importlib.import_module("bench.fold")
 
 
-@pytest.mark.parametrize(("keep_walked", "mark_every"), [(0, 1), (8, 4)])
+@pytest.mark.parametrize(("keep_walked", "mark_every", "policy"),
+                         [(0, 1, POLICY), (8, 4, POLICY), (8, 4, POLICY_V2)],
+                         ids=["v1-0-1", "v1-8-4", "v2-8-4"])
 def test_the_archived_tracker_equals_a_full_recomputation_on_a_generated_ledger(
-    keep_walked: int, mark_every: int
+    keep_walked: int, mark_every: int, policy: EmissionPolicySet
 ) -> None:
     generated = _generator().generate(EVENTS, seed=11, concurrency=64, emission_share_ppm=150_000)
     kept = LedgerFold()
@@ -68,8 +74,8 @@ def test_the_archived_tracker_equals_a_full_recomputation_on_a_generated_ledger(
             assert archived.apply(position, stream, event) is None
             if position % CHECK_EVERY == 0:
                 block = 20_000 + position // 10
-                expected = settlement_payload(compute(kept, POLICY, block))
-                assert tracker.payload(POLICY, block) == expected, position
+                expected = settlement_payload(compute(kept, policy, block))
+                assert tracker.payload(policy, block) == expected, position
                 checks += 1
         scans = list(tracker._scans.values())
         assert checks == EVENTS // CHECK_EVERY
@@ -91,7 +97,8 @@ def test_the_archived_tracker_equals_a_full_recomputation_on_a_generated_ledger(
         # turns stale and is built again from the archive, and still settles the same.
         arena_id = kept.arenas()[0].arena_id
         late = samples.arrived(arena_id, hotkey="5Late", content="late", block=10_000)
-        _append_and_settle(kept, archived, tracker, f"submission-{late.submission_id}", late)
+        _append_and_settle(kept, archived, tracker, f"submission-{late.submission_id}", late,
+                           policy)
         assert tracker.arena_builds == len(kept.arenas()) + 1
 
         # A payment refunded after its submission was archived: the amounts the sums took
@@ -99,16 +106,18 @@ def test_the_archived_tracker_equals_a_full_recomputation_on_a_generated_ledger(
         payment = next(record.payment for record in archived.finished_records()
                        if record.payment is not None and record.payment.status == "CONSUMED")
         refund = PaymentReleased(submission_id=payment.submission_id, reason="operator_refund")
-        _append_and_settle(kept, archived, tracker, f"payment-{payment.payment_ref}", refund)
+        _append_and_settle(kept, archived, tracker, f"payment-{payment.payment_ref}", refund,
+                           policy)
 
 
 def _append_and_settle(
-    kept: LedgerFold, archived: LedgerFold, tracker: SettlementTracker, stream: str, event: Any
+    kept: LedgerFold, archived: LedgerFold, tracker: SettlementTracker, stream: str, event: Any,
+    policy: EmissionPolicySet,
 ) -> None:
     """Folds one more event into both folds; all three settle it alike."""
     tracker.note(stream, event)
     for fold in (kept, archived):
         assert fold.apply(fold.position + 1, stream, event) is None
-    expected = settlement_payload(compute(kept, POLICY, 30_000))
-    assert tracker.payload(POLICY, 30_000) == expected
-    assert settlement_payload(compute(archived, POLICY, 30_000)) == expected
+    expected = settlement_payload(compute(kept, policy, 30_000))
+    assert tracker.payload(policy, 30_000) == expected
+    assert settlement_payload(compute(archived, policy, 30_000)) == expected

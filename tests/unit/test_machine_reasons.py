@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from machines import arena, samples
+from machines import arena, samples, settlement_rules
 from machines.arithmetic import Decision
 from machines.reasons import KINDS, REASONS, codes_of_kind, describe, duplicate_reason
 from machines.refusal import Refusal
@@ -389,6 +389,18 @@ def _foreign_credit() -> str:
     return _decide(sc, "credit-cr-1", CreditSpent(submission_id=other))
 
 
+def _suspension(runs: tuple[settlement_rules.ControlRun, ...]) -> str:
+    """Settles one arena under settlement-rules.v2 (max age 100) at block 500 with ``runs``;
+    returns the reason the arena was suspended for."""
+    policy = settlement_rules.EmissionPolicy(10, "5Burn", "5Val", "settlement-rules.v2", 100)
+    inputs = settlement_rules.SettlementInput(
+        500, 1, policy, [settlement_rules.ArenaInput("a", 1_000, "0.015")],
+        control_runs={"a": runs},
+    )
+    [suspension] = settlement_rules.compute_settlement(inputs).suspensions
+    return suspension.reason
+
+
 def _observed() -> dict[str, Callable[[], str]]:
     observed: dict[str, Callable[[], str]] = {
         "missing_eval_cost_payment": lambda: _rejection(lambda sc: None),
@@ -419,6 +431,8 @@ def _observed() -> dict[str, Callable[[], str]]:
         ),
         "retry_budget_exhausted": _retry_budget,
         "sla_expired": _expiry,
+        "control_unexpected": lambda: _suspension((settlement_rules.ControlRun(450, ["c"]),)),
+        "controls_stale": lambda: _suspension((settlement_rules.ControlRun(399),)),
     }
     for code in FAULT_CODES:
         observed[code] = lambda code=code: _fault(code)  # type: ignore[misc]

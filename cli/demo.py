@@ -34,11 +34,30 @@ RATIO_LEGEND = (
 
 
 def _narrate(stage: str, info: dict[str, Any]) -> None:
-    if stage == "commissioned":
+    if stage == "calibrate":
+        console.print(Text.assemble(
+            ("calibrate", "bold"),
+            f" the engine's noise: stock against stock, {info['boots']} boot rounds of "
+            f"{info['windows']} windows",
+        ))
+    elif stage == "calibration_window":
+        ratio = info["lane_a_cost_ns"] / info["lane_b_cost_ns"]
+        console.print(f"    boot {info['boot']} window {info['window']} (orientation "
+                      f"{info['orientation']}) lane A ÷ lane B {ratio:.4f}")
+    elif stage == "calibrated":
+        how = "reused " if info["reused"] else ""
+        console.print(Text.assemble(
+            ("calibrated", "bold"),
+            f" ({how}{info['calibration_id']}): window noise {info['window_noise']} "
+            f"(bound {info['window_noise_bound']}), boot noise {info['boot_noise']} "
+            f"(bound {info['boot_noise_bound']})",
+        ))
+    elif stage == "commissioned":
         console.print(Text.assemble(
             ("commissioned", "bold"),
             f" {info['arena_id']} at block {info['block']} (torch reference engine, "
-            "paired-windows.v1)",
+            f"{info['policy_version']}, noise sealed from the calibration: window "
+            f"{info['window_noise']}, boot {info['boot_noise']})",
         ))
         console.print(RATIO_LEGEND)
     elif stage == "control":
@@ -81,6 +100,8 @@ def _render(summary: Any) -> None:
         table.add_row(row["hotkey"], row["status"], row["reason"] or "-", row["cause"])
     console.print(table)
     for line in _control_lines(summary.controls):
+        console.print(line)
+    for line in suspension_lines(summary.suspensions):
         console.print(line)
     fees, credits = summary.fees["total"], summary.credits
     # Fees and credits are the arena's over every session: what a settlement counts.
@@ -125,6 +146,24 @@ def serve_command(db_url: str) -> str:
     if db_url == DEFAULT_URL:
         return "arena-ledger serve"
     return f"arena-ledger --db {shlex.quote(safe_url(db_url))} serve"
+
+
+def suspension_lines(suspensions: list[dict[str, Any]]) -> list[str]:
+    """Returns the summary's plain sentence on each arena the settlement suspended
+    (settlement-rules.v2): whose controls failed or went stale, and where its pool went."""
+    lines = []
+    for item in suspensions:
+        arena = item["arena_id"]
+        if item["reason"] == "control_unexpected":
+            why = (f"its control run at block {item['run_block']} did not come out as "
+                   f"registered ({', '.join(item['control_ids'])}), so its verdicts are not "
+                   "trusted")
+        elif item["run_block"] is None:
+            why = "it has no complete control run"
+        else:
+            why = f"its latest complete control run (block {item['run_block']}) is too old"
+        lines.append(f"ARENA {arena} IS SUSPENDED: {why}; its pool went to the burn hotkey.")
+    return lines
 
 
 def _control_lines(controls: list[dict[str, Any]]) -> list[str]:

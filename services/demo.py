@@ -20,8 +20,11 @@ from engine_bridge.extra import require_engine_extra
 from engine_bridge.protocol import Engine
 from ledger import migrate
 from ledger.checkpoint import load_signer, public_key_path, sign_tree, write_key_files
+from machines.calibration import measured_digest
 from machines.settlement_rules import settlement_payload
 from services.arena_ledger import CONTROL_HOTKEY, ArenaLedger
+from services.calibration import commission_from_calibration
+from services.calibration_run import calibrate
 from services.evaluation import controls_at, evaluate, make_engine, run_controls
 from services.replay import replay_events
 from vocabulary.codec import digest
@@ -41,6 +44,16 @@ session_blocks = 100_000
 demo_fee_rao = 100_000_000
 #: The demo arena's share of emissions, in parts per million (the rest is burned).
 demo_emission_share_ppm = 600_000
+#: The A/A calibration the demo seals its noise from: windows per boot round, boot rounds
+#: (each boots both orientations' lanes afresh) and the bounds' one-sided confidence.
+calibration_windows = 4
+calibration_boots = 3
+calibration_confidence = "0.95"
+#: A later session on the same database reuses a calibration of the same engine no older
+#: than this (the host, not the session, is what it measures).
+calibration_reuse_blocks = 2 * session_blocks
+#: settlement-rules.v2: an arena settles only on a complete control run at most this old.
+control_max_age_blocks = 7_200
 
 _CONTROLS = (  # (delta, kind, expected verdict, expected reason, listed audit control)
     ("faithful", "identity", "FAIL", None, False),
@@ -72,6 +85,10 @@ class DemoSummary:
     #: --key``, ``replay --key``).
     keys: dict[str, str] = field(default_factory=dict)
     weights_ppm: dict[str, int] = field(default_factory=dict)
+    #: The A/A calibration the arena's noise seal came from (``reused``: an earlier one).
+    calibration: dict[str, Any] = field(default_factory=dict)
+    #: settlement-rules.v2's suspended arenas (their pool went to the burn hotkey) and why.
+    suspensions: list[dict[str, Any]] = field(default_factory=list)
     settlement_digest: str = ""
     checkpoint: dict[str, Any] = field(default_factory=dict)
     replay: dict[str, Any] = field(default_factory=dict)
@@ -98,6 +115,8 @@ class DemoSummary:
             "credits": self.credits,
             "keys": self.keys,
             "weights_ppm": self.weights_ppm,
+            "calibration": self.calibration,
+            "suspensions": self.suspensions,
             "settlement_digest": self.settlement_digest,
             "checkpoint": self.checkpoint,
             "replay": self.replay,
@@ -121,12 +140,12 @@ def demo_commission(arena_id: str, block: int) -> dict[str, Any]:
             "engine_config": {"cost_clock": "thread_time"},
             "engine_env": {},
         },
+        # Noise is left out: the calibration seals it (commission_from_calibration).
         "policy": {
-            "policy_version": "paired-windows.v1",
+            "policy_version": "paired-windows.v2",
             "windows": 4,
             "z": {"3": "2", "4": "1.5"},
-            "window_noise": "0.01",
-            "boot_noise": "0.005",
+            "noise_guard_alpha": "0.001",
             "required_gain": "0",
             "futility_margin": "0.05",
             "audit": {
@@ -261,16 +280,25 @@ def run_demo(
         session = _session(ledger)
         arena_id, base = demo_arena_id, session * session_blocks
         summary = DemoSummary(session, arena_id, keys=_key_paths(workdir))
-        ledger.commission(demo_commission(arena_id, base))
-        say("commissioned", {"arena_id": arena_id, "block": base, "session": session})
-        if session == 1:
-            ledger.set_emission_policy(7_200, "5BurnBurnBurn", "5DemoValidator")
-            _register_controls(ledger, arena_id)
         own: list[str] = []
         booted = engine or make_engine(
             "torch-reference", engine_config={"cost_clock": "thread_time"}
         )
         try:
+            commission = demo_commission(arena_id, base)
+            summary.calibration = _calibration(ledger, booted, commission, base, say)
+            commission_from_calibration(ledger, commission,
+                                        summary.calibration["calibration_id"])
+            sealed = ledger.fold.arena(arena_id)
+            assert sealed is not None  # just commissioned
+            policy = sealed.commission.event.policy
+            say("commissioned", {"arena_id": arena_id, "block": base, "session": session,
+                                 "policy_version": policy.policy_version,
+                                 "window_noise": policy.window_noise,
+                                 "boot_noise": policy.boot_noise})
+            _emission_policy(ledger)
+            if session == 1:
+                _register_controls(ledger, arena_id)
             if controls:
                 run_controls(ledger, booted, arena_id=arena_id, block=base + 5, progress=say)
             admitted = _intake_miners(ledger, arena_id, base, miners, say, own)
@@ -293,6 +321,45 @@ def run_demo(
         summary.submissions = session_submissions(ledger, arena_id, own)
         _finish(ledger, summary, signer, base, say)
     return summary
+
+
+def _calibration(ledger: ArenaLedger, engine: Engine, commission: dict[str, Any], block: int,
+                 say: Notify) -> dict[str, Any]:
+    """Returns the conclusion of an A/A calibration of the demo's engine: a recent one of the
+    same engine, model and hardware on this ledger, else one run now (before the commission,
+    which seals its noise from it)."""
+    target = {name: commission[name] for name in ("engine", "model", "hardware")}
+    wanted = measured_digest(target["engine"], target["model"], target["hardware"])
+    for state in reversed(ledger.fold.calibrations()):
+        done = state.conclusion
+        if (done is not None and state.measured_digest == wanted
+                and block - state.block <= calibration_reuse_blocks):
+            conclusion = {"calibration_id": state.calibration_id, **done.model_dump(),
+                          "reused": True}
+            say("calibrated", conclusion)
+            return conclusion
+    say("calibrate", {"windows": calibration_windows, "boots": calibration_boots})
+    report = calibrate(
+        ledger, engine, calibration_id=f"cal-demo-{block}", arena_id=None,
+        windows=calibration_windows, boots=calibration_boots,
+        confidence=calibration_confidence, block=block, validator_hotkey="5DemoValidator",
+        target=target, progress=lambda stage, info: say(f"calibration_{stage}", info),
+    )
+    conclusion = {"calibration_id": report.calibration_id, **report.conclusion,
+                  "reused": False}
+    say("calibrated", conclusion)
+    return conclusion
+
+
+def _emission_policy(ledger: ArenaLedger) -> None:
+    """Sets the settlement-rules.v2 emission policy unless it is already the latest (a
+    ledger an earlier release's demo wrote has a v1 one): controls gate the settlement."""
+    latest = ledger.guard.emission_policy
+    if latest is not None and latest.rules_version == "settlement-rules.v2":
+        return
+    ledger.set_emission_policy(7_200, "5BurnBurnBurn", "5DemoValidator",
+                               rules_version="settlement-rules.v2",
+                               control_max_age_blocks=control_max_age_blocks)
 
 
 def session_submissions(
@@ -379,6 +446,7 @@ def _finish(
     settlement, _ = ledger.settle(base + 1_000)
     payload = settlement_payload(settlement)
     summary.weights_ppm = dict(payload["weights_ppm"])
+    summary.suspensions = list(payload.get("suspensions", []))
     summary.settlement_digest = payload["settlement_digest"]
     say("settled", {"digest": summary.settlement_digest})
     summary.checkpoint = sign_tree(ledger.store, signer).to_json()

@@ -6,15 +6,19 @@ interleaved rounds of one window per lane (stock and each registered speed-relev
 and prints each delta's median cost ratio to stock. ``--mlp N`` times one MLP node
 alone: N interleaved rounds of ``--calls`` calls of the stock module and of each compared
 delta's module on the decode (4 rows) and prefill (64 rows) shapes, on the thread's CPU
-time, and prints each module's median time per call and its speedup over stock. ``--clock
-thread_time`` makes the attempt's lanes read their own CPU time (default: wall time). A
-measurement, not a test: nothing here asserts a time.
+time, and prints each module's median time per call and its speedup over stock. ``--repeat N``
+runs only the speed stage, N times, and prints each window's cost ratio (candidate /
+stock), each attempt's R1, R2 and S (docs/machines.md) and the median wall time per
+window (boots and warm-ups included): with ``--delta faithful`` that is an A/A check of
+the two lanes. ``--clock thread_time`` makes the lanes read their own CPU time (default:
+wall time). A measurement, not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -30,7 +34,8 @@ from engine_bridge.reference_model import write_reference_model
 from engine_bridge.speed import iter_windows
 from engine_bridge.threads import pin_torch_threads
 
-__all__ = ["MLP_SHAPES", "compare_deltas", "compare_mlp_calls", "main", "time_attempt"]
+__all__ = ["MLP_SHAPES", "compare_deltas", "compare_mlp_calls", "main", "repeat_speed",
+           "time_attempt"]
 
 #: Deltas whose speed is worth comparing (the others fail the audit anyway).
 COMPARED_DELTAS = ("faithful", "fast_mlp", "fused_gate_up", "slow")
@@ -78,6 +83,33 @@ def compare_deltas(engine: Engine, rounds: int,
     return {name: {"median_ms": statistics.median(costs[name]) / 1e6,
                    "median_ratio": statistics.median(ratios[name]) if name in ratios else 1.0}
             for name in lanes}
+
+
+def repeat_speed(engine: Engine, delta_name: str, attempts: int,
+                 windows: int = 4) -> dict[str, Any]:
+    """Runs the speed stage ``attempts`` times; returns window ratios, R1, R2, S and wall."""
+    replay = load_replay_slice()
+    ratios: dict[int, list[float]] = {1: [], 2: []}
+    looks: dict[str, list[float]] = {"R1": [], "R2": [], "S": []}
+    walls: list[float] = []
+    for _ in range(attempts):
+        start = time.perf_counter()
+        payloads = list(iter_windows(engine, registered(delta_name), replay, windows=windows))
+        walls.append((time.perf_counter() - start) / windows)
+        sums = {}
+        for orientation in (1, 2):
+            mine = [p for p in payloads if p["orientation"] == orientation]
+            ratios[orientation] += [p["candidate_cost_ns"] / p["stock_cost_ns"] for p in mine]
+            sums[orientation] = (sum(p["candidate_cost_ns"] for p in mine)
+                                 / sum(p["stock_cost_ns"] for p in mine))
+        looks["R1"].append(round(sums[1], 3))
+        looks["R2"].append(round(sums[2], 3))
+        looks["S"].append(round(1 / math.sqrt(sums[1] * sums[2]), 3))
+    every = ratios[1] + ratios[2]
+    return {"window_ratios": {f"orientation_{o}": [round(r, 3) for r in ratios[o]]
+                              for o in (1, 2)},
+            "window_ratio_sd_log": round(statistics.pstdev(math.log(r) for r in every), 4),
+            **looks, "wall_s_per_window": round(statistics.median(walls), 3)}
 
 
 def compare_mlp_calls(model_dir: str, rounds: int, calls: int = 200,
@@ -132,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare", type=int, default=0, metavar="ROUNDS")
     parser.add_argument("--mlp", type=int, default=0, metavar="ROUNDS")
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=0, metavar="ATTEMPTS")
     parser.add_argument("--clock", choices=("perf_counter", "thread_time"),
                         default="perf_counter")
     args = parser.parse_args(argv)
@@ -152,8 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             engine = SubprocessEngine(folder, clock=args.clock)
         setup_s = time.perf_counter() - mark
-        if args.compare:
-            print(json.dumps(compare_deltas(engine, args.compare), indent=2, sort_keys=True))
+        if args.compare or args.repeat:
+            print(json.dumps(compare_deltas(engine, args.compare) if args.compare else
+                             repeat_speed(engine, args.delta, args.repeat, args.windows),
+                             indent=2, sort_keys=True))
             engine.shutdown()
             return 0
         result = time_attempt(engine, args.delta, args.windows)

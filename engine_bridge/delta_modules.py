@@ -103,39 +103,55 @@ def _is_silu(act: Any) -> bool:
         "SiLUActivation", "SiluAndMul")
 
 
-class FastMLP(nn.Module):
-    """Computes the stock math functionally, with SiLU and the multiply done in place.
+def _transposed(weight: torch.Tensor) -> torch.Tensor:
+    # A [in, out] copy: ``x @ w`` on it runs MKL's plain GEMM, which for a few rows is
+    # about twice as fast here as ``F.linear``'s transposed-weight GEMM on [out, in].
+    return weight.detach().t().contiguous()
 
-    Faster than the stock module on the CPU reference because it makes no
-    ``nn.Module.__call__`` dispatch for the three projections and the activation (each
-    costs a few microseconds of Python and hook bookkeeping, a large share of a 4-token
-    decode step) and allocates one intermediate tensor instead of three. Same kernels in
-    the same order, so the output is bit-identical.
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+class FastMLP(nn.Module):
+    """Computes the stock math with pre-transposed weights, SiLU and the multiply in place.
+
+    At boot it copies the three weights once, transposed to [in, out]; each call then
+    runs three plain ``torch.mm`` on the rows of ``x`` (no ``nn.Module.__call__``
+    dispatch, no transposed-weight GEMM), SiLU in place on the gate and the multiply in
+    place, so it allocates two intermediate tensors instead of four. The GEMMs sum in
+    another order than stock's, so outputs differ from stock by float32 rounding
+    (relative error about 1e-7, audit score >= 0.9999998).
     """
 
     def __init__(self, stock: Any) -> None:
         super().__init__()
         w = mlp_weights(stock)
-        self.gate, self.up, self.down, self.act = w.gate, w.up, w.down, w.act
+        # Plain attributes, not buffers: derived from the stock weights, never saved.
+        self.gate_t, self.up_t, self.down_t = (_transposed(w.gate), _transposed(w.up),
+                                               _transposed(w.down))
+        self.act = w.act
         self.silu = _is_silu(w.act)
 
     def forward(self, x: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
-        """Returns down(act(gate x) * up x) without sub-module calls."""
-        hidden = F.linear(x, self.gate)
+        """Returns down(act(gate x) * up x) as three GEMMs on pre-transposed weights."""
+        rows = _rows(x)
+        hidden = torch.mm(rows, self.gate_t)
         if self.silu:
             F.silu(hidden, inplace=True)
         else:
             hidden = self.act(hidden)
-        hidden.mul_(F.linear(x, self.up))
-        return F.linear(hidden, self.down)
+        hidden.mul_(torch.mm(rows, self.up_t))
+        return torch.mm(hidden, self.down_t).view(*x.shape[:-1], self.down_t.shape[1])
 
 
 class FusedGateUpMLP(nn.Module):
-    """Computes gate and up in one matmul over concatenated weights, then down.
+    """Computes gate and up in one GEMM over concatenated, pre-transposed weights, then down.
 
     This is the GPU trick (one kernel launch and one read of ``x`` instead of two). On the
-    CPU reference at 4-64 tokens it is roughly speed-neutral: one wider GEMM costs what the
-    two narrower ones did, and the activation then runs on strided halves.
+    CPU reference the gain comes from the pre-transposed [in, out] layout (as in
+    :class:`FastMLP`); the fused GEMM itself costs about what the two narrower ones do.
+    SiLU and the multiply run in place on the two halves of the fused output.
     """
 
     def __init__(self, stock: Any) -> None:
@@ -143,16 +159,18 @@ class FusedGateUpMLP(nn.Module):
         w = mlp_weights(stock)
         self.intermediate = int(w.gate.shape[0])
         # Plain attributes, not buffers: derived from the stock weights, never saved.
-        self.gate_up = torch.cat([w.gate, w.up], 0).contiguous()
-        self.down = w.down
+        self.gate_up_t = _transposed(torch.cat([w.gate, w.up], 0))
+        self.down_t = _transposed(w.down)
         self.act = w.act
+        self.silu = _is_silu(w.act)
 
     def forward(self, x: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
         """Returns down(act(gate x) * up x) with the gate/up projections fused."""
-        gate, up = torch.split(F.linear(x, self.gate_up), self.intermediate, dim=-1)
-        hidden = self.act(gate)
+        fused = torch.mm(_rows(x), self.gate_up_t)
+        gate, up = fused[:, :self.intermediate], fused[:, self.intermediate:]
+        hidden = F.silu(gate, inplace=True) if self.silu else self.act(gate)
         hidden.mul_(up)
-        return F.linear(hidden, self.down)
+        return torch.mm(hidden, self.down_t).view(*x.shape[:-1], self.down_t.shape[1])
 
 
 class WrongActivationMLP(nn.Module):

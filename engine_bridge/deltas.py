@@ -71,10 +71,10 @@ REGISTRY: Mapping[str, RegisteredDelta] = MappingProxyType({
     d.name: d for d in (
         RegisteredDelta("faithful", "stock math, calls the stock sub-modules with `up` "
                         "before `gate`", "identity"),
-        RegisteredDelta("fast_mlp", "stock math without sub-module dispatch, SiLU and "
-                        "multiply in place", "honest"),
-        RegisteredDelta("fused_gate_up", "gate and up projections fused into one matmul "
-                        "(the GPU trick; about neutral on the CPU reference engine)", "custom"),
+        RegisteredDelta("fast_mlp", "stock math as three GEMMs on pre-transposed weights, "
+                        "SiLU and multiply in place", "honest"),
+        RegisteredDelta("fused_gate_up", "gate and up projections fused into one GEMM on "
+                        "pre-transposed weights, SiLU and multiply in place", "custom"),
         RegisteredDelta("wrong_mlp", "exact GELU in place of SiLU", "wrong_mlp"),
         RegisteredDelta("skip_mlp", "returns zeros instead of the MLP output", "skip_mlp"),
         RegisteredDelta("scaled", "stock output times (1 + epsilon)", "custom",

@@ -13,6 +13,7 @@ __all__ = [
     "replay_requests_max",
     "shutdown_timeout_s",
     "slow_delta_repeats_max",
+    "window_runs",
     "window_timeout_s",
     "windows_max",
     "windows_min",
@@ -21,6 +22,9 @@ __all__ = [
 #: Windows per attempt allowed by policy ``paired-windows.v1`` (docs/events.md).
 windows_min = 2
 windows_max = 5
+
+#: Runs of the whole slice each arm makes per speed window, interleaved ABBA (speed.py).
+window_runs = 2
 
 #: How long a lane may take to boot before the attempt records ``adapter_timeout``.
 boot_timeout_s = 120.0

@@ -1,14 +1,23 @@
 """Runs paired speed windows and yields one WindowMeasured payload per window.
 
-Window k runs the sealed slice once on each arm. Orientation 1 is windows 1..floor(W/2)
-with the candidate on lane A and stock on lane B; orientation 2 is the rest with the
-lanes swapped, so a lane that is faster by itself (a better core, a cooler GPU) favours
-each arm equally often. Lanes are booted fresh for each orientation and warmed up with
-one unmeasured run each. Odd windows run the candidate first and even windows stock
-first, so neither arm always inherits the other's cache state. Costs are the lanes' own
-clock readings (integer ns). The two arms must generate the same number of tokens, a
-lane's boot id must not change while it serves windows, and costs must be positive;
-otherwise the attempt stops with ``work_mismatch``, ``pod_service_restart`` or
+Window k runs the sealed slice ``window_runs`` (2) times on each arm, interleaved ABBA:
+odd windows run candidate, stock, stock, candidate; even windows stock, candidate,
+candidate, stock. Each arm thus runs first and last equally often, and a load that rises
+or falls steadily through the window costs both arms the same. Orientation 1 is windows
+1..floor(W/2) with the candidate on lane A and stock on lane B; orientation 2 is the rest
+with the lanes swapped, so a lane that is faster by itself (a cooler GPU, a core with
+fewer interrupts) favours each arm equally often. Lanes are booted fresh for each
+orientation and warmed up with one unmeasured run each of the slice's first batch (every
+shape the slice uses; the batches differ only in their tokens).
+
+An arm's cost in the payload is the mean of its runs: the sum of the lanes' own clock
+readings (integer ns) over its ``window_runs`` runs, floor-divided by ``window_runs``, so
+it stays the cost of serving the slice once and the ratio of two arms is the ratio of
+their raw sums (to within 1 ns). No run is discarded: a median or trimmed statistic
+would also discard a candidate's own slow runs. The token counts are those of the arm's
+first run. The two arms must generate the same number of tokens in every run pair, a
+lane's boot id must not change while it serves windows, and every run's cost must be
+positive; otherwise the attempt stops with ``work_mismatch``, ``pod_service_restart`` or
 ``evidence_unavailable``.
 
 :func:`iter_windows` is a generator: the runner appends each payload as it arrives and
@@ -19,6 +28,7 @@ generator shuts the lanes down. :func:`run_windows` is the same with a callback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -26,7 +36,7 @@ from typing import Any
 
 from engine_bridge.decimals import floor_decimal
 from engine_bridge.deltas import DeltaSpec
-from engine_bridge.limits import rate_places, windows_max, windows_min
+from engine_bridge.limits import rate_places, window_runs, windows_max, windows_min
 from engine_bridge.prompt_slice import ReplaySlice
 from engine_bridge.protocol import (
     STAGE_SPEED,
@@ -102,9 +112,10 @@ def _boot_pair(engine: Engine, candidate: DeltaSpec | None, orientation: int, re
     try:
         cand.ready()
         stock.ready()
+        first_batch = _first_batch(replay)
         for _ in range(warmup_runs):
-            cand.run_window(replay, window=0)
-            stock.run_window(replay, window=0)
+            cand.run_window(first_batch, window=0)
+            stock.run_window(first_batch, window=0)
         pair.candidate_boot, pair.stock_boot = cand.boot_id, stock.boot_id
     except BaseException:
         pair.shutdown()
@@ -112,28 +123,49 @@ def _boot_pair(engine: Engine, candidate: DeltaSpec | None, orientation: int, re
     return pair
 
 
+def _first_batch(replay: ReplaySlice) -> ReplaySlice:
+    # Warming up on one batch compiles and allocates for every shape a window uses.
+    return dataclasses.replace(replay, requests=replay.requests[:replay.batch_size])
+
+
+def _arm_order(window: int) -> list[str]:
+    """Returns the arms' run order in a window: ABBA, candidate first in odd windows."""
+    first, second = ("candidate", "stock") if window % 2 == 1 else ("stock", "candidate")
+    order: list[str] = []
+    for pair in range(window_runs):
+        order += [first, second] if pair % 2 == 0 else [second, first]
+    return order
+
+
 def _measure(pair: _Pair, replay: ReplaySlice, window: int) -> tuple[WindowRun, WindowRun]:
-    if window % 2 == 1:
-        cand_run = pair.candidate.run_window(replay, window=window)
-        stock_run = pair.stock.run_window(replay, window=window)
-    else:
-        stock_run = pair.stock.run_window(replay, window=window)
-        cand_run = pair.candidate.run_window(replay, window=window)
-    for role, run, boot in (("candidate", cand_run, pair.candidate_boot),
-                            ("stock", stock_run, pair.stock_boot)):
+    lanes = {"candidate": (pair.candidate, pair.candidate_boot),
+             "stock": (pair.stock, pair.stock_boot)}
+    runs: dict[str, list[WindowRun]] = {"candidate": [], "stock": []}
+    for role in _arm_order(window):
+        lane, boot = lanes[role]
+        run = lane.run_window(replay, window=window)
         if run.boot_id != boot:
             raise engine_fault(FaultCode.POD_SERVICE_RESTART, f"{role} lane restarted before "
                                f"window {window} (boot {boot} -> {run.boot_id})",
                                stage=STAGE_SPEED, window=window)
-    if min(cand_run.cost_ns, stock_run.cost_ns) <= 0:
-        raise engine_fault(FaultCode.EVIDENCE_UNAVAILABLE, f"window {window}: a lane reported "
-                           "a non-positive cost; its clock is not usable", stage=STAGE_SPEED,
-                           window=window)
-    if cand_run.output_tokens != stock_run.output_tokens:
-        raise engine_fault(FaultCode.WORK_MISMATCH, f"window {window}: candidate generated "
-                           f"{cand_run.output_tokens} tokens, stock {stock_run.output_tokens}",
-                           stage=STAGE_SPEED, window=window)
-    return stock_run, cand_run
+        if run.cost_ns <= 0:
+            raise engine_fault(FaultCode.EVIDENCE_UNAVAILABLE, f"window {window}: a lane "
+                               "reported a non-positive cost; its clock is not usable",
+                               stage=STAGE_SPEED, window=window)
+        runs[role].append(run)
+    for cand_run, stock_run in zip(runs["candidate"], runs["stock"], strict=True):
+        if cand_run.output_tokens != stock_run.output_tokens:
+            raise engine_fault(FaultCode.WORK_MISMATCH, f"window {window}: candidate generated "
+                               f"{cand_run.output_tokens} tokens, stock "
+                               f"{stock_run.output_tokens}", stage=STAGE_SPEED, window=window)
+    return _mean_run(runs["stock"]), _mean_run(runs["candidate"])
+
+
+def _mean_run(runs: list[WindowRun]) -> WindowRun:
+    """Folds an arm's runs into one: the mean cost, the first run's outputs, every timing."""
+    cost = sum(run.cost_ns for run in runs) // len(runs)
+    timings = tuple(t for run in runs for t in run.timings)
+    return WindowRun(cost, runs[0].output_token_ids, timings, runs[0].boot_id)
 
 
 def _rates(run: WindowRun) -> tuple[str, str]:

@@ -2,10 +2,10 @@
 
 The child is started by a fresh interpreter (multiprocessing's ``forkserver`` with the
 torch engine preloaded, or ``spawn``), so it inherits no state and no candidate code
-from the validator. It pins its thread variables before importing torch, optionally pins
-itself to one CPU core (lane A and lane B on different cores), boots one
-:class:`~engine_bridge.torch_engine.TorchLane` and serves commands over a pipe. The parent
-maps what it observes onto InfrastructureFault codes:
+from the validator. It pins its thread variables before importing torch, pins itself to
+one CPU core only when asked (by default no lane is pinned, so lanes A and B are alike),
+boots one :class:`~engine_bridge.torch_engine.TorchLane` and serves commands over a
+pipe. The parent maps what it observes onto InfrastructureFault codes:
 
 * the child exits or is killed while booting, or reports a boot error → ``adapter_start_failed``
 * the child dies (any signal or exit) while serving a command → ``engine_killed``
@@ -59,12 +59,11 @@ Affinity = Mapping[str, int] | Literal["auto"] | None
 
 
 def _auto_affinity() -> dict[str, int]:
-    # One core per speed lane when there are at least two; audit/quality lanes float.
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return {}
-    return {"A": cores[0], "B": cores[1]} if len(cores) >= 2 else {}
+    # No lane is pinned: both speed lanes may run on every core the validator may use, so
+    # neither is stuck on a core that a neighbour's job or the disk interrupts keep busy
+    # (pinned A and B once measured 2x apart in an A/A run). The arms run one at a time,
+    # so the running lane always finds the least busy core.
+    return {}
 
 
 def default_start_method() -> str:

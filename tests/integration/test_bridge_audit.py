@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,11 @@ def test_stock_equivalent_deltas_have_no_violation(engine: TorchReferenceEngine,
     for p in payloads:
         assert (p["calls"], p["violations"], p["near_misses"], p["uncomparable"]) == (
             CALLS_PER_NODE, 0, 0, 0)
-        assert p["rank"] == 0 and p["bar"] == "0.99999" and p["min_score"] == "1"
+        assert p["rank"] == 0 and p["bar"] == "0.99999"
+        if name in ("faithful", "slow"):  # stock's own sub-modules: bit-identical
+            assert p["min_score"] == "1"
+        else:  # other GEMMs (pre-transposed weights) sum in another order: rounding only
+            assert Decimal("0.99999") <= Decimal(p["min_score"]) < 1
 
 
 @pytest.mark.parametrize("name", ["wrong_mlp", "skip_mlp"])

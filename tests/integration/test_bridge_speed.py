@@ -11,6 +11,7 @@ from engine_bridge.hooks import AuditSpec
 from engine_bridge.prompt_slice import load_replay_slice
 from engine_bridge.reference_model import write_reference_model
 from engine_bridge.speed import iter_windows
+from engine_bridge.stage_timings import MLP_SHAPES, compare_mlp_calls
 from vocabulary.errors import EngineFault, InvalidInput
 
 pytest.importorskip("torch")
@@ -73,3 +74,14 @@ def test_inline_engine_refuses_untrusted_file_deltas(engine: TorchReferenceEngin
         engine.boot_lane("A", load_file_delta(source))
     with pytest.raises(InvalidInput):  # an audit runs the candidate's code too
         engine.boot_lane("audit", audit=AuditSpec(load_file_delta(source)))
+
+
+def test_mlp_call_timing_covers_both_shapes_and_every_fast_delta(tmp_path: Path) -> None:
+    # A measurement tool, so only its shape is asserted: times are positive and stock is
+    # its own baseline. Two rounds of two calls keep it under a second.
+    result = compare_mlp_calls(str(write_reference_model(tmp_path)), rounds=2, calls=2)
+    assert set(result) == set(MLP_SHAPES)
+    for shape in result.values():
+        assert set(shape) == {"stock", "faithful", "fast_mlp", "fused_gate_up"}
+        assert shape["stock"]["speedup"] == 1.0
+        assert all(row["median_us"] > 0 and row["speedup"] > 0 for row in shape.values())

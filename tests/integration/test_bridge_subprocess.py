@@ -162,3 +162,21 @@ def test_the_fork_servers_preload_restores_sigints_default_action() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=False, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_speed_lanes_are_alike_unless_pinned(model_dir: Path) -> None:
+    # By default neither speed lane is pinned: both may run on every core the validator
+    # may use, so a busy core slows whichever arm runs, never one lane only. An explicit
+    # mapping still pins.
+    cores = sorted(os.sched_getaffinity(0))
+    engines = [SubprocessEngine(model_dir), SubprocessEngine(model_dir,
+                                                             cpu_affinity={"A": cores[-1]})]
+    try:
+        lanes = [engine.boot_lane(lane_id) for engine in engines for lane_id in ("A", "B")]
+        for lane in lanes:
+            lane.ready()
+        affinity = [os.sched_getaffinity(lane.pid or 0) for lane in lanes]
+    finally:
+        for engine in engines:
+            engine.shutdown()
+    assert affinity == [set(cores), set(cores), {cores[-1]}, set(cores)]

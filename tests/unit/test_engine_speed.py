@@ -96,8 +96,71 @@ def test_arms_alternate_which_goes_first() -> None:
         return 1
 
     list(iter_windows(FakeEngine(cost_ns=cost), CANDIDATE, REPLAY, windows=4))
-    assert order == [(1, "candidate"), (1, "stock"), (2, "stock"), (2, "candidate"),
-                     (3, "candidate"), (3, "stock"), (4, "stock"), (4, "candidate")]
+    # Two runs an arm a window, ABBA: each arm runs first and last equally often.
+    abba, baab = ["candidate", "stock", "stock", "candidate"], [
+        "stock", "candidate", "candidate", "stock"]
+    assert order == [(k, arm) for k, arms in ((1, abba), (2, baab), (3, abba), (4, baab))
+                     for arm in arms]
+
+
+def test_an_arms_cost_is_the_floored_mean_of_its_runs() -> None:
+    # Two runs an arm a window: stock 1 s then 3 s (mean 2 s); the candidate 5 ns then
+    # 6 ns (mean 5.5 ns, floored to 5). Tokens are those of one run of the slice.
+    runs: dict[str, int] = {"stock": 0, "candidate": 0}
+
+    def cost(lane: str, delta: DeltaSpec | None, window: int) -> int:
+        if window == 0:
+            return 1
+        arm = "candidate" if delta else "stock"
+        runs[arm] += 1
+        first = runs[arm] % 2 == 1
+        if arm == "stock":
+            return 1_000_000_000 if first else 3_000_000_000
+        return 5 if first else 6
+
+    [payload] = list(iter_windows(FakeEngine(cost_ns=cost), CANDIDATE, REPLAY, windows=2))[:1]
+    assert (payload["stock_cost_ns"], payload["candidate_cost_ns"]) == (2_000_000_000, 5)
+    assert payload["stock_output_tokens"] == payload["candidate_output_tokens"] == 128
+
+
+def test_warm_up_serves_the_first_batch_and_windows_the_whole_slice() -> None:
+    served: list[tuple[int, tuple[tuple[int, ...], ...]]] = []
+
+    @dataclass(eq=False)
+    class _Recording(FakeEngine):
+        def boot_lane(self, lane_id: str, delta: DeltaSpec | None = None, *,
+                      audit: AuditSpec | None = None, stage: str = "speed") -> FakeLane:
+            lane = super().boot_lane(lane_id, delta, audit=audit, stage=stage)
+            original = lane.run_window
+
+            def run_window(replay: Any, *, window: int = 0) -> WindowRun:
+                served.append((window, replay.requests))
+                return original(replay, window=window)
+
+            lane.run_window = run_window  # type: ignore[method-assign]
+            return lane
+
+    list(iter_windows(_Recording(), CANDIDATE, REPLAY, windows=2))
+    warm = [requests for window, requests in served if window == 0]
+    measured = [requests for window, requests in served if window > 0]
+    assert warm == [REPLAY.requests[:REPLAY.batch_size]] * 4  # 2 lanes x 2 orientations
+    assert measured == [REPLAY.requests] * 8  # 2 windows x 2 arms x 2 runs
+
+
+def test_a_token_mismatch_in_the_second_run_is_work_mismatch() -> None:
+    runs = {"n": 0}
+
+    def script(lane: FakeLane, window: int, run: WindowRun) -> WindowRun:
+        if lane.delta is None:
+            return run
+        runs["n"] += 1
+        if runs["n"] < 2:  # the candidate's first run matches stock; its second is short
+            return run
+        return WindowRun(run.cost_ns, run.output_token_ids[:-1], run.timings, run.boot_id)
+
+    seen, fault = _speed_fault(script)
+    assert seen == []
+    assert fault.context["fault_code"] == "work_mismatch"
 
 
 def test_token_count_mismatch_is_work_mismatch() -> None:

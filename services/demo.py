@@ -47,7 +47,7 @@ demo_emission_share_ppm = 600_000
 #: The A/A calibration the demo seals its noise from: windows per boot round, boot rounds
 #: (each boots both orientations' lanes afresh) and the bounds' one-sided confidence.
 calibration_windows = 4
-calibration_boots = 3
+calibration_boots = 6
 calibration_confidence = "0.95"
 #: A later session on the same database reuses a calibration of the same engine no older
 #: than this (the host, not the session, is what it measures).

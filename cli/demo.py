@@ -46,19 +46,18 @@ def _narrate(stage: str, info: dict[str, Any]) -> None:
                       f"{info['orientation']}) lane A ÷ lane B {ratio:.4f}")
     elif stage == "calibrated":
         how = "reused " if info["reused"] else ""
-        console.print(Text.assemble(
-            ("calibrated", "bold"),
-            f" ({how}{info['calibration_id']}): window noise {info['window_noise']} "
-            f"(bound {info['window_noise_bound']}), boot noise {info['boot_noise']} "
-            f"(bound {info['boot_noise_bound']})",
-        ))
+        console.print(Text.assemble(("calibrated", "bold"), f" ({how}{info['calibration_id']})"))
+        console.print(f"    window noise {info['window_noise']} (bound "
+                      f"{info['window_noise_bound']}), boot noise {info['boot_noise']} (bound "
+                      f"{info['boot_noise_bound']})")
     elif stage == "commissioned":
         console.print(Text.assemble(
             ("commissioned", "bold"),
             f" {info['arena_id']} at block {info['block']} (torch reference engine, "
-            f"{info['policy_version']}, noise sealed from the calibration: window "
-            f"{info['window_noise']}, boot {info['boot_noise']})",
+            f"{info['policy_version']})",
         ))
+        console.print(f"    noise sealed from the calibration: window {info['window_noise']}, "
+                      f"boot {info['boot_noise']}")
         console.print(RATIO_LEGEND)
     elif stage == "control":
         console.print(Text.assemble(("control", "bold"), f" {info['control_id']} ({info['kind']})"))

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-
 from slow_files import SLOW_FIRST  # beside this file (rootdir on sys.path)
 
 # Modest by default so the whole suite stays fast; HYPOTHESIS_PROFILE=thorough digs deeper.

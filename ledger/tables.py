@@ -241,6 +241,15 @@ Index(
 Index("ix_rm_submissions_status", rm_submissions.c.status, rm_submissions.c.arena_id)
 Index("ix_rm_submissions_delta", rm_submissions.c.arena_id, rm_submissions.c.delta_digest)
 Index("ix_rm_submissions_content", rm_submissions.c.content_hash, rm_submissions.c.status)
+#: A submission's fee by its id, index-only (revision 0007): the credits' fee sum seeks it
+#: for every credit spent (rm_submissions' rows are wide; 21 → 5 ms at 1M).
+Index(
+    "ix_rm_submissions_fee",
+    rm_submissions.c.submission_id,
+    rm_submissions.c.fee_kind,
+    rm_submissions.c.arena_id,
+    rm_submissions.c.fee_amount_rao,
+)
 #: An arena's PASSes by reward status and arrival (revision 0007): the rewarded ones a
 #: settlement pays, the range a change of the reward frontier judges again.
 Index(

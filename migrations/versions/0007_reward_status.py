@@ -10,9 +10,10 @@ keeps ``rm_submissions.reward_status`` (rewarded, lost_potential or pending, as 
 settlement rules judge the ledger as it stands) and ``rm_reward_frontiers`` (per arena, the
 first submission that keeps the later PASSes pending), so a settlement reads the rewarded
 rows by an index. The hotkey index becomes (hotkey, arrival key): a hotkey's history is
-read in that order. ``upgrade`` adds them and, when it is the head revision, fills every
-read model from the recorded events again (one pass of the fold); ``downgrade`` drops them
-and touches no record.
+read in that order; and a submission's fee is read by its id from an index alone (the
+credits' fee sum a settlement adds seeks one per credit spent). ``upgrade`` adds them and,
+when it is the head revision, fills every read model from the recorded events again (one
+pass of the fold); ``downgrade`` drops them and touches no record.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def upgrade() -> None:
         op.f("ix_rm_submissions_reward"),
         "rm_submissions",
         ["reward_status", "arena_id", "arrival_block"],
+    )
+    op.create_index(
+        op.f("ix_rm_submissions_fee"),
+        "rm_submissions",
+        ["submission_id", "fee_kind", "arena_id", "fee_amount_rao"],
     )
     op.drop_index(op.f("ix_rm_submissions_hotkey"), table_name="rm_submissions")
     op.create_index(
@@ -67,4 +73,5 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_rm_submissions_hotkey_arrival"), table_name="rm_submissions")
     op.create_index(op.f("ix_rm_submissions_hotkey"), "rm_submissions", ["hotkey"])
     op.drop_index(op.f("ix_rm_submissions_reward"), table_name="rm_submissions")
+    op.drop_index(op.f("ix_rm_submissions_fee"), table_name="rm_submissions")
     op.drop_column("rm_submissions", "reward_status")

@@ -51,7 +51,7 @@ SHIPPED_REVISION_SHA256 = {
         "9e56fc3283e32d172bc3747db5eebbe5d134d79ed2ca3cb50b4d2fa1daf33e4a"
     ),
     "0007_reward_status.py": (
-        "88d6a5bde27263ad7863d84277bd25e623172cb30e1f2ea3eb3fcf91baf11764"
+        "93f8f3588d8b99ec662bc6b4326bb92f86eb649d5fcf1d34b6d01da77246cd2b"
     ),
 }
 

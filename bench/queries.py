@@ -48,6 +48,7 @@ from ledger.store import EventStore  # noqa: E402
 from services import projections  # noqa: E402
 from services.arena_ledger import ArenaLedger  # noqa: E402
 from services.operations import history_at, stats  # noqa: E402
+from services.weights_preview import preview_weights  # noqa: E402
 
 #: Runs the console script's ``main`` in this interpreter and prints its peak RSS (KiB) last
 #: on stderr; with ``--imports-only`` it only imports the CLI (the start-up baseline).
@@ -105,6 +106,10 @@ def _questions(url: str, hotkey: str, arena: str, sids: list[str],
                 return getattr(ledger, method)(*args, **kwargs)
         return ask
 
+    def preview() -> Any:
+        with ArenaLedger(url, as_of=as_of) as ledger:
+            return preview_weights(ledger).settlement.settlement_digest
+
     return {
         "explain submission": explain,
         "history (busiest hotkey)": lambda: history_at(url, hotkey, as_of),
@@ -112,6 +117,7 @@ def _questions(url: str, hotkey: str, arena: str, sids: list[str],
         "stats": lambda: stats(url, as_of),
         "submissions --status QUEUED": one("submissions", status="QUEUED"),
         f"controls {arena}": one("controls", arena),
+        "weights preview": preview,
     }
 
 
@@ -235,6 +241,22 @@ def _copy_to(url: str, target: str) -> int:
     return projections.rebuild_ledger(target)
 
 
+def _only(url: str, hotkey: str, arena: str, sids: list[str], names: list[str],
+          repeat: int) -> int:
+    """Times the named questions alone (``--only``); prints the weights preview's digest,
+    so two checkouts' previews of one ledger can be compared."""
+    questions = _questions(url, hotkey, arena, sids)
+    questions["controls"] = questions[f"controls {arena}"]
+    rows = []
+    for name in names:
+        p50, p99 = _timed(questions[name], repeat)
+        rows.append([name, f"{p50:.2f}", f"{p99:.2f}"])
+    print(render_markdown_table(["question", "p50", "p99"], rows, numeric=[1, 2]))
+    if "weights preview" in names:
+        print("settlement digest:", questions["weights preview"]())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -249,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "there instead")
     parser.add_argument("--whole-fold-writes", action="store_true",
                         help="also time each write once on a fold of every event (slow)")
+    parser.add_argument("--only", metavar="NAMES",
+                        help="time only these in-process questions (comma-separated names "
+                        "as the table prints them, e.g. 'weights preview'), from the read "
+                        "models, and stop; with PYTHONPATH naming another checkout, its code")
     args = parser.parse_args(argv)
     print(describe_machine())
     scratch = None
@@ -274,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with EventStore(url) as store:
             head = store.head().position
         hotkey, arena, sids = _busiest(url)
+        if args.only:
+            return _only(url, hotkey, arena, sids, args.only.split(","), args.repeat)
         rows = []
         for name, ask in _questions(url, hotkey, arena, sids).items():
             p50, p99 = _timed(ask, args.repeat)

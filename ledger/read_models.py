@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     create_engine,
     delete,
     func,
@@ -46,6 +47,7 @@ from ledger.tables import (
     rm_owed,
     rm_payments,
     rm_qualifications,
+    rm_reward_frontiers,
     rm_settlements,
     rm_state,
     rm_submissions,
@@ -54,8 +56,11 @@ from ledger.tables import (
 )
 
 __all__ = [
+    "REWARD_STATUSES",
     "UPSERTED",
+    "ArrivalOrder",
     "Reader",
+    "RewardRows",
     "add_event_types",
     "clear",
     "delete_owed",
@@ -80,6 +85,7 @@ UPSERTED: dict[str, Table] = {
     for table in (
         rm_arenas, rm_submissions, rm_attempts, rm_payments, rm_credits, rm_counters,
         rm_windows, rm_qualifications, rm_settlements, rm_owed, rm_claims, rm_weights,
+        rm_reward_frontiers,
     )
 }
 
@@ -135,8 +141,9 @@ def add_event_types(conn: Connection, counts: Mapping[str, int]) -> None:
 
 
 def exists(conn: Connection) -> bool:
-    """Tells whether the ledger has the read model tables (revision 0005 or later)."""
-    return inspect(conn).has_table("rm_state")
+    """Tells whether the ledger has the read model tables this release reads (revision 0007
+    or later: an older ledger's have no reward status, and its queries fold instead)."""
+    return inspect(conn).has_table("rm_reward_frontiers")
 
 
 def position(conn: Connection) -> int | None:
@@ -156,6 +163,132 @@ def clear(conn: Connection) -> None:
     """Empties every read model table (a rebuild's first step)."""
     for table in reversed(read_model_tables):
         conn.execute(delete(table))
+
+
+def _fetch(conn: Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Returns the rows of ``sql`` (parameters spelled ``?``) as the driver's tuples, on
+    the driver's cursor in ``conn``'s transaction (``Reader._fetch``)."""
+    if conn.dialect.name == "postgresql":
+        sql = sql.replace("?", "%s")  # psycopg's placeholder; no literal ? is written
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, list(params))
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
+#: A submission's place in its arena's arrival order, as settlement sorts it: (block, event
+#: index, subindex, hotkey, content hash, submission id).
+ArrivalOrder = tuple[int, int, int, str, str, str]
+
+_ORDER_COLUMNS = ("arrival_block, arrival_event_index, arrival_event_subindex, hotkey, "
+                  "content_hash, submission_id")
+#: The values of ``rm_submissions.reward_status`` (a PASS's; any other row's is NULL).
+REWARD_STATUSES = ("lost_potential", "pending", "rewarded")
+_ORDER_OF_S = ", ".join("s." + c for c in _ORDER_COLUMNS.split(", "))
+
+
+class RewardRows:
+    """Reads and writes what keeps the reward statuses (``rm_submissions.reward_status``,
+    ``rm_reward_frontiers``) through the append transaction's connection:
+    ``services.projections`` walks each changed arena from what these return."""
+
+    def __init__(self, conn: Connection, excluded_hotkey: str) -> None:
+        self.conn = conn
+        #: The hotkey whose submissions are never rewarded and never block (control runs).
+        self.excluded = excluded_hotkey
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return _fetch(self.conn, sql, params)
+
+    def frontier(self, arena_id: str) -> tuple[str | None, str, str] | None:
+        """Returns the arena's frontier (submission, reward margin, incumbent), or None."""
+        found = self._fetch(
+            "SELECT submission_id, reward_margin, incumbent_digest FROM rm_reward_frontiers "
+            "WHERE arena_id = ?", [arena_id])
+        return None if not found else (found[0][0], str(found[0][1]), str(found[0][2]))
+
+    def put_frontier(
+        self, arena_id: str, submission_id: str | None, margin: str, incumbent: str
+    ) -> None:
+        """Stores the arena's frontier."""
+        upsert(self.conn, "rm_reward_frontiers", [{
+            "arena_id": arena_id, "submission_id": submission_id, "reward_margin": margin,
+            "incumbent_digest": incumbent,
+        }])
+
+    def order_of(self, submission_id: str) -> ArrivalOrder | None:
+        """Returns a submission's arrival order (one seek of the key), or None."""
+        found = self._fetch(
+            f"SELECT {_ORDER_COLUMNS} FROM rm_submissions WHERE submission_id = ?",
+            [submission_id])
+        return None if not found else _order(found[0])
+
+    def first_blocking(self, arena_id: str, statuses: Sequence[str]) -> ArrivalOrder | None:
+        """Returns the arrival order of the arena's earliest submission in ``statuses`` (but
+        the excluded hotkey's), or None: a range of the (status, arena) index per status,
+        the live submissions only."""
+        found = self._fetch(
+            f"SELECT {_ORDER_COLUMNS} FROM rm_submissions "
+            f"WHERE status IN ({', '.join('?' * len(statuses))}) AND arena_id = ? "
+            "AND hotkey <> ?", [*statuses, arena_id, self.excluded])
+        return min((_order(row) for row in found), default=None)
+
+    def passes(
+        self, arena_id: str, low_block: int | None, high_block: int | None
+    ) -> list[tuple[ArrivalOrder, str | None, str | None, str | None]]:
+        """Returns (arrival order, reward group, speedup of the latest attempt, stored
+        reward status) of the arena's PASSes that arrived from ``low_block`` to
+        ``high_block`` (open where None), in arrival order: one range of the reward index
+        per status. Every PASS but the excluded hotkey's has a status (``pending`` until
+        judged), so these are all of them."""
+        sql = (
+            f"SELECT {_ORDER_OF_S}, s.reward_group, a.speedup, s.reward_status "
+            "FROM rm_submissions s LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
+            "WHERE s.reward_status IN (?, ?, ?) AND s.arena_id = ?"
+        )
+        params: list[Any] = [*REWARD_STATUSES, arena_id]
+        if low_block is not None:
+            sql += " AND s.arrival_block >= ?"
+            params.append(low_block)
+        if high_block is not None:
+            sql += " AND s.arrival_block <= ?"
+            params.append(high_block)
+        found = [(_order(row[:6]), row[6], row[7], row[8]) for row in self._fetch(sql, params)]
+        found.sort()
+        return found
+
+    def rewarded(self, arena_id: str) -> list[tuple[ArrivalOrder, str | None, str]]:
+        """Returns (arrival order, reward group, speedup) of the arena's rewarded PASSes in
+        arrival order (the reward index)."""
+        found = self._fetch(
+            f"SELECT {_ORDER_OF_S}, s.reward_group, a.speedup FROM rm_submissions s "
+            "LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
+            "WHERE s.reward_status = 'rewarded' AND s.arena_id = ?", [arena_id])
+        return sorted((_order(row[:6]), row[6], str(row[7])) for row in found)
+
+    def has_ungrouped_pass(self, arena_id: str) -> bool:
+        """Tells whether one of the arena's PASSes (but the excluded hotkey's) has no
+        recorded reward group (it ranks under the arena's incumbent of the moment)."""
+        return bool(self._fetch(
+            "SELECT 1 FROM rm_submissions WHERE status = 'QUALIFIED' AND arena_id = ? "
+            "AND hotkey <> ? AND reward_group IS NULL LIMIT 1", [arena_id, self.excluded]))
+
+    def set_statuses(self, changes: Sequence[tuple[str, str]]) -> None:
+        """Stores (submission, reward status) for each of ``changes``."""
+        if changes:
+            self.conn.execute(
+                update(rm_submissions)
+                .where(rm_submissions.c.submission_id == bindparam("sid"))
+                .values(reward_status=bindparam("judged")),
+                [{"sid": sid, "judged": status} for sid, status in changes],
+            )
+
+
+def _order(row: Sequence[Any]) -> ArrivalOrder:
+    block, index, subindex, hotkey, content, sid = row
+    return (int(block), int(index), int(subindex), str(hotkey), str(content), str(sid))
 
 
 def head_position(conn: Connection) -> int:
@@ -338,25 +471,31 @@ class Reader:
         found = self._fetch(sql, params)
         return [(dict(zip(names, values[:-1], strict=True)), values[-1]) for values in found]
 
-    def settlement_keys(
-        self, statuses: Sequence[str], excluded_hotkey: str
-    ) -> list[tuple[Any, ...]]:
-        """Returns what a settlement's arithmetic reads of the submissions in ``statuses``
-        (but ``excluded_hotkey``'s), as the driver's tuples: (arrival_block,
+    def rewarded_keys(self, excluded_hotkey: str) -> list[tuple[Any, ...]]:
+        """Returns what a settlement's arithmetic reads of the rewarded PASSes (but
+        ``excluded_hotkey``'s), as the driver's tuples: (arrival_block,
         arrival_event_index, arrival_event_subindex, hotkey, content_hash, submission_id,
         arena_id, status, verdict, reward_group, the latest attempt's speedup).
 
-        ``settlement_rows`` without the other columns or a dict per row: a settlement of a
-        long ledger reads tens of thousands of PASSes, and building those cost more than
-        the query."""
+        The rewarded ones alone (the reward index): a settlement's claims come from them
+        only, every other PASS being lost_potential or pending; on a long ledger reading
+        every PASS with its attempt was most of a preview."""
         sql = (
             "SELECT s.arrival_block, s.arrival_event_index, s.arrival_event_subindex, "
             "s.hotkey, s.content_hash, s.submission_id, s.arena_id, s.status, s.verdict, "
             "s.reward_group, a.speedup FROM rm_submissions s "
             "LEFT JOIN rm_attempts a ON a.attempt_id = s.attempt_id "
-            f"WHERE s.status IN ({', '.join('?' * len(statuses))}) AND s.hotkey <> ?"
+            "WHERE s.reward_status = 'rewarded' AND s.hotkey <> ?"
         )
-        return self._fetch(sql, [*statuses, excluded_hotkey])
+        return self._fetch(sql, [excluded_hotkey])
+
+    def frontier_statuses(self) -> dict[str, str | None]:
+        """Returns each arena's reward frontier as the status of its submission (None where
+        every PASS is assessed): a QUALIFIED one is a PASS whose speedup the rules refuse."""
+        found = self._fetch(
+            "SELECT f.arena_id, s.status FROM rm_reward_frontiers f LEFT JOIN rm_submissions s "
+            "ON s.submission_id = f.submission_id", [])
+        return {str(arena): None if status is None else str(status) for arena, status in found}
 
     def qualifications_of(self, hotkey: str) -> list[tuple[str, str]]:
         """Returns (submission, attempt) of every QualificationStarted of the hotkey's
@@ -517,14 +656,7 @@ class Reader:
         on its cursor in this connection's transaction: seeding a fold and the guard's
         read-throughs read thousands of rows or run per event, and SQLAlchemy's statements
         and result rows cost several times the driver's."""
-        if self.conn.dialect.name == "postgresql":
-            sql = sql.replace("?", "%s")  # psycopg's placeholder; no literal ? is written
-        cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(sql, list(params))
-            return list(cursor.fetchall())
-        finally:
-            cursor.close()
+        return _fetch(self.conn, sql, params)
 
     def _scalar(self, sql: str, params: Sequence[Any]) -> Any:
         """Returns the first column of the first row of ``sql``; None without a row."""
@@ -609,6 +741,14 @@ class Reader:
         return None if found is None else (int(found[0]), bytes(found[1]))
 
     # -- what the dashboard's settlement pages read (services.settlement_board) -------------
+
+    def settlement_at(self, block: int, up_to: int) -> tuple[int, int, str] | None:
+        """Returns (position, as_of_position, digest) of the latest settlement recorded at
+        ``block`` at or before position ``up_to``, or None (the block index)."""
+        found = self._fetch(
+            "SELECT position, as_of_position, settlement_digest FROM rm_settlements "
+            "WHERE block = ? AND position <= ? ORDER BY position DESC LIMIT 1", [block, up_to])
+        return None if not found else (int(found[0][0]), int(found[0][1]), str(found[0][2]))
 
     def settlement_count(self) -> int:
         """Returns how many settlements are recorded."""

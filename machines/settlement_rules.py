@@ -98,6 +98,7 @@ __all__ = [
     "diff_settlement_payload",
     "explain_rewards",
     "fee_summary",
+    "judge_passes",
     "largest_remainder",
     "settle_assessed",
     "settlement_digest",
@@ -727,6 +728,36 @@ def assess_rewarded_rows(
             blocked_by=(),
         ))
     return rewarded
+
+
+def judge_passes(
+    reward_margin: str,
+    best: dict[str, str],
+    passes: Iterable[tuple[str, str | None]],
+) -> list[RewardStatus]:
+    """Returns the status ``assess_rewards`` gives each of an arena's PASSes that come,
+    in arrival order, before its first blocking submission: ``rewarded`` or
+    ``lost_potential``, with ``_judge``'s comparisons in the same context.
+
+    ``passes`` hold (incumbent_digest, speedup) in arrival order; ``best`` maps a group to
+    the speedup of its latest rewarded PASS before them, and is updated as they are
+    judged, so a later call goes on from where this one stopped. The list stops short at
+    the first speedup ``SubmissionInput.folded`` would refuse: a settlement of that
+    ledger is refused, and the caller treats that PASS as the end of what is assessed.
+    """
+    factor = _DECIMAL.add(Decimal(1), Decimal(reward_margin))
+    statuses: list[RewardStatus] = []
+    for group, text in passes:
+        if not _is_decimal_text(text):
+            break
+        speedup = Decimal(str(text))
+        prior = best.get(group)
+        if prior is not None and speedup < _DECIMAL.multiply(Decimal(prior), factor):
+            statuses.append("lost_potential")
+        else:
+            best[group] = str(text)
+            statuses.append("rewarded")
+    return statuses
 
 
 def explain_rewards(arenas: Iterable[ArenaInput]) -> list[dict[str, Any]]:

@@ -19,14 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from ledger import read_models
 from ledger.progress import Progress, ticker
+from ledger.read_models import ArrivalOrder
 from ledger.store import EventStore, safe_url
 from ledger.tables import SCHEMA_REVISION
 from machines.arena import ArenaState
 from machines.arithmetic import ratio
 from machines.attempt import AttemptState, AttemptSummary
+from machines.control import CONTROL_HOTKEY
 from machines.payment import CreditState, PaymentState
 from machines.projection import LedgerFold, Touched
 from machines.reasons import ReasonCode, describe
+from machines.settlement_rules import BLOCKING_STATUSES, judge_passes
 from machines.submission import Fee, SubmissionState
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.codec import canonical_bytes, canonical_decimal, loads
@@ -46,6 +49,7 @@ __all__ = [
     "state_of",
     "stated_reason",
     "submission_row",
+    "walk_rewards",
 ]
 
 Row = dict[str, Any]
@@ -64,6 +68,9 @@ class ReadModelRows:
     event_types: Counter[str] = field(default_factory=Counter)
     #: ``rm_owed`` keys whose fee event came: their rows go.
     gone: set[tuple[str, str]] = field(default_factory=set)
+    #: Per arena whose rewards may have changed: its reward margin and incumbent now, and
+    #: the earliest arrival among its changed PASSes and blocking submissions (None: none).
+    rewards: dict[str, tuple[str, str, ArrivalOrder | None]] = field(default_factory=dict)
     events: int = 0
 
     def observe(
@@ -79,6 +86,7 @@ class ReadModelRows:
                 row = _submission(sub, position)
                 row["reward_group"] = fold.reward_group(sid)
                 self._put("rm_submissions", (sid,), row)
+                self._note_reward(fold, sub)
         for aid in touched.attempts:
             attempt = fold.attempt(aid)
             if attempt is not None:
@@ -96,6 +104,9 @@ class ReadModelRows:
             if arena is not None:
                 self._put("rm_arenas", (arena_id,), _arena(arena, position))
                 self.controls[arena_id] = _controls(arena)
+                noted = self.rewards.get(arena_id)
+                margin, incumbent = _reward_header(arena)
+                self.rewards[arena_id] = (margin, incumbent, None if noted is None else noted[2])
         if touched.decided or touched.no_decision or touched.holds_placed:
             counts = fold.counts()
             for name, keys, table in (
@@ -144,6 +155,24 @@ class ReadModelRows:
                     "weight_ppm": weight,
                 })
 
+    def _note_reward(self, fold: LedgerFold, sub: SubmissionState) -> None:
+        """Notes the submission's arena for the reward walk, from the submission on when it
+        is a PASS or blocks one (any other change leaves every reward status as it was)."""
+        arena_id = sub.arena_id
+        noted = self.rewards.get(arena_id)
+        if noted is None:
+            arena = fold.arena(arena_id)
+            if arena is None:
+                return
+            noted = (*_reward_header(arena), None)
+        if sub.hotkey != CONTROL_HOTKEY and (
+            sub.status == "QUALIFIED" or sub.status in BLOCKING_STATUSES
+        ):
+            key = (*sub.arrival_key, sub.submission_id)
+            if noted[2] is None or key < noted[2]:
+                noted = (noted[0], noted[1], key)
+        self.rewards[arena_id] = noted
+
     def _put(self, table: str, key: tuple[Any, ...], row: Row) -> None:
         rows = self.rows.get(table)
         if rows is None:
@@ -161,10 +190,86 @@ class ReadModelRows:
         for arena_id, controls in self.controls.items():
             read_models.replace_controls(conn, arena_id, controls)
         read_models.add_event_types(conn, self.event_types)
+        if self.rewards:
+            keeper = read_models.RewardRows(conn, CONTROL_HOTKEY)
+            for arena_id, (margin, incumbent, changed) in sorted(self.rewards.items()):
+                walk_rewards(keeper, arena_id, margin, incumbent, changed)
         self.rows.clear()
         self.controls.clear()
         self.event_types.clear()
         self.gone.clear()
+        self.rewards.clear()
+
+
+# --- reward statuses ----------------------------------------------------------------------------
+
+
+def _reward_header(arena: ArenaState) -> tuple[str, str]:
+    """Returns the reward margin of the arena's commission in force and its incumbent."""
+    commission = arena.commissions[arena.commission_digest].event
+    return str(commission.policy.reward_margin), arena.incumbent_digest
+
+
+def walk_rewards(
+    keeper: read_models.RewardRows,
+    arena_id: str,
+    margin: str,
+    incumbent: str,
+    changed: read_models.ArrivalOrder | None,
+) -> None:
+    """Brings the arena's reward statuses and frontier up to the rows just written.
+
+    settlement-rules.v1 judges a PASS once every earlier arrival of its arena is terminal
+    or a completed NO_DECISION: the PASSes before the arena's first blocking submission
+    (the frontier) are rewarded or lost_potential, every later one pending. The statuses
+    before both the old frontier and ``changed`` (the earliest PASS or blocking submission
+    the batch changed) are as they were, so the walk starts at the earlier of the two with
+    each group's latest rewarded PASS before it as its best, judges up to the new frontier,
+    and sets pending from there up to the old one. A new reward margin (or incumbent, when
+    a PASS ranks under it for want of a recorded group) judges the arena from its start.
+    """
+    stored = keeper.frontier(arena_id)
+    whole = stored is None or stored[1] != margin or (
+        stored[2] != incumbent and keeper.has_ungrouped_pass(arena_id)
+    )
+    old = None
+    if stored is not None and stored[0] is not None:
+        old = keeper.order_of(stored[0])
+    new = keeper.first_blocking(arena_id, BLOCKING_STATUSES)
+    # Where the walk starts (None: the arena's start, when whole) and ends (None: the end).
+    start: read_models.ArrivalOrder | None = None
+    if not whole:
+        candidates = [k for k in (changed, old) if k is not None]
+        if not candidates:  # every PASS assessed and nothing that reaches one changed
+            keeper.put_frontier(arena_id, None if new is None else new[5], margin, incumbent)
+            if new is None:
+                return
+            candidates = [new]
+        start = min(candidates)
+        if new is not None and new < start:
+            start = new
+    end = None if whole or old is None or new is None else max(old, new)
+    rows = keeper.passes(arena_id, None if start is None else start[0],
+                         None if end is None else end[0])
+    rows = [row for row in rows
+            if (start is None or row[0] >= start) and (end is None or row[0] < end)]
+    best: dict[str, str] = {}
+    if start is not None:
+        for order, group, speedup in keeper.rewarded(arena_id):
+            if order < start:
+                best[group or incumbent] = speedup
+    judged = [row for row in rows if new is None or row[0] < new]
+    statuses: list[str] = list(judge_passes(
+        margin, best, [(group or incumbent, speedup) for _, group, speedup, _ in judged]))
+    frontier = new
+    if len(statuses) < len(judged):  # a speedup the rules refuse: the walk stops there
+        frontier = judged[len(statuses)][0]
+    statuses += ["pending"] * (len(rows) - len(statuses))
+    keeper.set_statuses([
+        (row[0][5], status) for row, status in zip(rows, statuses, strict=True)
+        if row[3] != status
+    ])
+    keeper.put_frontier(arena_id, None if frontier is None else frontier[5], margin, incumbent)
 
 
 # --- rows ---------------------------------------------------------------------------------------
@@ -200,6 +305,10 @@ def _submission(sub: SubmissionState, position: int) -> Row:
         "stated_reason": stated_reason(sub),
         "first_position": position,
         "last_position": position,
+        # Judged by walk_rewards when the batch's rows are written; a PASS is pending until.
+        "reward_status": (
+            "pending" if sub.status == "QUALIFIED" and sub.hotkey != CONTROL_HOTKEY else None
+        ),
     }
 
 

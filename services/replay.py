@@ -601,7 +601,9 @@ def _read_models_stand(store: EventStore) -> ReadModelCheck:
     """Says how the store's read models stand against a rebuild from its events."""
     with store.reading() as conn:
         if not read_models.exists(conn):
-            return ReadModelCheck(True, "none (the ledger is at a revision before 0005)")
+            return ReadModelCheck(
+                True, "none this release reads (the ledger is at a revision before 0007)"
+            )
         at, head = read_models.position(conn), read_models.head_position(conn)
         if at != head:
             return ReadModelCheck(

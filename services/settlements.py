@@ -287,15 +287,18 @@ def _rewarded_from_read_models(
     then arrival order), as ``assess_rewards(arena_inputs(reader, arenas))`` would give
     them, or None when a row is one ``arena_inputs`` would refuse.
 
-    Only the rewarded PASSes reach a settlement's claims, weights and digest, so the rows
-    are read as plain tuples of what the arithmetic needs and no input is built
-    (``rules.assess_rewarded_rows``): on a long ledger the inputs and an assessment of
-    every PASS cost most of a preview."""
+    Only the rewarded PASSes reach a settlement's claims, weights and digest, and the read
+    models keep each PASS's reward status (``projections.walk_rewards``), so only the
+    rewarded rows are read, as plain tuples, and no input is built: assessed alone, in
+    arrival order, each is rewarded again against the group's rewarded one before it,
+    which is the best it was judged against (``rules.assess_rewarded_rows``)."""
+    if any(status == "QUALIFIED" for status in reader.frontier_statuses().values()):
+        return None  # the walk stopped at a PASS whose speedup the rules refuse
     # A submission whose arrival recorded no group ranks under the arena's incumbent.
     incumbents = {arena.arena_id: arena.incumbent_digest for arena in arenas}
     by_arena: dict[str, list[rules.SubmissionRow]] = {}
     for (block, index, subindex, hotkey, content, sid, arena_id, status, verdict, group,
-         speedup) in reader.settlement_keys(sorted(_RELEVANT), CONTROL_HOTKEY):
+         speedup) in reader.rewarded_keys(CONTROL_HOTKEY):
         qualified = status == "QUALIFIED"
         by_arena.setdefault(arena_id, []).append((
             block, index, subindex, hotkey, content, sid, status,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ledger import read_models
 from machines.settlement_rules import Settlement
 from services.arena_ledger import ArenaLedger
 from services.limits import head_block_page_positions
@@ -111,8 +112,13 @@ def head_block(ledger: ArenaLedger) -> HeadBlock:
 
 def _recorded_at(ledger: ArenaLedger, block: int) -> RecordedSettlement | None:
     """Returns the latest SettlementComputed at ``block`` up to the ledger's position."""
+    up_to = ledger.fold.position
+    with read_models.reader(ledger.store) as reader:
+        if reader is not None:  # every recorded settlement, by the block index
+            at = reader.settlement_at(block, up_to)
+            return None if at is None else RecordedSettlement(at[0], block, at[1], at[2])
     found = None
-    rows = ledger.store.read_all(1, to_position=ledger.fold.position,
+    rows = ledger.store.read_all(1, to_position=up_to,
                                  types=["SettlementComputed"], stream="settlement")
     for row in rows:
         payload = row.payload

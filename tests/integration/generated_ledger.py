@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import text
+
 from services.arena_ledger import ArenaLedger
 from services.operations import history_at, stats
 from vocabulary.events import Event
@@ -75,6 +77,20 @@ def answers(url: str, as_of: int | None = None) -> dict[str, Any]:
     figures = stats(url, as_of)
     found["stats"] = {k: figures[k] for k in ("events", "submissions", "holds", "no_decision")}
     return found
+
+
+def reward_statuses(url: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Returns {submission: reward status} of every PASS as the read models keep it
+    (``rm_submissions.reward_status``) and as a fold of every event assesses it."""
+    with ArenaLedger(url, actor="test") as ledger:
+        head = ledger.store.head().position
+        with ledger.store.reading() as conn:
+            stored = {str(sid): str(status) for sid, status in conn.execute(text(
+                "SELECT submission_id, reward_status FROM rm_submissions "
+                "WHERE reward_status IS NOT NULL"))}
+    with ArenaLedger(url, actor="test", as_of=head) as folded:
+        assessed = {row["submission_id"]: row["status"] for row in folded.rewards()}
+    return stored, assessed
 
 
 def _arena_ids(ledger: ArenaLedger) -> list[str]:

@@ -50,6 +50,9 @@ SHIPPED_REVISION_SHA256 = {
     "0006_read_model_claims.py": (
         "9e56fc3283e32d172bc3747db5eebbe5d134d79ed2ca3cb50b4d2fa1daf33e4a"
     ),
+    "0007_reward_status.py": (
+        "93f8f3588d8b99ec662bc6b4326bb92f86eb649d5fcf1d34b6d01da77246cd2b"
+    ),
 }
 
 MIGRATIONS_DIR = Path(migrate._script_location())
@@ -274,7 +277,7 @@ def _schema(url: str) -> tuple[str | None, set[str], list[tuple[Any, ...]]]:
     return migrate.current(url), _tables(url), _event_rows(url)
 
 
-@pytest.mark.parametrize("target", ["base", "-6", "0001_initial", "0001", "-5"])
+@pytest.mark.parametrize("target", ["base", "-7", "0001_initial", "0001", "-6"])
 def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
     store_url: str, target: str
 ) -> None:
@@ -291,11 +294,11 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
     held = {
         "base": "the events table and its 5 recorded events and the checkpoints table and "
         "its 2 signed checkpoints",
-        "-6": "the events table and its 5 recorded events and the checkpoints table and its "
+        "-7": "the events table and its 5 recorded events and the checkpoints table and its "
         "2 signed checkpoints",
         "0001_initial": "the checkpoints table and its 2 signed checkpoints",
         "0001": "the checkpoints table and its 2 signed checkpoints",  # a prefix names it
-        "-5": "the checkpoints table and its 2 signed checkpoints",
+        "-6": "the checkpoints table and its 2 signed checkpoints",
     }[target]
     assert refused.value.message.startswith(
         f"downgrading to {target} would drop {held}; nothing was changed. Back up first"
@@ -312,8 +315,8 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
 @pytest.mark.parametrize(
     ("target", "refusal"),
     [
-        ("0009_nope", "unknown revision '0009_nope'; the revisions are 0006_read_model_claims, "
-         "0005_read_models, "
+        ("0009_nope", "unknown revision '0009_nope'; the revisions are 0007_reward_status, "
+         "0006_read_model_claims, 0005_read_models, "
          "0004_pg_recorded_at_brin, 0003_sqlite_position_rowid, 0002_merkle_checkpoints, "
          "0001_initial (or head, base, -N)"),
         ("+1", "cannot downgrade to '+1': name a shipped revision, base or -N (steps back "
@@ -321,12 +324,13 @@ def test_a_downgrade_that_would_drop_records_is_refused_and_changes_nothing(
         ("-9", "migration refused: Relative revision -9 didn't produce 9 migrations"),
         # Relative to a name: alembic resolves these; the check of recorded tables could not
         # place them, and let "0003_sqlite_position_rowid-3" drop the events unasked.
-        ("head-3", "unknown revision 'head-3'; the revisions are 0006_read_model_claims, "
-         "0005_read_models, "
+        ("head-3", "unknown revision 'head-3'; the revisions are 0007_reward_status, "
+         "0006_read_model_claims, 0005_read_models, "
          "0004_pg_recorded_at_brin, 0003_sqlite_position_rowid, 0002_merkle_checkpoints, "
          "0001_initial (or head, base, -N)"),
         ("0003_sqlite_position_rowid-3", "unknown revision '0003_sqlite_position_rowid-3'; "
-         "the revisions are 0006_read_model_claims, 0005_read_models, 0004_pg_recorded_at_brin, "
+         "the revisions are 0007_reward_status, 0006_read_model_claims, 0005_read_models, "
+         "0004_pg_recorded_at_brin, "
          "0003_sqlite_position_rowid, 0002_merkle_checkpoints, 0001_initial (or head, base, "
          "-N)"),
     ],

@@ -16,6 +16,7 @@ from runner_bench import BLOCK, FAST_MLP, STOCK_NS, Bench, clean_tallies
 from settled_ledger import ALICE, BOB, BURN, CAROL, VALIDATOR, intake, open_ledger
 
 from engine_bridge.deltas import DeltaSpec
+from engine_bridge.limits import window_runs
 from engine_bridge.protocol import FakeEngine
 from ledger import migrate
 from machines import samples
@@ -74,7 +75,8 @@ def test_the_runner_stops_where_the_guard_decides_and_the_submission_is_queued_a
         "speedup": None, "pass_line": None, "look_window": 3,
     }
     assert (result.windows, result.audit_nodes, result.quality) == (3, 0, False)
-    assert runs == [1, 2, 3]  # window 4 never ran
+    # Each window runs its slice window_runs times on each arm; window 4 never ran.
+    assert runs == [window for window in (1, 2, 3) for _ in range(window_runs)]
     decided = bench.payloads("att-1", "AttemptDecided")
     assert [d["rules_version"] for d in decided] == ["paired-windows.v2"]
     assert bench.status(sid) == "QUEUED"

@@ -11,14 +11,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from generated_ledger import answers, batches, generated
+from generated_ledger import answers, batches, generated, reward_statuses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import text
+from settled_ledger import ARENA_A, build_before_policy, evaluate, open_ledger, set_policy
+from sqlalchemy import inspect, text
 
 from ledger import migrate, read_models
 from ledger.records import EventDraft
 from ledger.store import EventStore
+from machines.settlement_rules import settlement_payload
 from services import projections
 from services.arena_ledger import ArenaLedger
 from vocabulary.errors import IntegrityError, InvalidInput, SchemaNotInitialised
@@ -78,6 +80,8 @@ def test_a_generated_ledger_answers_from_the_read_models_what_the_fold_answers(
             windows = conn.execute(text("SELECT COUNT(*) FROM rm_windows")).scalar()
     assert settled == 2 and windows
     _claims_weights_and_hotkeys_match(ledger_url)
+    stored, assessed = reward_statuses(ledger_url)
+    assert stored == assessed and {"rewarded", "lost_potential"} <= set(stored.values())
     from_models, from_fold = answers(ledger_url), answers(ledger_url, as_of=head)
     assert from_models == from_fold
     # Not vacuous: the ledger has every kind of row the answers read.
@@ -105,7 +109,15 @@ def test_the_read_models_equal_a_rebuild_after_every_batch(
             difference = _check(ledger_url)
             assert difference is None, difference.describe()
             checked += 1
+            if checked % 5 == 0:
+                # The reward statuses, kept batch by batch, equal the rebuild's (a walk of
+                # every PASS) above; here also the fold's own assessment (the 2,500-event
+                # ledger above and the requeue below hold every status).
+                stored, assessed = reward_statuses(ledger_url)
+                assert stored == assessed
     assert checked >= 240 // largest
+    stored, assessed = reward_statuses(ledger_url)
+    assert stored == assessed
 
 
 def test_a_ledger_of_the_previous_revision_is_backfilled_by_the_upgrade(store_url: str) -> None:
@@ -137,6 +149,32 @@ def test_a_ledger_of_the_previous_revision_is_backfilled_by_the_upgrade(store_ur
     assert tables == 0
 
 
+def test_a_ledger_of_revision_0006_gets_its_reward_statuses_from_the_upgrade(
+    store_url: str,
+) -> None:
+    # 0007 adds the reward status and frontiers; the upgrade fills them from the events and
+    # the downgrade drops them alone (the other read models stay, as 0006 reads them).
+    migrate.upgrade(store_url, "0006_read_model_claims")
+    items = generated(1_500, seed=21)
+    with EventStore(store_url, schema_revision="0006_read_model_claims") as old:
+        for at in range(0, len(items), 500):
+            old.append([EventDraft.of(s, e) for s, e in items[at:at + 500]])
+        head = old.head().position
+    migrate.upgrade(store_url)
+    assert projections.check_ledger(store_url) == head
+    stored, assessed = reward_statuses(store_url)
+    assert stored == assessed and {"rewarded", "lost_potential"} <= set(stored.values())
+    migrate.downgrade(store_url, "0006_read_model_claims")
+    with (EventStore(store_url, schema_revision="0006_read_model_claims") as old,
+          old.reading() as conn):
+        assert read_models.position(conn) == head
+        columns = {c["name"] for c in inspect(conn).get_columns("rm_submissions")}
+        assert "reward_status" not in columns and "reward_group" in columns
+        assert not inspect(conn).has_table("rm_reward_frontiers")
+    migrate.upgrade(store_url)
+    assert reward_statuses(store_url)[0] == stored
+
+
 def test_a_changed_read_model_row_is_found_named_and_rebuilt(ledger_url: str) -> None:
     _append_all(ledger_url, generated(600, seed=3), seed=2)
     with EventStore(ledger_url) as store, store.writing() as conn:
@@ -156,6 +194,62 @@ def test_a_changed_read_model_row_is_found_named_and_rebuilt(ledger_url: str) ->
     assert projections.check_ledger(ledger_url) == head
     with ArenaLedger(ledger_url) as ledger:
         assert ledger.explain_submission(sid)["status"] == "FAILED"
+
+
+def _stored_statuses(url: str, sids: dict[str, str]) -> dict[str, str | None]:
+    stored, assessed = reward_statuses(url)
+    assert stored == assessed  # the fold of every event judges them so
+    return {name: stored.get(sid) for name, sid in sids.items()}
+
+
+def test_a_requeued_no_decision_makes_the_later_passes_pending_until_it_is_decided(
+    store_url: str,
+) -> None:
+    # settled_ledger: a2 (NO_DECISION, COMPLETE) arrived before a3 (lost_potential) and a4
+    # (rewarded). Requeued, it blocks them again; its PASS then outranks both.
+    ledger = open_ledger(store_url)
+    with ledger:
+        sids = build_before_policy(ledger)
+        set_policy(ledger)
+        passes = {k: sids[k] for k in ("a1", "a3", "a4", "b2")}
+        assert _stored_statuses(store_url, passes) == {
+            "a1": "rewarded", "a3": "lost_potential", "a4": "rewarded", "b2": "pending"}
+        ledger.requeue(sids["a2"], "operator_retry", 1_300)
+        assert _stored_statuses(store_url, passes) == {
+            "a1": "rewarded", "a3": "pending", "a4": "pending", "b2": "pending"}
+        with ledger.store.reading() as conn:
+            frontier = conn.execute(text(
+                "SELECT submission_id FROM rm_reward_frontiers WHERE arena_id = :a"),
+                {"a": ARENA_A}).scalar()
+        assert frontier == sids["a2"]
+        evaluate(ledger, sids["a2"], "att-a2-again", 940_000_000)  # PASS "1.063830"
+        passes["a2"] = sids["a2"]
+        assert _stored_statuses(store_url, passes) == {
+            "a1": "rewarded", "a2": "rewarded", "a3": "lost_potential", "a4": "lost_potential",
+            "b2": "pending"}
+        head = ledger.store.head().position
+        preview = ledger.weights(3_000)
+    with ArenaLedger(store_url, seed_from_read_models=False) as whole:
+        assert settlement_payload(preview) == settlement_payload(whole.weights(3_000))
+        assert [c.submission_id for c in preview.claims] == [sids["a1"], sids["a2"]]
+    assert projections.check_ledger(store_url) == head
+
+
+def test_a_wrong_reward_status_is_found_named_and_rebuilt(store_url: str) -> None:
+    ledger = open_ledger(store_url)
+    with ledger:
+        sids = build_before_policy(ledger)
+    with EventStore(store_url) as store, store.writing() as conn:
+        conn.execute(text("UPDATE rm_submissions SET reward_status = 'rewarded' "
+                          "WHERE submission_id = :s"), {"s": sids["a3"]})
+    with pytest.raises(IntegrityError) as caught:
+        projections.check_ledger(store_url)
+    assert caught.value.message.startswith(
+        f"the read models differ from the events: rm_submissions row ('{sids['a3']}'): column "
+        "reward_status is 'rewarded' stored, 'lost_potential' from the events")
+    head = projections.rebuild_ledger(store_url)
+    assert projections.check_ledger(store_url) == head
+    assert _stored_statuses(store_url, {"a3": sids["a3"]}) == {"a3": "lost_potential"}
 
 
 def test_a_missing_and_an_extra_row_are_each_named(ledger_url: str) -> None:

@@ -1,4 +1,5 @@
-"""Holds the settlement's lean assessment to the whole one (hypothesis).
+"""Holds the settlement's lean assessment, and the reward statuses the read models keep,
+to the whole assessment (hypothesis).
 
 ``assess_rewarded_rows`` reads plain rows and judges only the PASSes before an arena's first
 blocking submission; it must give exactly the ``rewarded`` assessments ``assess_rewards``
@@ -15,12 +16,14 @@ from settlement_inputs import drawn_input
 
 from machines import samples
 from machines.settlement_rules import (
+    BLOCKING_STATUSES,
     SUBMISSION_STATUSES,
     ArenaInput,
     SubmissionInput,
     SubmissionRow,
     assess_rewarded_rows,
     assess_rewards,
+    judge_passes,
 )
 
 #: Around the 0.015 margin: 1.015000 is exactly 1.000000 × 1.015, the inclusive boundary.
@@ -88,3 +91,35 @@ def test_a_row_the_inputs_refuse_is_refused() -> None:
     blocker = (0, 0, 0, "5Hz", good[4], samples.hex64("blocker"), "QUEUED", good[7], None,
                None)
     assert assess_rewarded_rows(header, [blocker, (*good[:9], "x")]) is None
+
+
+@given(submissions, st.sampled_from(("0.015", "0", "0.1")), st.integers(0, 30))
+def test_judged_statuses_are_the_whole_assessments_and_the_rewarded_alone_assess_alike(
+    drawn: list[tuple[int, int, str, int, int, str | None]], margin: str, split: int
+) -> None:
+    # What the read models keep (services.projections.walk_rewards): the statuses of the
+    # PASSes before the first blocking submission, judged in two walks that carry each
+    # group's best; and what a settlement then reads: the rewarded PASSes alone.
+    subs = _inputs(drawn)
+    whole = assess_rewards([ArenaInput("mlp", 500_000, margin, subs)])
+    ordered = sorted(subs, key=lambda s: (s.arrival_key, s.submission_id))
+    first = next((i for i, s in enumerate(ordered) if s.status in BLOCKING_STATUSES),
+                 len(ordered))
+    passes = [(s.incumbent_digest, s.speedup) for s in ordered[:first] if s.is_pass]
+    best: dict[str, str] = {}
+    judged = judge_passes(margin, best, passes[:split]) + judge_passes(
+        margin, best, passes[split:])
+    assert judged == [a.status for a in whole][:len(passes)]
+    assert all(a.status == "pending" for a in whole[len(passes):])
+    rewarded = [s for s in subs if any(
+        a.submission_id == s.submission_id and a.status == "rewarded" for a in whole)]
+    lean = assess_rewarded_rows(ArenaInput("mlp", 500_000, margin), map(_row, rewarded))
+    assert lean == [a for a in whole if a.status == "rewarded"]
+
+
+def test_a_speedup_the_rules_refuse_ends_the_judged_statuses() -> None:
+    group = GROUPS[0]
+    best: dict[str, str] = {}
+    assert judge_passes("0.015", best, [(group, "1.020000"), (group, "1.5e0"),
+                                        (group, "1.200000")]) == ["rewarded"]
+    assert best == {group: "1.020000"}

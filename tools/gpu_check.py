@@ -8,7 +8,8 @@ and ``replay`` on that ledger. ``--engine torch-reference`` runs the same steps 
 reference engine: a dry run of everything but the adapter, for hosts without a GPU.
 
 Exit codes: 0 the attempt concluded and the ledger replays; 1 it ran but something failed
-(a traceback is in the log); 3 sglang cannot be imported; 4 no CUDA GPU is visible.
+(a traceback is in the log); 2 the attempt ended in an infrastructure fault (recorded, and
+named in summary.txt); 3 sglang cannot be imported; 4 no CUDA GPU is visible.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_FAILED = 1
+EXIT_FAULT = 2
 EXIT_NO_SGLANG = 3
 EXIT_NO_GPU = 4
 
@@ -180,7 +182,9 @@ def run_check(out: Path, runtime: str, dtype: str) -> int:
     (out / "summary.txt").write_text(summary)
     print(summary, end="")
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if replayed.get("ok") and result.decision.get("verdict") else EXIT_FAILED
+    if not replayed.get("ok") or not result.decision.get("verdict"):
+        return EXIT_FAILED
+    return EXIT_FAULT if result.fault is not None else 0
 
 
 def _direct_audit(engine: Any, spec: Any, runtime: str, dtype: str, progress: Any) -> None:

@@ -9,8 +9,9 @@
 # first; the project itself is put on PYTHONPATH, which the lane and scheduler processes
 # inherit (they import engine_bridge.hooks by name). See docs/engine.md, "GPU check".
 #
-# Exit codes: 0 concluded and replayed; 1 ran but failed (see gpu-check.log);
-# 3 sglang cannot be imported; 4 no CUDA GPU; 5 the project's own dependencies are missing.
+# Exit codes: 0 concluded and replayed; 1 ran but failed (see gpu-check.log); 2 the attempt
+# ended in an infrastructure fault (in the ledger and summary.txt); 3 sglang cannot be
+# imported; 4 no CUDA GPU; 5 the wheels or the project's own dependencies are missing.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 out="${OUT:-./gpu-check-out}"

@@ -151,6 +151,14 @@ class AuditPolicy(_Part):
     min_calls: PositiveInt
 
 
+def _z_keys_are_windows(value: dict[str, str]) -> dict[str, str]:
+    """Refuses a z key that is not a window index 1..5 spelled plainly (both policies)."""
+    for key in value:
+        if not key.isdigit() or not 1 <= int(key) <= 5 or str(int(key)) != key:
+            raise ValueError(f"z key {key!r} is not a window index 1..5")
+    return value
+
+
 class Policy(_Part):
     """Is the sealed `paired-windows.v1` policy (docs/machines.md)."""
 
@@ -169,10 +177,7 @@ class Policy(_Part):
     @field_validator("z")
     @classmethod
     def _z_keys_are_windows(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key.isdigit() or not 1 <= int(key) <= 5 or str(int(key)) != key:
-                raise ValueError(f"z key {key!r} is not a window index 1..5")
-        return value
+        return _z_keys_are_windows(value)
 
     @model_validator(mode="after")
     def _noise_in_range(self) -> Policy:
@@ -221,10 +226,7 @@ class PolicyV2(_Part):
     @field_validator("z")
     @classmethod
     def _z_keys_are_windows(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key.isdigit() or not 1 <= int(key) <= 5 or str(int(key)) != key:
-                raise ValueError(f"z key {key!r} is not a window index 1..5")
-        return value
+        return _z_keys_are_windows(value)
 
     @model_validator(mode="after")
     def _sealed_values_in_range(self) -> PolicyV2:

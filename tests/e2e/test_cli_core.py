@@ -186,8 +186,8 @@ def test_events_refuses_a_stream_or_prefix_of_no_category(session: Session) -> N
         (("events", "--stream-prefix", "settlement-", "--json"), 1),
         (("events", "--stream-prefix", "atempt-", "--json"), 1)])
     stream, short, into_ids, settle, past_settlement, misspelt = outcomes
-    streams = ("the streams are arena-…, attempt-…, credit-…, payment-…, settlement, "
-               "submission-…")
+    streams = ("the streams are arena-…, attempt-…, calibration-…, credit-…, payment-…, "
+               "settlement, submission-…")
     assert cli.error_line(stream.stderr, "invalid_input") == (
         "error[invalid_input] [path --stream]: no event type belongs to a stream named "
         f"'credits-cr-6'; {streams}")

@@ -101,7 +101,11 @@ def test_the_settlement_suspends_the_arena_exactly_when_its_controls_are_not_as_
     outcomes = {r["outcome"] for r in summary["controls"]}
     if outcomes == {"as_expected"}:
         assert summary["suspensions"] == []
-        assert summary["weights_ppm"].get("5BurnBurnBurn", 0) < 1_000_000
+        # Not suspended: Alice's pool is hers if she passed, else it has no credit to pay.
+        alice = next(r for r in summary["submissions"] if r["hotkey"] == "5Alice")
+        expected = ({"5Alice": 600_000, "5BurnBurnBurn": 400_000}
+                    if alice["status"] == "QUALIFIED" else {"5BurnBurnBurn": 1_000_000})
+        assert summary["weights_ppm"] == expected
     else:  # a pending faithful leaves the run incomplete: no complete run to trust
         assert summary["suspensions"] == [{"arena_id": "reference", "control_ids": [],
                                            "reason": "controls_stale", "run_block": None}]

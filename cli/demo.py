@@ -22,6 +22,7 @@ from cli.common import (
 )
 from cli.render import within_summary_width
 from ledger.store import DEFAULT_URL, safe_url
+from machines.settlement_rules import describe_suspension
 
 __all__ = ["register"]
 
@@ -150,19 +151,8 @@ def serve_command(db_url: str) -> str:
 def suspension_lines(suspensions: list[dict[str, Any]]) -> list[str]:
     """Returns the summary's plain sentence on each arena the settlement suspended
     (settlement-rules.v2): whose controls failed or went stale, and where its pool went."""
-    lines = []
-    for item in suspensions:
-        arena = item["arena_id"]
-        if item["reason"] == "control_unexpected":
-            why = (f"its control run at block {item['run_block']} did not come out as "
-                   f"registered ({', '.join(item['control_ids'])}), so its verdicts are not "
-                   "trusted")
-        elif item["run_block"] is None:
-            why = "it has no complete control run"
-        else:
-            why = f"its latest complete control run (block {item['run_block']}) is too old"
-        lines.append(f"ARENA {arena} IS SUSPENDED: {why}; its pool went to the burn hotkey.")
-    return lines
+    return [f"ARENA {item['arena_id']} IS SUSPENDED: {describe_suspension(item)}; its pool "
+            "went to the burn hotkey." for item in suspensions]
 
 
 def _control_lines(controls: list[dict[str, Any]]) -> list[str]:

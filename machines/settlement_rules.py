@@ -95,6 +95,7 @@ __all__ = [
     "compute_weights",
     "control_suspension",
     "control_suspensions",
+    "describe_suspension",
     "diff_settlement_payload",
     "explain_rewards",
     "fee_summary",
@@ -1141,6 +1142,18 @@ def fee_summary(arena_ids: Iterable[str], sums: Mapping[str, Sequence[int]]) -> 
 
 
 # --- control gate (settlement-rules.v2) -----------------------------------------------------
+
+
+def describe_suspension(suspension: Mapping[str, Any]) -> str:
+    """Says in words why settlement-rules.v2 suspended an arena, from a SettlementComputed's
+    ``suspensions`` entry (what the CLI's and the dashboard's sentences share)."""
+    if suspension["reason"] == CONTROL_UNEXPECTED:
+        return (f"its control run at block {suspension['run_block']} did not come out as "
+                f"registered ({', '.join(suspension['control_ids'])}), so its verdicts are "
+                "not trusted")
+    if suspension["run_block"] is None:
+        return "it has no complete control run"
+    return f"its latest complete control run (block {suspension['run_block']}) is too old"
 
 
 @dataclass(frozen=True)

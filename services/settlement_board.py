@@ -19,7 +19,11 @@ import orjson
 
 from ledger import read_models
 from ledger.store import EventStore
-from machines.settlement_rules import RULES_VERSION, check_settlement_digest
+from machines.settlement_rules import (
+    RULES_VERSION,
+    check_settlement_digest,
+    describe_suspension,
+)
 from vocabulary.catalogue import CATALOGUE
 from vocabulary.errors import NotFound
 
@@ -109,6 +113,8 @@ def _summary(row: _Recorded, versions: Mapping[str, str] | None) -> dict[str, An
         "as_of_position": payload["as_of_position"],
         "settlement_digest": payload["settlement_digest"],
         "rules": _rules(payload, claims, versions),
+        # settlement-rules.v2: the arenas whose pool went to the burn hotkey (v1: none).
+        "suspended": [item["arena_id"] for item in payload.get("suspensions", [])],
         "totals": {
             "claims": len(claims),
             "credit": sum(int(c["credit"]) for c in claims),
@@ -162,16 +168,20 @@ def _arenas(payload: Mapping[str, Any], versions: Mapping[str, str] | None) -> l
     """Returns each arena's claims, credit and fees, arenas by id."""
     fees = payload["fees"]["arenas"]
     claims = payload["claims"]
-    names = sorted({*fees, *(c["arena_id"] for c in claims)})
+    suspended = {item["arena_id"]: item for item in payload.get("suspensions", [])}
+    names = sorted({*fees, *(c["arena_id"] for c in claims), *suspended})
     found = []
     for arena_id in names:
         own = [c for c in claims if c["arena_id"] == arena_id]
+        suspension = suspended.get(arena_id)
         found.append({
             "arena_id": arena_id,
             "claims": own,
             "credit": sum(int(c["credit"]) for c in own),
             "fees": fees.get(arena_id),
             "decision_rules_versions": None if versions is None else _versions_of(own, versions),
+            "suspension": None if suspension is None else {
+                **suspension, "why": describe_suspension(suspension)},
         })
     return found
 

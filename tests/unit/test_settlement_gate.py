@@ -26,6 +26,7 @@ from machines.settlement_rules import (
     check_settlement_digest,
     compute_settlement,
     control_suspension,
+    describe_suspension,
     settle_assessed,
     settlement_payload,
     summarize_fees,
@@ -250,3 +251,16 @@ def test_the_reason_codes_are_in_the_table() -> None:
     assert codes_of_kind("suspension") == (CONTROL_UNEXPECTED, CONTROLS_STALE)
     assert all(REASONS[c].meaning.startswith("settlement-rules.v2")
                for c in codes_of_kind("suspension"))
+
+
+@pytest.mark.parametrize(("suspension", "sentence"), [
+    (Suspension("a", "control_unexpected", 2_050, ("honest", "kill")),
+     "its control run at block 2050 did not come out as registered (honest, kill), so its "
+     "verdicts are not trusted"),
+    (Suspension("a", "controls_stale", 2_100), "its latest complete control run (block 2100) "
+     "is too old"),
+    (Suspension("a", "controls_stale", None), "it has no complete control run"),
+])
+def test_each_suspension_is_said_in_words_from_what_the_settlement_records(
+        suspension: Suspension, sentence: str) -> None:
+    assert describe_suspension(suspension.to_dict()) == sentence

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from settled_ledger import open_ledger  # beside this file
 from sqlalchemy import text
 
 from ledger.records import ANY, EventDraft, ExpectedVersion
 from ledger.store import EventStore
+from services.arena_ledger import ArenaLedger
 
 
 def digest_of(seed: object) -> str:
@@ -102,3 +104,14 @@ def fresh_pg_database(request: pytest.FixtureRequest) -> Iterator[str]:
         yield pool.url(name)
     finally:
         pool.give_back(name)
+
+
+@pytest.fixture
+def ledger(store_url: str) -> Iterator[ArenaLedger]:
+    """Yields a guarded ArenaLedger on a freshly migrated database of each backend (a
+    module that needs another opening, a commission say, defines its own ``ledger``)."""
+    opened = open_ledger(store_url)
+    try:
+        yield opened
+    finally:
+        opened.close()

@@ -4,8 +4,6 @@ settlement-rules.v1 ledger keeps the bytes and digests it had before v2 existed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from gated_ledger import MAX_AGE_BLOCKS, SETTLE_BLOCKS, build_gated
 from settled_ledger import (
@@ -18,7 +16,6 @@ from settled_ledger import (
     WEIGHTS_1,
     build_before_policy,
     build_settled,
-    open_ledger,
 )
 
 from ledger.records import EventDraft
@@ -49,16 +46,6 @@ V1_DIGESTS = [
     "cd88c4e794ce9c2f02ee289f1ff3fa382a901a74391afe3b93f2136203ff7610",
 ]
 V1_HEAD_HASH = "e36ceda016cfea57284caefcab0af7ac7aa98110ef9788e63256cfb399538fae"
-
-
-@pytest.fixture
-def ledger(store_url: str) -> Iterator[ArenaLedger]:
-    """Yields a guarded ArenaLedger on a freshly migrated database of each backend."""
-    opened = open_ledger(store_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_v2_settlements_suspend_as_the_controls_say_and_replay_to_the_same_payloads(

@@ -7,7 +7,6 @@ against the numbers settled_ledger.py's docstring works out by hand.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,7 +27,6 @@ from settled_ledger import (
     build_before_policy,
     build_settled,
     evaluate,
-    open_ledger,
     set_policy,
 )
 from sqlalchemy import text
@@ -60,16 +58,6 @@ WEIGHTS_3 = {ALICE: 166_423 + 300_000, BOB: 433_577, BURN: 100_000}
 
 
 # --- fixtures and helpers -----------------------------------------------------------------
-
-
-@pytest.fixture
-def ledger(store_url: str) -> Iterator[ArenaLedger]:
-    """Yields a guarded ArenaLedger on a freshly migrated database of each backend."""
-    opened = open_ledger(store_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _rows(ledger: ArenaLedger) -> int:
